@@ -1,0 +1,181 @@
+//! The agent's one TOML config. Parsing is strict (unknown keys are errors) and every problem
+//! found, by the parser or by validation, is reported with the line it came from and a hint,
+//! which is what `joule check-config` prints.
+
+mod class;
+mod locate;
+mod validate;
+
+pub use class::{ClassConfig, MatchRules};
+pub use locate::Problem;
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub agent: AgentConfig,
+    pub telemetry: TelemetryConfig,
+    pub thermal: ThermalConfig,
+    /// Task classes: the vocabulary every mechanism shares.
+    #[serde(rename = "class")]
+    pub classes: Vec<ClassConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Control-loop period. Shorter reacts faster and costs more CPU.
+    pub period_ms: u64,
+    /// Where the Prometheus text endpoint listens; loopback by default.
+    pub metrics_addr: String,
+    /// Undo journal directory (tmpfs, so a reboot forgets it along with the changes).
+    pub journal_dir: PathBuf,
+    /// JSON-lines event log; "-" writes events to standard output.
+    pub event_log: PathBuf,
+    /// How often the agent prints a one-line status to stderr; 0 turns it off.
+    pub status_interval_ms: u64,
+    /// Apply `[[class]]` guarantees at start and keep matching tasks in place.
+    pub apply_classes: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            period_ms: 100,
+            metrics_addr: "127.0.0.1:9977".into(),
+            journal_dir: "/run/joule".into(),
+            event_log: "/run/joule/events.jsonl".into(),
+            status_interval_ms: 2000,
+            apply_classes: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    pub sysfs_root: PathBuf,
+    pub procfs_root: PathBuf,
+    pub cgroup_root: PathBuf,
+    /// Load the eBPF programs (run-queue latency, in-kernel thermal stage). Needs root.
+    pub bpf: bool,
+    /// Where the thermal stage map is pinned for other BPF programs (a sched_ext scheduler).
+    pub bpf_pin_dir: PathBuf,
+    /// How many tasks with the longest CPU wait to report per sample.
+    pub task_wait_top: usize,
+    pub power_model: PowerModelConfig,
+    pub thermal_model: ThermalModelConfig,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            sysfs_root: "/sys".into(),
+            procfs_root: "/proc".into(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            bpf: true,
+            bpf_pin_dir: "/sys/fs/bpf/joule".into(),
+            task_wait_top: 5,
+            power_model: PowerModelConfig::default(),
+            thermal_model: ThermalModelConfig::default(),
+        }
+    }
+}
+
+/// Linear utilisation power model, P = idle + Σ_cpu util_cpu × dynamic-per-CPU (the form of
+/// Fan, Weber & Barroso, "Power provisioning for a warehouse-sized computer", ISCA 2007).
+/// The defaults are order-of-magnitude placeholders for one server core, not a calibration:
+/// measure your machine with a meter and set them. Values from it are labelled `model`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PowerModelConfig {
+    pub idle_watts: f64,
+    pub cpu_dynamic_watts: f64,
+}
+
+impl Default for PowerModelConfig {
+    fn default() -> Self {
+        Self { idle_watts: 10.0, cpu_dynamic_watts: 8.0 }
+    }
+}
+
+/// First-order RC thermal model driven by the power estimate:
+/// C·dT/dt = P − (T − T_ambient)/R. Time constant R·C (default 48 s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThermalModelConfig {
+    pub ambient_celsius: f64,
+    pub resistance_celsius_per_watt: f64,
+    pub capacitance_joules_per_celsius: f64,
+}
+
+impl Default for ThermalModelConfig {
+    fn default() -> Self {
+        Self { ambient_celsius: 25.0, resistance_celsius_per_watt: 1.2, capacitance_joules_per_celsius: 40.0 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThermalScheduler {
+    /// Degrade with cgroup actuators (works on every kernel).
+    #[default]
+    Cgroup,
+    /// Degrade inside a sched_ext BPF scheduler (kernels with CONFIG_SCHED_CLASS_EXT).
+    Scx,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThermalConfig {
+    /// Stage n is entered when the temperature reaches the n-th threshold (stage 0 = cool).
+    pub stage_thresholds_celsius: Vec<f64>,
+    /// A stage is left only when the temperature falls this far below its threshold.
+    pub hysteresis_celsius: f64,
+    pub scheduler: ThermalScheduler,
+}
+
+impl Default for ThermalConfig {
+    fn default() -> Self {
+        Self { stage_thresholds_celsius: vec![70.0, 80.0, 90.0], hysteresis_celsius: 3.0, scheduler: ThermalScheduler::Cgroup }
+    }
+}
+
+/// The most stages the in-kernel program handles (size of its threshold array).
+pub const MAX_STAGES: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}", render(.path, .problems))]
+    Invalid { path: PathBuf, problems: Vec<Problem> },
+}
+
+fn render(path: &Path, problems: &[Problem]) -> String {
+    let mut s = format!("{} has {} problem(s):", path.display(), problems.len());
+    for p in problems {
+        s.push_str(&format!("\n  {}", p.display_with(path)));
+    }
+    s
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::parse(&text).map_err(|problems| ConfigError::Invalid { path: path.into(), problems })
+    }
+
+    /// Parses and validates config text; on failure every problem found, each with its line.
+    pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
+        let cfg: Config = toml::from_str(text).map_err(|e| vec![locate::from_toml_error(text, &e)])?;
+        let problems = validate::validate(&cfg);
+        if problems.is_empty() {
+            return Ok(cfg);
+        }
+        Err(problems.into_iter().map(|(key, msg, hint)| locate::at_key(text, &key, msg, hint)).collect())
+    }
+}

@@ -1,0 +1,78 @@
+//! Checks a parsed config for values the types allow but joule cannot use. Each problem names
+//! the key it is about (dotted path, `class[2].name`) so the caller can find its line.
+//! Admission control of class guarantees (shares per core) lives in joule-qos, not here.
+
+use super::{Config, MAX_STAGES};
+
+/// (key path, message, hint)
+pub(super) type Found = (String, String, String);
+
+pub(super) fn validate(cfg: &Config) -> Vec<Found> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, msg: String, hint: &str| out.push((key.to_string(), msg, hint.to_string()));
+
+    let a = &cfg.agent;
+    if !(10..=60_000).contains(&a.period_ms) {
+        bad("agent.period_ms", format!("period_ms = {} is outside 10..=60000", a.period_ms), "100 (10 Hz) is the default");
+    }
+    if a.metrics_addr.parse::<std::net::SocketAddr>().is_err() {
+        bad("agent.metrics_addr", format!("metrics_addr = {:?} is not an IP:port", a.metrics_addr), "e.g. \"127.0.0.1:9977\"");
+    }
+
+    let pm = &cfg.telemetry.power_model;
+    for (k, v) in [("idle_watts", pm.idle_watts), ("cpu_dynamic_watts", pm.cpu_dynamic_watts)] {
+        if !(v.is_finite() && v >= 0.0) {
+            bad(&format!("telemetry.power_model.{k}"), format!("{k} = {v} must be a finite number ≥ 0"), "watts");
+        }
+    }
+    let tm = &cfg.telemetry.thermal_model;
+    for (k, v) in [
+        ("resistance_celsius_per_watt", tm.resistance_celsius_per_watt),
+        ("capacitance_joules_per_celsius", tm.capacitance_joules_per_celsius),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            bad(&format!("telemetry.thermal_model.{k}"), format!("{k} = {v} must be a finite number > 0"), "see docs/config.md");
+        }
+    }
+    if !(-50.0..=100.0).contains(&tm.ambient_celsius) {
+        bad("telemetry.thermal_model.ambient_celsius", format!("ambient_celsius = {} is not a plausible room", tm.ambient_celsius), "25.0");
+    }
+
+    let th = &cfg.thermal;
+    let t = &th.stage_thresholds_celsius;
+    if t.is_empty() || t.len() > MAX_STAGES {
+        bad("thermal.stage_thresholds_celsius", format!("{} thresholds given; 1 to {MAX_STAGES} are supported", t.len()), "e.g. [70.0, 80.0, 90.0]");
+    } else if t.windows(2).any(|w| w[1] <= w[0]) || t.iter().any(|v| !v.is_finite()) {
+        bad("thermal.stage_thresholds_celsius", format!("thresholds {t:?} must be finite and strictly increasing"), "stage n starts at the n-th value");
+    } else {
+        let min_gap = t.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
+        if !(th.hysteresis_celsius >= 0.0 && th.hysteresis_celsius < min_gap) {
+            bad(
+                "thermal.hysteresis_celsius",
+                format!("hysteresis_celsius = {} must be ≥ 0 and below the smallest gap between thresholds ({min_gap})", th.hysteresis_celsius),
+                "otherwise a stage could be left above the threshold below it",
+            );
+        }
+    }
+
+    let mut seen = std::collections::HashSet::new();
+    for (i, c) in cfg.classes.iter().enumerate() {
+        let key = format!("class[{i}].name");
+        if c.name.is_empty() || !c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_') {
+            bad(&key, format!("class name {:?} must be non-empty ASCII letters, digits, '-' or '_'", c.name), "it becomes a cgroup directory name");
+        } else if !seen.insert(c.name.as_str()) {
+            bad(&key, format!("class name {:?} is used twice", c.name), "class names are unique");
+        }
+        for comm in &c.matches.comm {
+            if comm.len() > 15 {
+                bad(&format!("class[{i}].match.comm"), format!("comm {comm:?} is longer than 15 bytes and can never match"), "the kernel truncates comm to 15 bytes");
+            }
+        }
+        if let Some(p) = &c.parent {
+            if !cfg.classes.iter().any(|o| &o.name == p) {
+                bad(&format!("class[{i}].parent"), format!("parent {p:?} is not a class in this file"), "name an existing [[class]]");
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,284 @@
+//! The undo journal. Every actuator records how to undo a change *before* making it; the
+//! journal is an append-only JSON-lines file under the journal directory (default `/run/joule`,
+//! which is tmpfs, so a reboot — which undoes everything anyway — also forgets it).
+//! `joule restore`, agent start-up and agent shutdown replay it newest first, so a SIGKILLed
+//! agent leaves nothing behind once any of them runs.
+
+use crate::effects::{Effects, SchedAttr};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const JOURNAL_FILE: &str = "undo.jsonl";
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("cannot open the undo journal {path}: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("cannot write the undo journal {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("undo journal {path} line {line} is not a record joule understands: {reason}")]
+    Corrupt { path: PathBuf, line: usize, reason: String },
+}
+
+/// How to undo one change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Undo {
+    /// Put back the old content of a file (a sysctl, a cgroup knob).
+    Write { path: PathBuf, old: String },
+    /// Remove a directory joule created (a cgroup). Tasks still inside are first moved to
+    /// `evacuate_to` (a `cgroup.procs` file), because a cgroup with tasks cannot be removed.
+    RemoveDir { path: PathBuf, evacuate_to: Option<PathBuf> },
+    /// Remove a file joule created (a pinned BPF object).
+    RemoveFile { path: PathBuf },
+    /// Move a task back to the cgroup it came from (`procs_file` is its old `cgroup.procs`).
+    MoveTask { pid: i32, procs_file: PathBuf },
+    /// Put a thread back to its old scheduling policy.
+    Sched { tid: i32, old: SchedAttr },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Which component recorded it (`agent`, `qos`, `bench`, `bpf`).
+    pub owner: String,
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub undo: Undo,
+}
+
+/// An open journal that actuators append to.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, JournalError> {
+        let path = dir.join(JOURNAL_FILE);
+        std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        Ok(Self { path, file })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record and syncs it to the file before returning, so the change the caller
+    /// makes next is always undoable.
+    pub fn record(&mut self, owner: &str, undo: Undo) -> Result<(), JournalError> {
+        let entry = Entry { owner: owner.to_string(), at_ms: now_ms(), undo };
+        let mut line = serde_json::to_string(&entry).expect("journal entries always serialise");
+        line.push('\n');
+        let werr = |source| JournalError::Write { path: self.path.clone(), source };
+        // One write of one line on an O_APPEND file: concurrent writers never interleave.
+        self.file.write_all(line.as_bytes()).map_err(werr)?;
+        self.file.sync_data().map_err(werr)
+    }
+}
+
+/// What a replay did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RestoreReport {
+    pub undone: usize,
+    /// Records whose target was already gone (a task that exited, a cgroup removed by hand).
+    pub already_gone: usize,
+    /// Records that failed for another reason; kept in the journal for a later retry.
+    pub failed: Vec<String>,
+}
+
+/// Reads every entry of the journal in `dir` (empty when there is none).
+pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
+    let path = dir.join(JOURNAL_FILE);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(JournalError::Open { path, source }),
+    };
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        // A torn last line (crash in the middle of a write) was never acted on: skip it.
+        match serde_json::from_str(&line) {
+            Ok(e) => out.push(e),
+            Err(e) if e.is_eof() => continue,
+            Err(e) => return Err(JournalError::Corrupt { path, line: i + 1, reason: e.to_string() }),
+        }
+    }
+    Ok(out)
+}
+
+/// Replays the journal in `dir` newest first, then rewrites it with only the records that
+/// failed. Holds an exclusive lock on the file so two restores never race.
+pub fn restore(dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
+    let path = dir.join(JOURNAL_FILE);
+    if !path.exists() {
+        return Ok(RestoreReport::default());
+    }
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|source| JournalError::Open { path: path.clone(), source })?;
+    // SAFETY: flock on an fd we own; released when `lock` is dropped.
+    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    let all = entries(dir)?;
+    let mut report = RestoreReport::default();
+    let mut kept = Vec::new();
+    for entry in all.iter().rev() {
+        match undo_one(&entry.undo, fx) {
+            Ok(Outcome::Done) => report.undone += 1,
+            Ok(Outcome::Gone) => report.already_gone += 1,
+            Err(e) => {
+                report.failed.push(format!("{:?}: {e}", entry.undo));
+                kept.push(entry.clone());
+            }
+        }
+    }
+    kept.reverse();
+    let mut body = String::new();
+    for e in &kept {
+        body.push_str(&serde_json::to_string(e).expect("serialisable"));
+        body.push('\n');
+    }
+    lock.set_len(0).map_err(|source| JournalError::Write { path: path.clone(), source })?;
+    (&lock).write_all(body.as_bytes()).map_err(|source| JournalError::Write { path: path.clone(), source })?;
+    lock.sync_data().map_err(|source| JournalError::Write { path, source })?;
+    Ok(report)
+}
+
+enum Outcome {
+    Done,
+    Gone,
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+fn gone_ok(r: io::Result<()>) -> io::Result<Outcome> {
+    match r {
+        Ok(()) => Ok(Outcome::Done),
+        Err(e) if is_gone(&e) => Ok(Outcome::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
+    match undo {
+        Undo::Write { path, old } => gone_ok(fx.write(path, old)),
+        Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
+        Undo::MoveTask { pid, procs_file } => gone_ok(fx.write(procs_file, &pid.to_string())),
+        Undo::Sched { tid, old } => gone_ok(fx.set_sched(*tid, *old)),
+        Undo::RemoveDir { path, evacuate_to } => {
+            if !fx.exists(path) {
+                return Ok(Outcome::Gone);
+            }
+            if let Some(dest) = evacuate_to {
+                evacuate(path, dest, fx)?;
+            }
+            gone_ok(fx.remove_dir(path))
+        }
+    }
+}
+
+/// Moves every task of the cgroup at `dir` (and of its child cgroups) into `dest_procs`.
+fn evacuate(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
+    for procs in ["cgroup.procs", "tasks"] {
+        let Ok(list) = fx.read(&dir.join(procs)) else { continue };
+        for pid in list.split_whitespace() {
+            match fx.write(dest_procs, pid) {
+                Ok(()) => {}
+                Err(e) if is_gone(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::FakeEffects;
+
+    #[test]
+    fn replays_newest_first_and_empties_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default().with_file("/k/knob", "changed-twice");
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::Write { path: "/k/knob".into(), old: "original".into() }).unwrap();
+        j.record("t", Undo::Write { path: "/k/knob".into(), old: "changed-once".into() }).unwrap();
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!(r.undone, 2);
+        assert_eq!(fx.file("/k/knob").as_deref(), Some("original"));
+        assert!(entries(dir.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn vanished_targets_count_as_gone_not_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default();
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER }).unwrap();
+        j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: None }).unwrap();
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 2, 0));
+    }
+
+    #[test]
+    fn evacuates_tasks_before_removing_a_cgroup() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default()
+            .with_file("/cg/cgroup.procs", "1\n")
+            .with_file("/cg/joule/cgroup.procs", "7\n8\n");
+        fx.dirs.lock().unwrap().insert("/cg/joule".into(), ());
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) })
+            .unwrap();
+        restore(dir.path(), &fx).unwrap();
+        let log = fx.log.lock().unwrap().clone();
+        assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 8", "rmdir /cg/joule"]);
+    }
+
+    #[test]
+    fn torn_last_line_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::RemoveFile { path: "/sys/fs/bpf/joule/x".into() }).unwrap();
+        let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
+        f.write_all(b"{\"owner\":\"t\",\"at_ms\":1,\"op\":\"wri").unwrap();
+        assert_eq!(entries(dir.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn failed_records_stay_for_a_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default().with_file("/ro/knob", "new").with_file("/rw/knob", "new");
+        fx.read_only.lock().unwrap().push("/ro".into());
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::Write { path: "/ro/knob".into(), old: "old".into() }).unwrap();
+        j.record("t", Undo::Write { path: "/rw/knob".into(), old: "old".into() }).unwrap();
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.failed.len()), (1, 1));
+        let left = entries(dir.path()).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].undo, Undo::Write { path: "/ro/knob".into(), old: "old".into() });
+    }
+}

@@ -1,0 +1,13 @@
+//! joule-core: the vocabulary every joule crate shares — where a reading came from, the
+//! Snapshot that sources fill and policies read, the agent config, the undo journal that makes
+//! every actuator reversible, and the one trait in front of privileged side effects.
+
+pub mod config;
+pub mod effects;
+pub mod journal;
+pub mod origin;
+pub mod snapshot;
+pub mod testing;
+
+pub use origin::Origin;
+pub use snapshot::Snapshot;

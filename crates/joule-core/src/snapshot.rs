@@ -1,0 +1,157 @@
+//! The Snapshot: one immutable picture of the machine per control period. Sources fill it,
+//! policies read it, exporters (Prometheus, JSON, `joule monitor`) render it. Its JSON form is
+//! what `joule monitor --once --json` prints, so field names are a public interface.
+
+use crate::Origin;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Wall-clock time of the sample, milliseconds since the Unix epoch.
+    pub taken_at_ms: u64,
+    /// Time covered by the rates in this snapshot (since the previous sample).
+    pub interval_ms: u64,
+    pub cpu: Cpu,
+    /// Pressure stall information; absent when the kernel has no PSI.
+    pub psi: Option<Psi>,
+    /// CPU accounting of cgroups (v1 `cpu,cpuacct` and v2 `cpu.stat`).
+    pub cgroups: Vec<CgroupCpu>,
+    /// Tasks with the largest CPU wait (schedstat run delay) over the interval.
+    pub task_wait: Vec<TaskWait>,
+    pub power: Power,
+    pub thermal: Thermal,
+    pub stage: Stage,
+    pub frequency: Vec<CpuFreq>,
+    pub runq_latency: Vec<RunqLatency>,
+    /// Human-readable notes about what is missing or estimated on this machine.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Cpu {
+    /// Busy fraction (0.0–1.0) of each CPU over the interval, indexed by CPU number.
+    pub utilization: Vec<f64>,
+    /// Busy fraction of the whole machine (mean over CPUs).
+    pub total_utilization: f64,
+    pub source: Origin,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Psi {
+    pub cpu: Option<PsiLine>,
+    pub io: Option<PsiLine>,
+    pub memory: Option<PsiLine>,
+}
+
+/// The `some` line of a /proc/pressure file (and `full` where the kernel gives it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PsiLine {
+    pub some_avg10: f64,
+    pub some_total_us: u64,
+    pub full_avg10: Option<f64>,
+    pub full_total_us: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CgroupCpu {
+    /// Path relative to the hierarchy root, starting with `/`.
+    pub path: String,
+    /// "v1" or "v2".
+    pub hierarchy: String,
+    pub usage_us: u64,
+    /// CPUs used over the interval (1.0 = one full CPU); None on the first sample.
+    pub usage_cpus: Option<f64>,
+    pub throttled_us: u64,
+    pub nr_throttled: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskWait {
+    pub pid: i32,
+    pub comm: String,
+    /// Time spent runnable but waiting for a CPU over the interval (schedstat run delay).
+    pub wait_us: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Power {
+    /// Machine power over the interval.
+    pub watts: f64,
+    pub source: Origin,
+    pub domains: Vec<PowerDomain>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PowerDomain {
+    /// e.g. `intel-rapl:0` (package-0) or `hwmon0/power1`.
+    pub name: String,
+    pub watts: f64,
+    /// Cumulative energy, wrap-around already handled.
+    pub energy_joules_total: f64,
+    pub source: Origin,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Thermal {
+    pub zones: Vec<ThermalZone>,
+    /// The RC-model temperature; present when the machine has no thermal sensor, or always
+    /// when the model is enabled. Always `source: "model"`.
+    pub model: Option<ModelTemperature>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ThermalZone {
+    /// e.g. `thermal_zone0` or `hwmon1/temp1`.
+    pub name: String,
+    /// The zone's `type` (e.g. `acpitz`, `x86_pkg_temp`) or the hwmon chip name.
+    pub kind: String,
+    pub temp_celsius: f64,
+    pub trips: Vec<TripPoint>,
+    pub source: Origin,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TripPoint {
+    /// `passive`, `active`, `hot`, `critical`.
+    pub kind: String,
+    pub temp_celsius: f64,
+    pub hysteresis_celsius: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ModelTemperature {
+    pub temp_celsius: f64,
+    pub source: Origin,
+}
+
+/// The thermal stage (0 = cool) and the temperature it was computed from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stage {
+    pub value: u32,
+    pub temp_celsius: f64,
+    /// Who computed the stage: `ebpf` when the in-kernel program did.
+    pub computed_by: Origin,
+    /// Where the temperature behind it came from (`sensor` or `model`).
+    pub temp_source: Origin,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CpuFreq {
+    pub cpu: u32,
+    pub cur_khz: u64,
+    pub min_khz: u64,
+    pub max_khz: u64,
+    pub source: Origin,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunqLatency {
+    /// cgroup path (relative to the hierarchy root), or `id:<n>` when it no longer exists.
+    pub cgroup: String,
+    /// Wake-ups that reached a CPU over the interval.
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub source: Origin,
+}
