@@ -6,6 +6,7 @@ pub mod config;
 pub mod effects;
 pub mod journal;
 pub mod origin;
+pub mod policy;
 pub mod snapshot;
 pub mod testing;
 

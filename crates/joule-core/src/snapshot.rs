@@ -129,10 +129,28 @@ pub struct ModelTemperature {
 pub struct Stage {
     pub value: u32,
     pub temp_celsius: f64,
-    /// Who computed the stage: `ebpf` when the in-kernel program did.
-    pub computed_by: Origin,
+    /// Who computed the stage: `ebpf` when the in-kernel program did, `userspace` when BPF
+    /// is unavailable and the agent's fallback policy did.
+    pub computed_by: StageEngine,
     /// Where the temperature behind it came from (`sensor` or `model`).
     pub temp_source: Origin,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageEngine {
+    #[default]
+    Ebpf,
+    Userspace,
+}
+
+impl StageEngine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageEngine::Ebpf => "ebpf",
+            StageEngine::Userspace => "userspace",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
