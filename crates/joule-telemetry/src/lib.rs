@@ -1,1 +1,29 @@
-//! joule-telemetry: sources that read the machine (procfs, sysfs, cgroupfs) and the models that stand in for missing sensors; they fill a Snapshot and never decide.
+//! joule-telemetry: sources that read the machine (procfs, sysfs, cgroupfs) and the models that
+//! stand in for missing sensors; they fill a Snapshot and never decide.
+//!
+//! Every source implements [`Source`] and takes its filesystem root as a parameter, so tests run
+//! on the fixture trees under `testdata/`. Every reading carries its [`joule_core::Origin`].
+//! [`Sampler`] runs them all, in order, once per control period.
+
+mod cgroup;
+mod cpu;
+mod freq;
+mod fsread;
+pub mod model;
+mod power;
+mod psi;
+mod sampler;
+mod source;
+mod task_wait;
+mod thermal;
+
+pub use cgroup::CgroupSource;
+pub use cpu::CpuSource;
+pub use freq::FreqSource;
+pub use model::{PowerModel, RcThermalModel};
+pub use power::PowerSource;
+pub use psi::PsiSource;
+pub use sampler::Sampler;
+pub use source::{Source, SourceError};
+pub use task_wait::TaskWaitSource;
+pub use thermal::ThermalSource;

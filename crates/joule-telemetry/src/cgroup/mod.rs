@@ -1,0 +1,154 @@
+//! CPU accounting of cgroups: v1 `cpuacct.usage` + `cpu.stat` and v2 `cpu.stat`, turned into
+//! CPUs used over the interval. The layout is detected from what is present under the root on
+//! every sample (hybrid machines have both), so a remount is picked up. Labelled `kernel`.
+
+mod walk;
+
+use crate::{Source, SourceError};
+use joule_core::snapshot::CgroupCpu;
+use joule_core::Snapshot;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Where each hierarchy with CPU accounting sits under the cgroup root.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Layout {
+    /// v1 hierarchy with `cpuacct.usage` (may be the same directory as `v1_cpu`).
+    pub v1_cpuacct: Option<PathBuf>,
+    /// v1 hierarchy with `cpu.stat` (throttling).
+    pub v1_cpu: Option<PathBuf>,
+    /// v2 hierarchy: the root itself on a pure-v2 machine, or `unified/` on a hybrid one.
+    pub v2: Option<PathBuf>,
+}
+
+pub(crate) fn detect(root: &Path) -> Layout {
+    if root.join("cgroup.controllers").exists() {
+        return Layout { v2: Some(root.to_path_buf()), ..Layout::default() };
+    }
+    let first_with = |names: &[&str], file: &str| names.iter().map(|n| root.join(n)).find(|d| d.join(file).exists());
+    Layout {
+        v1_cpuacct: first_with(&["cpuacct", "cpu,cpuacct", "cpuacct,cpu"], "cpuacct.usage"),
+        v1_cpu: first_with(&["cpu", "cpu,cpuacct", "cpuacct,cpu"], "cpu.stat"),
+        v2: Some(root.join("unified")).filter(|u| u.join("cgroup.controllers").exists()),
+    }
+}
+
+/// Walks the detected hierarchies and reports each cgroup's usage and throttling.
+/// `usage_cpus` is Δusage / interval, `None` on a cgroup's first sample.
+pub struct CgroupSource {
+    root: PathBuf,
+    /// Previous usage (µs) by (hierarchy, path).
+    prev: HashMap<(&'static str, String), u64>,
+    buf: String,
+}
+
+impl CgroupSource {
+    pub fn new(cgroup_root: impl Into<PathBuf>) -> Self {
+        Self { root: cgroup_root.into(), prev: HashMap::new(), buf: String::new() }
+    }
+
+    /// Reads a small file into the shared buffer; `None` when it is gone (the cgroup raced
+    /// away) or unreadable, which the caller skips.
+    fn read(&mut self, path: &Path) -> Option<&str> {
+        crate::fsread::read_into(path, &mut self.buf).ok()?;
+        Some(&self.buf)
+    }
+
+    fn read_v1(&mut self, layout: &Layout, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
+        let mut out: BTreeMap<String, CgroupCpu> = BTreeMap::new();
+        if let Some(dir) = &layout.v1_cpuacct {
+            let (paths, truncated) = walk::walk(dir);
+            note_truncated(truncated, dir, notes);
+            for rel in paths {
+                let file = dir.join(rel.trim_start_matches('/')).join("cpuacct.usage");
+                let Some(ns) = self.read(&file).and_then(|s| s.trim().parse::<u64>().ok()) else { continue };
+                v1_entry(&mut out, rel).usage_us = ns / 1000;
+            }
+        }
+        if let Some(dir) = &layout.v1_cpu {
+            let (paths, truncated) = walk::walk(dir);
+            if layout.v1_cpuacct.as_ref() != Some(dir) {
+                note_truncated(truncated, dir, notes);
+            }
+            for rel in paths {
+                let Some(text) = self.read(&dir.join(rel.trim_start_matches('/')).join("cpu.stat")) else { continue };
+                let nr = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
+                let ns = crate::fsread::keyed_u64(text, "throttled_time").unwrap_or(0);
+                let e = v1_entry(&mut out, rel);
+                e.nr_throttled = nr;
+                e.throttled_us = ns / 1000;
+            }
+        }
+        out
+    }
+
+    fn read_v2(&mut self, dir: &Path, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
+        let mut out = BTreeMap::new();
+        let (paths, truncated) = walk::walk(dir);
+        note_truncated(truncated, dir, notes);
+        for rel in paths {
+            let Some(text) = self.read(&dir.join(rel.trim_start_matches('/')).join("cpu.stat")) else { continue };
+            let Some(usage_us) = crate::fsread::keyed_u64(text, "usage_usec") else { continue };
+            // throttled_* appear only where the cpu controller is enabled.
+            let throttled_us = crate::fsread::keyed_u64(text, "throttled_usec").unwrap_or(0);
+            let nr_throttled = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
+            out.insert(rel.clone(), CgroupCpu { path: rel, hierarchy: "v2".into(), usage_us, usage_cpus: None, throttled_us, nr_throttled });
+        }
+        out
+    }
+}
+
+/// The v1 record of `rel`: the cpuacct and cpu hierarchies are separate trees (or one, when
+/// co-mounted) and a cgroup may exist in only one of them.
+fn v1_entry(out: &mut BTreeMap<String, CgroupCpu>, rel: String) -> &mut CgroupCpu {
+    out.entry(rel.clone()).or_insert_with(|| CgroupCpu { path: rel, hierarchy: "v1".into(), ..Default::default() })
+}
+
+fn note_truncated(truncated: bool, dir: &Path, notes: &mut Vec<String>) {
+    if truncated {
+        notes.push(format!(
+            "cgroups under {} cut at depth {} / {} cgroups: deeper or further ones are not reported",
+            dir.display(),
+            walk::MAX_DEPTH,
+            walk::MAX_CGROUPS
+        ));
+    }
+}
+
+impl Source for CgroupSource {
+    fn name(&self) -> &'static str {
+        "cgroup"
+    }
+
+    fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
+        let layout = detect(&self.root);
+        if layout == Layout::default() {
+            snap.notes.push(format!("no cgroup CPU accounting under {} (no cpuacct, cpu or cgroup2 hierarchy)", self.root.display()));
+            self.prev.clear();
+            return Ok(());
+        }
+        let mut all = Vec::new();
+        if layout.v1_cpuacct.is_some() || layout.v1_cpu.is_some() {
+            all.extend(self.read_v1(&layout, &mut snap.notes).into_values());
+        }
+        if let Some(dir) = &layout.v2 {
+            all.extend(self.read_v2(dir, &mut snap.notes).into_values());
+        }
+        let interval_us = snap.interval_ms.saturating_mul(1000);
+        let mut next = HashMap::with_capacity(all.len());
+        for cg in &mut all {
+            let hier: &'static str = if cg.hierarchy == "v1" { "v1" } else { "v2" };
+            let key = (hier, std::mem::take(&mut cg.path));
+            if let Some(&prev) = self.prev.get(&key) {
+                if interval_us > 0 && cg.usage_us >= prev {
+                    cg.usage_cpus = Some((cg.usage_us - prev) as f64 / interval_us as f64);
+                }
+            }
+            cg.path = key.1.clone();
+            next.insert(key, cg.usage_us);
+        }
+        self.prev = next;
+        snap.cgroups = all;
+        Ok(())
+    }
+}

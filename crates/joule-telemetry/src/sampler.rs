@@ -1,0 +1,72 @@
+//! The Sampler: every source and model in a fixed order, run once per control period into a
+//! fresh Snapshot. A failing source costs its own fields and a note, never the whole sample.
+
+use crate::model::{PowerModel, RcThermalModel};
+use crate::{CgroupSource, CpuSource, FreqSource, PowerSource, PsiSource, Source, TaskWaitSource, ThermalSource};
+use joule_core::config::TelemetryConfig;
+use joule_core::Snapshot;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Runs, in order: cpu, psi, cgroup, task_wait, thermal, power, frequency, then the power
+/// model (needs cpu, and only fills in when power gave no sensor reading) and the RC thermal
+/// model (needs power). `stage` and `runq_latency` are left default: the agent fills them from
+/// the BPF programs.
+pub struct Sampler {
+    sources: Vec<Box<dyn Source + Send>>,
+    /// Whether each source's current failure streak was already logged.
+    warned: Vec<bool>,
+    clock_base: Instant,
+    last_monotonic_ms: Option<u64>,
+}
+
+impl Sampler {
+    pub fn new(cfg: &TelemetryConfig) -> Self {
+        let sources: Vec<Box<dyn Source + Send>> = vec![
+            Box::new(CpuSource::new(&cfg.procfs_root)),
+            Box::new(PsiSource::new(&cfg.procfs_root)),
+            Box::new(CgroupSource::new(&cfg.cgroup_root)),
+            Box::new(TaskWaitSource::new(&cfg.procfs_root, cfg.task_wait_top)),
+            Box::new(ThermalSource::new(&cfg.sysfs_root)),
+            Box::new(PowerSource::new(&cfg.sysfs_root)),
+            Box::new(FreqSource::new(&cfg.sysfs_root)),
+            Box::new(PowerModel::new(&cfg.power_model)),
+            Box::new(RcThermalModel::new(&cfg.thermal_model)),
+        ];
+        let warned = vec![false; sources.len()];
+        Self { sources, warned, clock_base: Instant::now(), last_monotonic_ms: None }
+    }
+
+    /// Names of the sources, in the order they run.
+    pub fn source_names(&self) -> Vec<&'static str> {
+        self.sources.iter().map(|s| s.name()).collect()
+    }
+
+    /// Samples now. `interval_ms` is the monotonic time since the previous call (0 the first
+    /// time); rates in the snapshot cover exactly that interval.
+    pub fn sample(&mut self) -> Snapshot {
+        let taken_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let monotonic_ms = self.clock_base.elapsed().as_millis() as u64;
+        self.sample_at(taken_at_ms, monotonic_ms)
+    }
+
+    /// Samples with the clock given: `monotonic_ms` is any monotonic clock in ms. For tests and
+    /// replays on fixture trees, where the interval must be known exactly.
+    pub fn sample_at(&mut self, taken_at_ms: u64, monotonic_ms: u64) -> Snapshot {
+        let interval_ms = self.last_monotonic_ms.map_or(0, |last| monotonic_ms.saturating_sub(last));
+        self.last_monotonic_ms = Some(monotonic_ms);
+        let mut snap = Snapshot { taken_at_ms, interval_ms, ..Snapshot::default() };
+        for (source, warned) in self.sources.iter_mut().zip(self.warned.iter_mut()) {
+            match source.sample(&mut snap) {
+                Ok(()) => *warned = false,
+                Err(e) => {
+                    if !*warned {
+                        tracing::warn!(source = source.name(), error = %e, "telemetry source failed; its fields stay empty until it recovers");
+                        *warned = true;
+                    }
+                    snap.notes.push(format!("{} failed: {e}", source.name()));
+                }
+            }
+        }
+        snap
+    }
+}
