@@ -6,10 +6,11 @@ set -euo pipefail
 # Debian packages the host build and the root test tier need:
 #   clang-16       compiles src/bpf/*.bpf.c (-target bpf); bookworm's default clang-14 is older
 #   bpftool        dumps vmlinux.h from the running kernel's BTF
+#   libclang1-16   bindgen (joule-bpf's build.rs) loads it to turn src/bpf/intf.h into Rust
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
 #   iproute2       ip netns / tc for the network tests
 #   procps         ps/sysctl used by tests and the hooks
-PKGS=(clang-16 llvm-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps)
+PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,104 @@
+/* The only contract between joule's BPF programs and Rust: constants and shared structs.
+ * Rust bindings are generated from this file by bindgen in build.rs; never mirror it by hand.
+ * Keep every struct free of implicit padding (explicit _pad fields) so both sides agree. */
+#ifndef __JOULE_INTF_H
+#define __JOULE_INTF_H
+
+#ifndef __bpf__
+/* BPF code gets these from vmlinux.h; bindgen (host) gets them here. */
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+#endif
+
+enum joule_limits {
+	/* Thermal thresholds a config may give; stage n (1..=8) starts at threshold[n-1]. */
+	JOULE_MAX_STAGES = 8,
+	/* Thermal zones tracked at once (tz->id values; the model uses its own id). */
+	JOULE_MAX_ZONES = 64,
+	/* Zone id under which user space feeds its thermal model (far above real tz->id values). */
+	JOULE_MODEL_ZONE = 1000,
+	/* Default number of cgroups the run-queue latency histogram map holds (a knob). */
+	JOULE_RUNQ_MAX_CGROUPS = 4096,
+	/* Tasks waiting for a CPU that have a wake-up timestamp pending. */
+	JOULE_RUNQ_MAX_PENDING = 16384,
+};
+
+/* Run-queue latency histogram: log-linear over nanoseconds. Values below 2^SUB_BITS ns have
+ * their own exact slot; above, each power of two [2^m, 2^(m+1)) is cut into 2^SUB_BITS equal
+ * slots, so a slot spans at most 1/8 of its lower bound. Reporting the slot midpoint bounds the
+ * relative error of any percentile at 1/16 = 6.25%. Slot i >= 2^SUB_BITS covers
+ * [(2^SUB_BITS + (i & mask)) << (g - 1), +1 << (g - 1)) with g = i >> SUB_BITS.
+ * The last slot also takes everything >= 2^36 ns (~69 s). */
+enum joule_hist {
+	JOULE_HIST_SUB_BITS = 3,
+	JOULE_HIST_SUB = 1 << JOULE_HIST_SUB_BITS,
+	JOULE_HIST_MAX_LOG2 = 36,
+	JOULE_HIST_SLOTS = (JOULE_HIST_MAX_LOG2 - JOULE_HIST_SUB_BITS + 1) << JOULE_HIST_SUB_BITS,
+};
+
+/* Which cgroup hierarchy keys the histogram (const volatile `hierarchy` in runqlat.bpf.c). */
+enum joule_hierarchy {
+	JOULE_HIER_V2 = 0,     /* cgroup v2 default hierarchy: task->cgroups->dfl_cgrp */
+	JOULE_HIER_V1_CPU = 1, /* cgroup v1 `cpu` controller hierarchy */
+};
+
+/* Cumulative run-queue latency of one cgroup on one CPU (the map is per-CPU: no atomics on
+ * the sched_switch path). User space sums CPUs and subtracts its previous read. */
+struct joule_runq_hist {
+	__u64 count;
+	__u64 sum_ns;
+	__u64 max_ns;
+	__u64 slots[JOULE_HIST_SLOTS];
+};
+
+/* Where a temperature came from. */
+enum joule_temp_source {
+	JOULE_TEMP_SENSOR = 0, /* a thermal zone, through tp_btf/thermal_temperature */
+	JOULE_TEMP_MODEL = 1,  /* user space's thermal model, through the `feed` syscall program */
+};
+
+/* thermal_config[0], written by user space before it feeds anything. Thresholds ascend. */
+struct joule_thermal_config {
+	__s64 thresholds_mc[JOULE_MAX_STAGES];
+	__s64 hysteresis_mc;
+	__u32 nr_thresholds;
+	__u32 _pad;
+};
+
+/* thermal_zones[zone id]: the last reading of one zone and that zone's own stage. */
+struct joule_zone_state {
+	__s64 temp_mc;
+	__u64 updated_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u32 stage;
+	__u32 source;     /* enum joule_temp_source */
+};
+
+/* thermal_stage[0]: the machine-wide stage (max over zones) that a scheduler reads. zone,
+ * temp_mc and source describe the zone that set it (the hottest among ties). */
+struct joule_stage {
+	__u32 stage;
+	__u32 zone;
+	__s64 temp_mc;
+	__u32 source;     /* enum joule_temp_source */
+	__u32 _pad;
+	__u64 updated_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 transitions; /* changes of `stage` since load */
+};
+
+/* Context of the `feed` SEC("syscall") program, passed through BPF_PROG_TEST_RUN. */
+struct joule_feed_ctx {
+	__u32 zone;
+	__u32 source; /* enum joule_temp_source */
+	__s64 temp_mc;
+};
+
+/* Return values of `feed`. */
+enum joule_feed_ret {
+	JOULE_FEED_OK = 0,
+	JOULE_FEED_NO_CONFIG = 1,
+	JOULE_FEED_ZONES_FULL = 2,
+};
+
+#endif /* __JOULE_INTF_H */

@@ -1,0 +1,127 @@
+/* Mechanism 1's kernel half: turns temperatures into a thermal *stage* inside the kernel, so a
+ * sched_ext scheduler can read it from the pinned `thermal_stage` map with no user-space hop.
+ * Readings come from thermal zones (tp_btf/thermal_temperature) or, where the machine has none,
+ * from user space's model through the `feed` syscall program; both use the same stage rule. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct joule_thermal_config);
+} thermal_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, JOULE_MAX_ZONES);
+	__type(key, __u32);
+	__type(value, struct joule_zone_state);
+} thermal_zones SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct joule_stage);
+} thermal_stage SEC(".maps");
+
+/* Stage rule: rise to n when temp >= threshold[n-1]; fall from n only when
+ * temp < threshold[n-1] - hysteresis, possibly several stages at once. */
+static __always_inline __u32 next_stage(__u32 cur, __s64 temp_mc, const struct joule_thermal_config *cfg)
+{
+	__u32 n = cfg->nr_thresholds, rise = 0, s, i;
+
+	if (n > JOULE_MAX_STAGES)
+		n = JOULE_MAX_STAGES;
+	for (i = 0; i < JOULE_MAX_STAGES; i++)
+		if (i < n && temp_mc >= cfg->thresholds_mc[i])
+			rise = i + 1;
+	if (rise > cur)
+		return rise;
+	s = cur < n ? cur : n;
+	/* Walk down with constant indices (the verifier wants bounded array offsets): each
+	 * stage we are in and are below the exit point of drops us to the one beneath. */
+	for (i = JOULE_MAX_STAGES; i > 0; i--)
+		if (i == s && temp_mc < cfg->thresholds_mc[i - 1] - cfg->hysteresis_mc)
+			s = i - 1;
+	return s;
+}
+
+struct max_ctx {
+	struct joule_stage best;
+	bool any;
+};
+
+static long pick_max(struct bpf_map *map, __u32 *zone, struct joule_zone_state *z, struct max_ctx *c)
+{
+	if (!c->any || z->stage > c->best.stage ||
+	    (z->stage == c->best.stage && z->temp_mc > c->best.temp_mc)) {
+		c->best.stage = z->stage;
+		c->best.zone = *zone;
+		c->best.temp_mc = z->temp_mc;
+		c->best.source = z->source;
+		c->any = true;
+	}
+	return 0;
+}
+
+/* Records one reading and recomputes the machine-wide stage as the max over zones. Two CPUs
+ * may race here; each recomputes from all zones, so the next reading repairs a lost update. */
+static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
+{
+	struct joule_thermal_config *cfg;
+	struct joule_zone_state *z, fresh = {};
+	struct joule_stage *st;
+	struct max_ctx c = {};
+	__u32 key = 0, old;
+	__u64 now = bpf_ktime_get_ns();
+
+	cfg = bpf_map_lookup_elem(&thermal_config, &key);
+	st = bpf_map_lookup_elem(&thermal_stage, &key);
+	if (!cfg || !st || cfg->nr_thresholds == 0)
+		return JOULE_FEED_NO_CONFIG;
+
+	z = bpf_map_lookup_elem(&thermal_zones, &zone);
+	if (!z) {
+		if (bpf_map_update_elem(&thermal_zones, &zone, &fresh, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&thermal_zones, &zone))
+			return JOULE_FEED_ZONES_FULL;
+		z = bpf_map_lookup_elem(&thermal_zones, &zone);
+		if (!z)
+			return JOULE_FEED_ZONES_FULL;
+	}
+	z->stage = next_stage(z->stage, temp_mc, cfg);
+	z->temp_mc = temp_mc;
+	z->source = source;
+	z->updated_ns = now;
+
+	bpf_for_each_map_elem(&thermal_zones, pick_max, &c, 0);
+	old = st->stage;
+	st->stage = c.best.stage;
+	st->zone = c.best.zone;
+	st->temp_mc = c.best.temp_mc;
+	st->source = c.best.source;
+	st->updated_ns = now;
+	if (c.best.stage != old)
+		__sync_fetch_and_add(&st->transitions, 1);
+	return JOULE_FEED_OK;
+}
+
+SEC("tp_btf/thermal_temperature")
+int BPF_PROG(joule_thermal_temperature, struct thermal_zone_device *tz)
+{
+	update_stage(BPF_CORE_READ(tz, id), BPF_CORE_READ(tz, temperature), JOULE_TEMP_SENSOR);
+	return 0;
+}
+
+SEC("syscall")
+int joule_thermal_feed(struct joule_feed_ctx *ctx)
+{
+	return update_stage(ctx->zone, ctx->temp_mc, ctx->source);
+}

@@ -1,0 +1,34 @@
+//! Byte-level conversion between map values and the intf.h structs; the only unsafe reads.
+
+use std::mem::size_of;
+
+/// Marks the bindgen structs of intf.h: plain integers and integer arrays, explicit padding,
+/// so every byte pattern is a valid value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of integers with no implicit padding.
+pub(crate) unsafe trait Pod: Copy {}
+
+unsafe impl Pod for crate::intf::joule_runq_hist {}
+unsafe impl Pod for crate::intf::joule_thermal_config {}
+unsafe impl Pod for crate::intf::joule_zone_state {}
+unsafe impl Pod for crate::intf::joule_stage {}
+unsafe impl Pod for crate::intf::joule_feed_ctx {}
+unsafe impl Pod for u32 {}
+unsafe impl Pod for u64 {}
+
+/// Reads a `T` from a map value; `None` when the size does not match (a stale pinned map of an
+/// older layout, for example).
+pub(crate) fn from_bytes<T: Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() != size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the length matches and `T: Pod` accepts any bit pattern; read_unaligned copes
+    // with the Vec<u8> alignment.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+pub(crate) fn as_bytes<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: `T: Pod` has no padding, so all its bytes are initialised.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}

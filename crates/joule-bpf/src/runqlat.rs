@@ -1,0 +1,207 @@
+//! Loader and reader of runqlat.bpf.c: per-cgroup run-queue latency (wake-up → on CPU) as
+//! interval p50/p99/max, keyed by the cgroup of the task that waited.
+
+use crate::cgroups::{detect_from_mounts, CgroupNames};
+use crate::error::{bpf, BpfError};
+use crate::hist::Histogram;
+use crate::intf::{joule_runq_hist, JOULE_HIER_V1_CPU, JOULE_HIER_V2, JOULE_RUNQ_MAX_CGROUPS};
+use crate::pod::from_bytes;
+use crate::runqlat_skel::{RunqlatSkel, RunqlatSkelBuilder};
+use crate::storage::ObjectStorage;
+use joule_core::snapshot::RunqLatency;
+use joule_core::Origin;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+
+/// Which cgroup hierarchy names the cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hierarchy {
+    /// The cgroup v1 `cpu` controller's hierarchy (where tasks live on a v1 machine).
+    V1Cpu,
+    /// The cgroup v2 default hierarchy.
+    V2,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunqLatOpts {
+    pub hierarchy: Hierarchy,
+    /// Mount point of that hierarchy (`/sys/fs/cgroup/cpu`, `/sys/fs/cgroup`): reported paths
+    /// are relative to it.
+    pub cgroup_root: PathBuf,
+    /// Most cgroups tracked at once; a cgroup beyond it is not measured. Entries are allocated
+    /// on first use (~2.2 KiB per CPU each), so a high limit costs nothing until used.
+    pub max_cgroups: u32,
+}
+
+impl RunqLatOpts {
+    /// Chooses from the cgroup filesystem root (`--cgroup-root`, normally `/sys/fs/cgroup`):
+    /// the v1 `cpu` hierarchy when it is mounted there (`cpu/` or `cpu,cpuacct/` holding
+    /// `cpu.shares`), since a v1 machine's tasks live in it; else the cgroup2 hierarchy at the
+    /// root itself or at `unified/` (hybrid layout); else v2 at the root.
+    pub fn for_root(cgroup_fs_root: &Path) -> Self {
+        let v1 = ["cpu", "cpu,cpuacct", "cpuacct,cpu"]
+            .iter()
+            .map(|d| cgroup_fs_root.join(d))
+            .find(|d| d.join("cpu.shares").exists());
+        let (hierarchy, cgroup_root) = match v1 {
+            Some(dir) => (Hierarchy::V1Cpu, dir),
+            None if cgroup_fs_root.join("cgroup.controllers").exists() => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
+            None if cgroup_fs_root.join("unified/cgroup.controllers").exists() => {
+                (Hierarchy::V2, cgroup_fs_root.join("unified"))
+            }
+            None => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
+        };
+        Self { hierarchy, cgroup_root, max_cgroups: JOULE_RUNQ_MAX_CGROUPS }
+    }
+
+    /// The v1 `cpu` hierarchy when it is mounted, else cgroup v2, as `/proc/self/mounts` says.
+    pub fn detect() -> Result<Self, BpfError> {
+        let mounts = Path::new("/proc/self/mounts");
+        let text = std::fs::read_to_string(mounts).map_err(|source| BpfError::Io { path: mounts.into(), source })?;
+        let (hierarchy, cgroup_root) = detect_from_mounts(&text)
+            .ok_or_else(|| BpfError::Unavailable("no cgroup v1 `cpu` nor cgroup2 hierarchy is mounted".into()))?;
+        Ok(Self { hierarchy, cgroup_root, max_cgroups: JOULE_RUNQ_MAX_CGROUPS })
+    }
+}
+
+/// The attached run-queue latency probe. Dropping it detaches every program.
+pub struct RunqLat {
+    skel: ManuallyDrop<RunqlatSkel<'static>>,
+    names: CgroupNames,
+    prev: HashMap<u64, Histogram>,
+    _storage: ObjectStorage,
+}
+
+impl RunqLat {
+    pub fn load(opts: RunqLatOpts) -> Result<RunqLat, BpfError> {
+        let mut storage = ObjectStorage::new();
+        // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
+        let open_object = unsafe { storage.get() };
+        let mut open = bpf("opening runqlat.bpf.o", RunqlatSkelBuilder::default().open(open_object))?;
+        let rodata = open.maps.rodata_data.as_mut().expect("runqlat has a .rodata section");
+        rodata.hierarchy = match opts.hierarchy {
+            Hierarchy::V1Cpu => JOULE_HIER_V1_CPU,
+            Hierarchy::V2 => JOULE_HIER_V2,
+        };
+        bpf("sizing the hists map", open.maps.hists.set_max_entries(opts.max_cgroups.max(1)))?;
+        let mut skel = bpf("loading runqlat into the kernel", open.load())?;
+        bpf("attaching to sched_wakeup/sched_wakeup_new/sched_switch", skel.attach())?;
+        Ok(RunqLat {
+            skel: ManuallyDrop::new(skel),
+            names: CgroupNames::new(opts.cgroup_root),
+            prev: HashMap::new(),
+            _storage: storage,
+        })
+    }
+
+    /// Per-cgroup statistics of the wake-ups that reached a CPU since the previous call (the
+    /// first call covers the time since load). Only cgroups with wake-ups are listed. A map
+    /// that cannot be read yields fewer entries and a warning, never an error: this is a
+    /// telemetry source.
+    pub fn sample(&mut self) -> Vec<RunqLatency> {
+        let current = self.read_all();
+        let mut rescanned = false;
+        let mut out = Vec::new();
+        for (&id, cur) in &current {
+            let delta = match self.prev.get(&id) {
+                Some(prev) => cur.since(prev),
+                None => cur.since(&Histogram::default()),
+            };
+            if self.names.lookup(id).is_none() && !rescanned {
+                self.names.rescan();
+                rescanned = true;
+            }
+            let cgroup = match self.names.lookup(id) {
+                Some(path) => path,
+                None => {
+                    // The cgroup is gone: report its last interval, then free its slot.
+                    let _ = self.skel.maps.hists.delete(&id.to_ne_bytes());
+                    format!("id:{id}")
+                }
+            };
+            if delta.count == 0 {
+                continue;
+            }
+            let us = |ns: f64| ns / 1000.0;
+            out.push(RunqLatency {
+                cgroup,
+                count: delta.count,
+                p50_us: us(delta.quantile_ns(0.50).unwrap_or(0.0)),
+                p99_us: us(delta.quantile_ns(0.99).unwrap_or(0.0)),
+                max_us: us(delta.max_ns as f64),
+                source: Origin::Ebpf,
+            });
+        }
+        out.sort_by(|a, b| a.cgroup.cmp(&b.cgroup));
+        self.prev = current;
+        out
+    }
+
+    /// Cumulative histograms of every cgroup, summed over CPUs.
+    fn read_all(&self) -> HashMap<u64, Histogram> {
+        let map = &self.skel.maps.hists;
+        let mut all = HashMap::new();
+        for key in map.keys() {
+            let Ok(id_bytes) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
+            let per_cpu = match map.lookup_percpu(&key, MapFlags::ANY) {
+                Ok(Some(v)) => v,
+                Ok(None) => continue, // deleted between keys() and lookup
+                Err(e) => {
+                    tracing::warn!("reading run-queue latency of cgroup id {}: {e}", u64::from_ne_bytes(id_bytes));
+                    continue;
+                }
+            };
+            let mut h = Histogram::default();
+            for cpu in &per_cpu {
+                if let Some(v) = from_bytes::<joule_runq_hist>(cpu) {
+                    h.merge_cpu(&v);
+                }
+            }
+            all.insert(u64::from_ne_bytes(id_bytes), h);
+        }
+        all
+    }
+}
+
+impl Drop for RunqLat {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, before `_storage` (which fields drop after this).
+        unsafe { ManuallyDrop::drop(&mut self.skel) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for f in files {
+            let p = root.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn for_root_prefers_the_v1_cpu_hierarchy_then_v2() {
+        let hybrid = tree(&["cpu/cpu.shares", "cpuset/cpuset.cpus", "unified/cgroup.controllers"]);
+        let o = RunqLatOpts::for_root(hybrid.path());
+        assert_eq!((o.hierarchy, o.cgroup_root), (Hierarchy::V1Cpu, hybrid.path().join("cpu")));
+
+        let comounted = tree(&["cpu,cpuacct/cpu.shares"]);
+        assert_eq!(RunqLatOpts::for_root(comounted.path()).cgroup_root, comounted.path().join("cpu,cpuacct"));
+
+        let v2 = tree(&["cgroup.controllers", "system.slice/cgroup.procs"]);
+        let o = RunqLatOpts::for_root(v2.path());
+        assert_eq!((o.hierarchy, o.cgroup_root), (Hierarchy::V2, v2.path().to_path_buf()));
+
+        let hybrid_v2_only = tree(&["unified/cgroup.controllers", "systemd/tasks"]);
+        let o = RunqLatOpts::for_root(hybrid_v2_only.path());
+        assert_eq!((o.hierarchy, o.cgroup_root), (Hierarchy::V2, hybrid_v2_only.path().join("unified")));
+    }
+}

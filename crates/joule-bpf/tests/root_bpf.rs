@@ -1,0 +1,233 @@
+//! Tier 2 (root, this kernel): the BPF programs loaded for real — run-queue latency of a real
+//! workload in a temporary v1 cpu cgroup, and the in-kernel thermal stage with its pins.
+
+use joule_bpf::thermal::{MODEL_ZONE, PIN_CONFIG, PIN_STAGE, PIN_ZONES};
+use joule_bpf::{Hierarchy, RunqLat, RunqLatOpts, StageReading, TempSource, ThermalStage, ThermalStageOpts};
+use joule_core::journal::{self, Journal, Undo};
+use joule_core::testing::{is_root, require};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+macro_rules! require_root {
+    () => {
+        if !require(is_root(), "root (CAP_BPF, CAP_SYS_ADMIN)") {
+            return;
+        }
+    };
+}
+
+const V1_CPU: &str = "/sys/fs/cgroup/cpu";
+
+/// A v1 cpu cgroup that exists for one test; removed on drop, even when the test panics.
+struct TempCgroup {
+    dir: PathBuf,
+}
+
+impl TempCgroup {
+    fn new(root: &Path) -> TempCgroup {
+        let dir = root.join(format!("joule-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        TempCgroup { dir }
+    }
+    fn enter_current_thread(&self) {
+        let tid = unsafe { libc::gettid() };
+        std::fs::write(self.dir.join("tasks"), tid.to_string()).expect("moving a thread into the test cgroup");
+    }
+}
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        let parent_tasks = self.dir.parent().unwrap().join("tasks");
+        for _ in 0..50 {
+            if let Ok(tasks) = std::fs::read_to_string(self.dir.join("tasks")) {
+                for tid in tasks.split_whitespace() {
+                    let _ = std::fs::write(&parent_tasks, tid);
+                }
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("could not remove {}", self.dir.display());
+    }
+}
+
+/// 4 spinning threads + 1 thread that sleeps 1 ms in a loop, for `dur`, all inside `cg`
+/// (or where they are when `cg` is None). Returns the sleeper's wake-up count.
+fn workload(cg: Option<&TempCgroup>, dur: Duration) -> u64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let stop = stop.clone();
+            s.spawn(move || {
+                if let Some(cg) = cg {
+                    cg.enter_current_thread();
+                }
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            });
+        }
+        let sleeper = {
+            let stop = stop.clone();
+            s.spawn(move || {
+                if let Some(cg) = cg {
+                    cg.enter_current_thread();
+                }
+                let mut wakes = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    wakes += 1;
+                }
+                wakes
+            })
+        };
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        sleeper.join().unwrap()
+    })
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
+    require_root!();
+    if !require(Path::new(V1_CPU).join("tasks").exists(), "cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu") {
+        return;
+    }
+    let cg = TempCgroup::new(Path::new(V1_CPU));
+    let t0 = Instant::now();
+    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096 })
+        .expect("loading runqlat");
+    eprintln!("runqlat loaded and attached in {:?}", t0.elapsed());
+    let _ = rq.sample(); // baseline: the next interval is the workload's
+    let wakes = workload(Some(&cg), Duration::from_secs(1));
+    let stats = rq.sample();
+    let name = format!("/{}", cg.dir.file_name().unwrap().to_string_lossy());
+    let mine = stats.iter().find(|s| s.cgroup == name).unwrap_or_else(|| panic!("no entry for {name} in {stats:#?}"));
+    eprintln!("sleeper woke {wakes} times; {mine:?}");
+    for s in &stats {
+        eprintln!("  {:<40} count {:>7} p50 {:>9.1} us p99 {:>9.1} us max {:>9.1} us", s.cgroup, s.count, s.p50_us, s.p99_us, s.max_us);
+    }
+    assert!(mine.count > 0);
+    assert!(mine.p50_us > 0.0, "{mine:?}");
+    assert!(mine.p99_us >= mine.p50_us, "{mine:?}");
+    assert!(mine.max_us >= mine.p99_us * 0.93, "max is within a slot of p99 or above: {mine:?}");
+    assert_eq!(mine.source, joule_core::Origin::Ebpf);
+    // An idle interval reports nothing for the (now empty) cgroup.
+    let again = rq.sample();
+    assert!(again.iter().all(|s| s.cgroup != name || s.count < mine.count), "{again:?}");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_runqlat_on_cgroup_v2_reports_the_root() {
+    require_root!();
+    let Some((Hierarchy::V2, root)) = std::fs::read_to_string("/proc/self/mounts")
+        .ok()
+        .and_then(|m| joule_bpf::detect_from_mounts(&m.lines().filter(|l| l.contains("cgroup2")).collect::<Vec<_>>().join("\n")))
+    else {
+        require(false, "a cgroup2 mount");
+        return;
+    };
+    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V2, cgroup_root: root.clone(), max_cgroups: 64 }).expect("loading runqlat (v2)");
+    workload(None, Duration::from_millis(300));
+    let stats = rq.sample();
+    eprintln!("v2 at {}: {stats:?}", root.display());
+    assert!(stats.iter().any(|s| s.count > 0 && !s.cgroup.starts_with("id:")), "{stats:?}");
+}
+
+fn feed_and_read(ts: &ThermalStage, temp_mc: i64) -> StageReading {
+    ts.feed(MODEL_ZONE, temp_mc, TempSource::Model).unwrap_or_else(|e| panic!("feed {temp_mc}: {e}"));
+    ts.read()
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
+    require_root!();
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id()));
+    let jdir = tempfile::tempdir().unwrap();
+    let mut journal = Journal::open(jdir.path()).unwrap();
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let ts = ThermalStage::load(opts, Some(&mut journal)).expect("loading the thermal stage");
+
+    let undos: Vec<Undo> = journal::entries(jdir.path()).unwrap().into_iter().map(|e| e.undo).collect();
+    let mut expect = vec![Undo::RemoveDir { path: pin_dir.clone(), evacuate_to: None }];
+    expect.extend([PIN_STAGE, PIN_ZONES, PIN_CONFIG].map(|n| Undo::RemoveFile { path: pin_dir.join(n) }));
+    assert_eq!(undos, expect, "every pin is journaled before it exists");
+
+    let steps = [(60_000, 0), (71_000, 1), (69_000, 1), (66_900, 0), (95_000, 3), (50_000, 0)];
+    for (temp, want) in steps {
+        let r = feed_and_read(&ts, temp);
+        eprintln!("fed {temp} mC -> stage {} ({r:?})", r.stage);
+        assert_eq!(r.stage, want, "after {temp} mC");
+        assert_eq!((r.temp_mc, r.zone, r.source), (temp, MODEL_ZONE, TempSource::Model));
+        assert!(r.updated_ns > 0);
+    }
+    assert_eq!(ts.read().transitions, 4, "0→1, 1→0, 0→3, 3→0");
+
+    // The machine stage is the max over zones.
+    ts.feed(3, 85_000, TempSource::Sensor).unwrap();
+    let r = ts.read();
+    assert_eq!((r.stage, r.zone, r.source), (2, 3, TempSource::Sensor));
+    let zones = ts.zones();
+    assert_eq!(zones.iter().map(|z| (z.zone, z.stage)).collect::<Vec<_>>(), vec![(3, 2), (MODEL_ZONE, 0)]);
+
+    // Another process's view: the pinned map, opened on its own.
+    let handle = MapHandle::from_pinned_path(pin_dir.join(PIN_STAGE)).expect("opening the pinned stage map");
+    let raw = handle.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap();
+    let pinned = StageReading::from_map_value(&raw).unwrap();
+    assert_eq!(pinned, ts.read());
+    assert_eq!(ThermalStage::read_pinned(&pin_dir).unwrap(), pinned);
+    drop(handle);
+
+    ts.unpin().unwrap();
+    assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {
+    require_root!();
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-tp-{}", std::process::id()));
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![80_000], hysteresis_mc: 0 };
+    let ts = ThermalStage::load(opts.clone(), None).expect("loading the thermal stage");
+    eprintln!("tp_btf/thermal_temperature attached: {} ({:?})", ts.attached_to_tracepoint(), ts.tracepoint_error());
+    assert!(ts.attached_to_tracepoint(), "{:?}", ts.tracepoint_error());
+    // A second instance must not steal the pins of the first.
+    match ThermalStage::load(opts, None) {
+        Err(joule_bpf::BpfError::AlreadyPinned { path }) => assert_eq!(path, pin_dir.join(PIN_STAGE)),
+        other => panic!("expected AlreadyPinned, got {:?}", other.map(|_| ())),
+    }
+    assert!(pin_dir.join(PIN_STAGE).exists(), "the failed second load must leave the first one's pins");
+    drop(ts);
+    assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_probe_passes_on_this_machine() {
+    require_root!();
+    joule_bpf::probe().expect("BPF usable");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_private_stage_works_without_pins() {
+    require_root!();
+    let before: Vec<_> = std::fs::read_dir("/sys/fs/bpf").unwrap().flatten().map(|e| e.path()).collect();
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000], hysteresis_mc: 2_000 };
+    let ts = ThermalStage::load(opts, None).expect("loading a private thermal stage");
+    assert_eq!(ts.pin_dir(), None);
+    assert_eq!(feed_and_read(&ts, 81_000).stage, 2);
+    assert_eq!(feed_and_read(&ts, 78_500).stage, 2, "inside the hysteresis band of stage 2");
+    assert_eq!(feed_and_read(&ts, 77_900).stage, 1);
+    let after: Vec<_> = std::fs::read_dir("/sys/fs/bpf").unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(before, after, "a private stage pins nothing");
+}
