@@ -1,1 +1,108 @@
-fn main() {}
+//! The `joule` command: parses the command line and hands each subcommand to its module.
+//! Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid config.
+
+mod agent;
+mod bench;
+mod cmd;
+mod exporter;
+mod metrics;
+mod monitor;
+mod snapshotter;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// joule keeps a Linux machine inside its thermal and power budget while it protects the
+/// latency of the work that matters.
+///
+/// Start with `joule monitor` to see what joule measures on this machine (and what it can only
+/// estimate: values labelled `model` are estimates, `sensor`/`ebpf`/`kernel` are measured),
+/// then run `joule agent --config deploy/joule.toml`. Anything the agent changes is recorded in
+/// an undo journal; `joule restore` puts it all back.
+#[derive(Parser)]
+#[command(name = "joule", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    /// Log filter (tracing's RUST_LOG syntax), e.g. `info`, `joule=debug`.
+    #[arg(long, global = true, default_value = "info", env = "JOULE_LOG")]
+    log: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the node agent: sample the machine every period, compute the thermal stage in the
+    /// kernel, apply class guarantees, serve Prometheus metrics, log events.
+    Agent(agent::AgentArgs),
+    /// Live view of what joule measures; `--once --json` prints one JSON snapshot for scripts.
+    Monitor(monitor::MonitorArgs),
+    /// Validate a config file: every problem with its line and a hint. Exit 2 when invalid.
+    CheckConfig(cmd::check_config::CheckConfigArgs),
+    /// Undo every change recorded in the undo journal (after a crash, or to be sure).
+    Restore(cmd::restore::RestoreArgs),
+    /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+}
+
+/// Where the config comes from, shared by subcommands that read it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConfigArg {
+    /// Agent config file (TOML). Without it, joule's built-in defaults (same as
+    /// deploy/joule.toml).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    pub fn load(&self) -> anyhow::Result<joule_core::config::Config> {
+        match &self.config {
+            Some(p) => Ok(joule_core::config::Config::load(p).map_err(UsageError::from_display)?),
+            None => Ok(joule_core::config::Config::default()),
+        }
+    }
+}
+
+/// An error that is the user's to fix (exit code 2), as opposed to a runtime failure (1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn from_display(e: impl std::fmt::Display) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
+    let result = match cli.cmd {
+        Cmd::Agent(a) => agent::run(a),
+        Cmd::Monitor(a) => monitor::run(a),
+        Cmd::CheckConfig(a) => cmd::check_config::run(a),
+        Cmd::Restore(a) => cmd::restore::run(a),
+        Cmd::Bench(b) => bench::run(b),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("joule: error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! `joule bench <experiment>`: each experiment runs its baseline in the same run, prints a
+//! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
+//! well as absolute numbers.
+
+pub mod overhead;
+pub mod report;
+
+#[derive(clap::Subcommand)]
+pub enum BenchCmd {
+    /// Agent CPU cost at 10 Hz with 1,000 extra sleeping threads vs an idle machine (target <1%
+    /// of one CPU), plus the in-kernel cost of its eBPF programs.
+    Overhead(overhead::OverheadArgs),
+}
+
+pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Overhead(a) => overhead::run(a),
+    }
+}

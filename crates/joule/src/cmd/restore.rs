@@ -1,0 +1,52 @@
+//! `joule restore`: replays the undo journal, newest change first. Safe to run any time, any
+//! number of times: what is already undone is simply gone from the journal.
+
+use anyhow::Context;
+use joule_core::effects::RealEffects;
+use joule_core::journal;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct RestoreArgs {
+    /// Journal directory (the agent's `agent.journal_dir`).
+    #[arg(long, default_value = "/run/joule", value_name = "DIR")]
+    pub journal_dir: PathBuf,
+    /// Only list what would be undone.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
+    if a.dry_run {
+        let entries = journal::entries(&a.journal_dir)?;
+        if a.json {
+            println!("{}", serde_json::to_string(&entries)?);
+        } else {
+            println!("{} record(s) in {} (newest first):", entries.len(), a.journal_dir.display());
+            for e in entries.iter().rev() {
+                println!("  [{}] {:?}", e.owner, e.undo);
+            }
+        }
+        return Ok(());
+    }
+    let report = journal::restore(&a.journal_dir, &RealEffects)
+        .with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "restore: {} change(s) undone, {} already gone, {} failed",
+            report.undone,
+            report.already_gone,
+            report.failed.len()
+        );
+        for f in &report.failed {
+            println!("  failed: {f}");
+        }
+    }
+    anyhow::ensure!(report.failed.is_empty(), "{} record(s) could not be undone; they stay in the journal", report.failed.len());
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Tier 1 (no root): the CLI's contract — help, exit codes, check-config messages with lines.
+
+use std::process::Command;
+
+fn joule(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_joule")).args(args).output().expect("joule runs")
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let out = joule(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for sub in ["agent", "monitor", "check-config", "restore", "bench"] {
+        assert!(text.contains(sub), "--help lacks {sub}:\n{text}");
+    }
+}
+
+#[test]
+fn check_config_accepts_the_shipped_config() {
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/joule.toml");
+    let out = joule(&["check-config", cfg]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn check_config_reports_each_problem_with_its_line_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, "[agent]\nperiod_ms = 1\n\n[thermal]\nhysteresis_celsius = 50.0\n").unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{}:2:", p.display())), "{text}");
+    assert!(text.contains(&format!("{}:5:", p.display())), "{text}");
+
+    let out = joule(&["check-config", "--json", p.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn check_config_names_an_unknown_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("typo.toml");
+    std::fs::write(&p, "[telemetry]\nbfp = true\n").unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("bfp") && text.contains(":2:"), "{text}");
+}
+
+#[test]
+fn missing_config_file_is_a_usage_error() {
+    let out = joule(&["check-config", "/nonexistent/joule.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/joule.toml"));
+}
+
+#[test]
+fn restore_of_an_empty_journal_is_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = joule(&["restore", "--journal-dir", dir.path().to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["undone"], 0);
+}
+
+#[test]
+fn monitor_once_json_without_bpf_has_the_documented_shape() {
+    let out = joule(&["monitor", "--once", "--json", "--no-bpf", "--interval-ms", "200"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ncpu = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(v["cpu"]["utilization"].as_array().unwrap().len(), ncpu);
+    for u in v["cpu"]["utilization"].as_array().unwrap() {
+        let u = u.as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&u), "utilisation {u}");
+    }
+    assert!(v["power"]["watts"].as_f64().unwrap() > 0.0);
+    assert!(["sensor", "model"].contains(&v["power"]["source"].as_str().unwrap()));
+    assert_eq!(v["stage"]["computed_by"], "userspace");
+    assert!(v["runq_latency"].is_array());
+}

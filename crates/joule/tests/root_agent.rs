@@ -1,0 +1,185 @@
+//! Tier 2 (root, this kernel): the agent end to end — eBPF loaded, metrics parse as Prometheus
+//! text, the monitor's JSON carries real eBPF run-queue latency, and a SIGKILLed agent leaves
+//! nothing behind once `joule restore` runs.
+
+use joule_core::testing::{is_root, require};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const JOULE: &str = env!("CARGO_BIN_EXE_joule");
+
+struct Agent {
+    child: Child,
+    dir: tempfile::TempDir,
+    pin_dir: PathBuf,
+}
+
+impl Agent {
+    fn start(extra_cfg: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id()));
+        let cfg = format!(
+            "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"{p}\"\n{extra_cfg}",
+            j = dir.path().join("journal").display(),
+            e = dir.path().join("events.jsonl").display(),
+            p = pin_dir.display()
+        );
+        std::fs::write(dir.path().join("joule.toml"), cfg).unwrap();
+        let child = Command::new(JOULE)
+            .args(["agent", "--config"])
+            .arg(dir.path().join("joule.toml"))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Agent { child, dir, pin_dir }
+    }
+
+    fn journal_dir(&self) -> PathBuf {
+        self.dir.path().join("journal")
+    }
+
+    /// Waits for the agent's "listening" event and returns the metrics URL's host:port.
+    fn metrics_addr(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(log) = std::fs::read_to_string(self.dir.path().join("events.jsonl")) {
+                for line in log.lines() {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                    if v["event"] == "listening" {
+                        let url = v["metrics"].as_str().unwrap();
+                        return url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("agent never said it was listening");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Whatever the test did, leave nothing behind.
+        let _ = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(self.journal_dir()).output();
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let (head, body) = body.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    body.to_string()
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_metrics_parse_as_prometheus_text_with_units_and_help() {
+    if !require(is_root(), "root (the agent loads eBPF)") {
+        return;
+    }
+    let agent = Agent::start("");
+    let addr = agent.metrics_addr();
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = http_get(&addr, "/metrics");
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let scrape = prometheus_parse::Scrape::parse(lines.clone().into_iter().map(Ok)).expect("valid Prometheus text");
+    assert!(!scrape.samples.is_empty());
+    for s in &scrape.samples {
+        assert!(s.metric.starts_with("joule_"), "{}", s.metric);
+    }
+    for name in ["joule_cpu_utilization_ratio", "joule_power_watts", "joule_thermal_stage", "joule_runq_latency_seconds"] {
+        assert!(lines.iter().any(|l| l.starts_with(&format!("# HELP {name} "))), "no HELP for {name}");
+        assert!(lines.iter().any(|l| l.starts_with(&format!("# TYPE {name} "))), "no TYPE for {name}");
+        assert!(scrape.samples.iter().any(|s| s.metric == name), "no sample of {name}");
+    }
+    let stage = scrape.samples.iter().find(|s| s.metric == "joule_thermal_stage").unwrap();
+    assert_eq!(stage.labels.get("computed_by"), Some("ebpf"), "stage not computed in the kernel");
+    let rq = scrape.samples.iter().filter(|s| s.metric == "joule_runq_latency_seconds").count();
+    assert!(rq > 0, "no run-queue latency samples");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_monitor_once_json_has_ebpf_runq_latency_and_labelled_values() {
+    if !require(is_root(), "root (the monitor loads eBPF)") {
+        return;
+    }
+    // Some wake-ups to measure: a thread that sleeps 1 ms in a loop while the monitor samples.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let waker = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let out = Command::new(JOULE).args(["monitor", "--once", "--json", "--interval-ms", "500"]).output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    waker.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rq = v["runq_latency"].as_array().unwrap();
+    assert!(!rq.is_empty(), "no run-queue latency: {v}");
+    for r in rq {
+        assert_eq!(r["source"], "ebpf");
+        let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
+        assert!(p50 >= 0.0 && p99 >= p50, "{r}");
+    }
+    assert_eq!(v["stage"]["computed_by"], "ebpf");
+    let no_sensor = v["thermal"]["zones"].as_array().unwrap().is_empty();
+    if no_sensor {
+        assert_eq!(v["thermal"]["model"]["source"], "model");
+        assert_eq!(v["stage"]["temp_source"], "model");
+    }
+}
+
+fn wait_for(p: &Path, present: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if p.exists() == present {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_sigkilled_agent_then_restore_leaves_nothing_behind() {
+    if !require(is_root(), "root (the agent pins BPF maps)") {
+        return;
+    }
+    let mut agent = Agent::start("");
+    assert!(wait_for(&agent.pin_dir, true), "agent never pinned its stage map at {}", agent.pin_dir.display());
+    agent.child.kill().unwrap(); // SIGKILL: no chance to clean up
+    agent.child.wait().unwrap();
+    assert!(agent.pin_dir.exists(), "pins vanished without restore: the test would prove nothing");
+    let out = Command::new(JOULE).args(["restore", "--json", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["undone"].as_u64().unwrap() >= 1, "{r}");
+    assert!(!agent.pin_dir.exists(), "restore left {}", agent.pin_dir.display());
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap().trim(), "950000");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_shutdown_on_sigterm_undoes_its_changes() {
+    if !require(is_root(), "root (the agent pins BPF maps)") {
+        return;
+    }
+    let agent = Agent::start("");
+    assert!(wait_for(&agent.pin_dir, true));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    assert!(wait_for(&agent.pin_dir, false), "SIGTERM left {}", agent.pin_dir.display());
+    let journal = joule_core::journal::entries(&agent.journal_dir()).unwrap();
+    assert!(journal.is_empty(), "journal not emptied: {journal:?}");
+}
