@@ -32,6 +32,11 @@ impl Sampler {
             Box::new(PowerModel::new(&cfg.power_model)),
             Box::new(RcThermalModel::new(&cfg.thermal_model)),
         ];
+        Self::from_sources(sources)
+    }
+
+    /// A sampler over the given sources, run in the given order (tests, or a reduced set).
+    pub fn from_sources(sources: Vec<Box<dyn Source + Send>>) -> Self {
         let warned = vec![false; sources.len()];
         Self { sources, warned, clock_base: Instant::now(), last_monotonic_ms: None }
     }

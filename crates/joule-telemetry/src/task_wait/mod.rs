@@ -1,9 +1,10 @@
 //! CPU wait per thread from `<procfs>/<pid>/task/<tid>/schedstat` (second field: time spent
 //! runnable on a run queue, ns), reported as the top N threads by wait over the interval,
 //! labelled `kernel`. This field is kept by CONFIG_SCHED_INFO, so it is live even on kernels
-//! without CONFIG_SCHEDSTATS. Built to be cheap at 10 Hz over thousands of threads: one
-//! directory fd kept open, getdents into reused buffers, paths built in a reused byte buffer,
-//! and no allocation per thread beyond the hash-map slots it reuses.
+//! without CONFIG_SCHEDSTATS. Built to be cheap at 10 Hz over thousands of threads: getdents
+//! into reused buffers, paths built in a reused byte buffer, no allocation per thread beyond
+//! reused hash-map slots, and each thread's schedstat fd kept open and re-read with one
+//! `pread` at offset 0 (seq_file regenerates the text) instead of open + read + close.
 
 mod dents;
 
@@ -26,10 +27,27 @@ pub struct TaskWaitSource {
     top_n: usize,
     root_fd: Option<OwnedFd>,
     first: bool,
-    /// Run delay (ns) by tid at the previous / current sample; swapped, never reallocated.
-    prev: HashMap<u32, u64>,
-    cur: HashMap<u32, u64>,
+    /// Per tid at the previous / current sample; swapped, never reallocated.
+    prev: HashMap<u32, Task>,
+    cur: HashMap<u32, Task>,
+    /// Most schedstat fds kept open (each also pins a page of seq_file buffer in the kernel).
+    fd_cap: usize,
     bufs: Bufs,
+}
+
+struct Task {
+    delay_ns: u64,
+    /// The thread's schedstat, kept open while under `fd_cap`. A dead thread's fd reads
+    /// ESRCH, so a reused tid is never read through a stale fd.
+    fd: Option<OwnedFd>,
+}
+
+/// Half of the soft RLIMIT_NOFILE (the rest is the agent's), at most 16384.
+fn default_fd_cap() -> usize {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 { rl.rlim_cur } else { 1024 };
+    (soft / 2).min(16384) as usize
 }
 
 /// Buffers reused by every sample.
@@ -69,6 +87,7 @@ impl TaskWaitSource {
             first: true,
             prev: HashMap::new(),
             cur: HashMap::new(),
+            fd_cap: default_fd_cap(),
             bufs: Bufs { procs: vec![0; 32 * 1024], tasks: vec![0; 32 * 1024], path: Vec::with_capacity(64), file: [0; 128] },
         }
     }
@@ -110,7 +129,7 @@ impl Source for TaskWaitSource {
         let root = self.root_fd()?.as_raw_fd();
         let root_fd = self.root_fd.as_ref().expect("opened above");
         let Bufs { procs, tasks, path, file } = &mut self.bufs;
-        let (prev, cur, first) = (&self.prev, &mut self.cur, self.first);
+        let (prev, cur, first, fd_cap) = (&mut self.prev, &mut self.cur, self.first, self.fd_cap);
         cur.clear();
         let mut top_items = Vec::with_capacity(self.top_n + 1);
         let mut top = TopN { n: self.top_n, items: &mut top_items };
@@ -119,20 +138,39 @@ impl Source for TaskWaitSource {
             let Ok(task_dir) = open_at(root, build_path(path, &[pid_name, b"/task"]), true) else { return }; // exited
             let _ = for_each_name(&task_dir, tasks, |tid_name| {
                 let Some(tid) = parse_digits(tid_name) else { return };
-                let Ok(fd) = open_at(task_dir.as_raw_fd(), build_path(path, &[tid_name, b"/schedstat"]), false) else { return };
-                let Ok(n) = read_at0(&fd, file) else { return };
-                let Some(delay_ns) = run_delay_ns(&file[..n]) else { return };
                 let tid = tid as u32;
-                cur.insert(tid, delay_ns);
+                let (mut old_delay, old_fd) = match prev.remove(&tid) {
+                    Some(t) => (Some(t.delay_ns), t.fd),
+                    None => (None, None),
+                };
+                // Re-read the kept fd; if that fails the thread it named is dead and this tid
+                // is a new thread: forget the old counter and reopen.
+                let had_fd = old_fd.is_some();
+                let cached = old_fd.and_then(|fd| read_at0(&fd, file).ok().map(|n| (fd, n)));
+                if had_fd && cached.is_none() {
+                    old_delay = None;
+                }
+                let (fd, n) = match cached {
+                    Some(x) => x,
+                    None => {
+                        let Ok(fd) = open_at(task_dir.as_raw_fd(), build_path(path, &[tid_name, b"/schedstat"]), false) else { return };
+                        let Ok(n) = read_at0(&fd, file) else { return };
+                        (fd, n)
+                    }
+                };
+                let Some(delay_ns) = run_delay_ns(&file[..n]) else { return };
+                let keep = cur.len() < fd_cap; // cur.len() bounds the fds kept so far
+                cur.insert(tid, Task { delay_ns, fd: keep.then_some(fd) });
                 if !first {
-                    let wait_ns = match prev.get(&tid) {
-                        Some(&p) if delay_ns >= p => delay_ns - p,
+                    let wait_ns = match old_delay {
+                        Some(p) if delay_ns >= p => delay_ns - p,
                         _ => delay_ns, // born during the interval, or a reused tid
                     };
                     top.offer(wait_ns, tid, pid as u32);
                 }
             });
         });
+        prev.clear(); // threads gone since the last sample: close their fds
         listed.map_err(|e| SourceError::read(&self.procfs_root, e))?;
         snap.task_wait = top_items
             .iter()

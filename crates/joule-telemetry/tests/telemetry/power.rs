@@ -1,0 +1,128 @@
+//! Power on fixtures: RAPL with a wrapping counter, hwmon power meters, the model standing in
+//! when no sensor is read, and the whole Sampler on fixture roots.
+
+use crate::common::{assert_close, fixture, overlay, sample, Staged};
+use joule_core::config::TelemetryConfig;
+use joule_core::Origin;
+use joule_telemetry::{PowerModel, PowerSource, Sampler, Source};
+
+#[test]
+fn rapl_wrap_is_counted_and_subzones_are_not_double_counted() {
+    let staged = Staged::new("sys-rapl-wrap");
+    let mut src = PowerSource::new(staged.root());
+    let first = sample(&mut src, 0);
+    assert_ne!(first.power.source, Origin::Sensor, "a rate needs two readings");
+    staged.advance();
+    let snap = sample(&mut src, 500);
+    let p = &snap.power;
+    assert_eq!(p.source, Origin::Sensor);
+    let names: Vec<&str> = p.domains.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["intel-rapl:0/package-0", "intel-rapl:0:0/core", "intel-rapl:0:1/uncore", "intel-rapl:1/package-1", "intel-rapl:2/psys"]);
+    let pkg0 = &p.domains[0];
+    // prev = max − 1 J, next = 4 J: 1 J to the wrap plus 4 J after it, over 0.5 s.
+    assert_close(pkg0.watts, 10.0);
+    assert_close(pkg0.energy_joules_total, (262_143_328_850.0 - 1_000_000.0) / 1e6 + 5.0);
+    assert_close(p.domains[1].watts, 4.0);
+    assert_close(p.domains[3].watts, 6.0);
+    // Machine = package-0 + package-1; core/uncore are inside package-0, psys contains both.
+    assert_close(p.watts, 16.0);
+}
+
+#[test]
+fn hwmon_power_meter_in_microwatts() {
+    let mut src = PowerSource::new(fixture("sys-hwmon-power"));
+    sample(&mut src, 0);
+    let snap = sample(&mut src, 2000);
+    assert_eq!(snap.power.source, Origin::Sensor);
+    assert_close(snap.power.watts, 123.456789);
+    assert_eq!(snap.power.domains[0].name, "hwmon0/power1");
+    assert_close(snap.power.domains[0].energy_joules_total, 123.456789 * 2.0);
+}
+
+#[test]
+fn no_power_sensor_is_a_note() {
+    let empty = tempfile::tempdir().unwrap();
+    let snap = sample(&mut PowerSource::new(empty.path()), 0);
+    assert!(snap.notes[0].starts_with("no power sensor"));
+    assert!(snap.power.domains.is_empty());
+}
+
+fn config(sysfs: &std::path::Path, procfs: &std::path::Path, cgroup: &std::path::Path) -> TelemetryConfig {
+    TelemetryConfig { sysfs_root: sysfs.into(), procfs_root: procfs.into(), cgroup_root: cgroup.into(), ..TelemetryConfig::default() }
+}
+
+#[test]
+fn sampler_on_a_machine_without_sensors_labels_the_models() {
+    let proc = Staged::new("proc-two-cpus");
+    let sys = tempfile::tempdir().unwrap();
+    let cgroup = Staged::new("cgroup-v2");
+    let mut sampler = Sampler::new(&config(sys.path(), proc.root(), cgroup.root()));
+    sampler.sample_at(1_000, 5_000);
+    proc.advance();
+    cgroup.advance();
+    let snap = sampler.sample_at(1_100, 5_100);
+    assert_eq!((snap.taken_at_ms, snap.interval_ms), (1_100, 100));
+    // P = idle + Σ util × dynamic = 10 + (0.75 + 30/190) × 8.
+    let watts = 10.0 + (0.75 + 30.0 / 190.0) * 8.0;
+    assert_eq!(snap.power.source, Origin::Model);
+    assert_close(snap.power.watts, watts);
+    let model = snap.thermal.model.as_ref().expect("model temperature");
+    assert_eq!(model.source, Origin::Model);
+    assert!(model.temp_celsius > 25.0 && model.temp_celsius < 25.0 + watts * 1.2);
+    assert!(snap.thermal.zones.is_empty());
+    for note in ["no thermal sensor", "no power sensor", "no cpufreq"] {
+        assert!(snap.notes.iter().any(|n| n.starts_with(note)), "{note} missing from {:?}", snap.notes);
+    }
+    assert_eq!(snap.stage.value, 0, "left for the agent");
+    assert!(snap.runq_latency.is_empty(), "left for the agent");
+}
+
+#[test]
+fn sampler_prefers_the_rapl_reading_and_drives_the_thermal_model_with_it() {
+    let proc = Staged::new("proc-two-cpus");
+    let sys = Staged::new("sys-rapl-wrap");
+    overlay(&fixture("sys-thermal"), sys.root());
+    let mut sampler = Sampler::new(&config(sys.root(), proc.root(), proc.root()));
+    let first = sampler.sample_at(0, 0);
+    assert_eq!(first.power.source, Origin::Model, "first RAPL reading has no rate: the model stands in once");
+    proc.advance();
+    sys.advance();
+    let snap = sampler.sample_at(500, 500);
+    assert_eq!(snap.power.source, Origin::Sensor);
+    assert_close(snap.power.watts, 16.0);
+    assert_eq!(snap.thermal.zones.len(), 5);
+    assert_eq!(snap.thermal.model.as_ref().unwrap().source, Origin::Model);
+    assert!(!snap.notes.iter().any(|n| n.starts_with("no thermal sensor") || n.starts_with("no power sensor")));
+}
+
+/// A source that always fails, to show one failure costs a note, not the sample.
+struct Broken;
+
+impl Source for Broken {
+    fn name(&self) -> &'static str {
+        "broken"
+    }
+    fn sample(&mut self, _: &mut joule_core::Snapshot) -> Result<(), joule_telemetry::SourceError> {
+        Err(joule_telemetry::SourceError::Parse { path: "/nowhere".into(), detail: "always".into() })
+    }
+}
+
+#[test]
+fn a_failing_source_becomes_a_note_and_the_rest_still_runs() {
+    // /proc/stat missing under an empty procfs root: the cpu source fails, the rest runs.
+    let empty = tempfile::tempdir().unwrap();
+    let mut sampler = Sampler::new(&config(empty.path(), empty.path(), empty.path()));
+    let snap = sampler.sample();
+    assert!(snap.notes.iter().any(|n| n.starts_with("cpu failed: cannot read")), "{:?}", snap.notes);
+    assert_eq!(snap.power.source, Origin::Model);
+    assert!(snap.thermal.model.is_some());
+
+    let cfg = TelemetryConfig::default();
+    let mut sampler = Sampler::from_sources(vec![Box::new(Broken), Box::new(PowerModel::new(&cfg.power_model))]);
+    assert_eq!(sampler.source_names(), ["broken", "power_model"]);
+    for _ in 0..2 {
+        let snap = sampler.sample();
+        assert_eq!(snap.notes, ["broken failed: unexpected content in /nowhere: always"]);
+        assert_eq!(snap.power.source, Origin::Model);
+    }
+}
