@@ -32,3 +32,14 @@ mod runqlat_skel {
 mod thermal_skel {
     include!(concat!(env!("OUT_DIR"), "/thermal.skel.rs"));
 }
+
+#[cfg(test)]
+mod tests {
+    /// The agent keeps the loaders in a sampler that may move to another thread.
+    #[test]
+    fn loaders_are_send() {
+        fn send<T: Send>() {}
+        send::<crate::RunqLat>();
+        send::<crate::ThermalStage>();
+    }
+}

@@ -21,6 +21,29 @@ macro_rules! require_root {
 
 const V1_CPU: &str = "/sys/fs/cgroup/cpu";
 
+/// Ids of loaded BPF programs whose name starts with `prefix` (names are cut at 15 bytes).
+fn prog_ids(prefix: &str) -> std::collections::BTreeSet<u32> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .filter(|p| p.name.to_string_lossy().starts_with(prefix))
+        .map(|p| p.id)
+        .collect()
+}
+
+/// Waits up to a second for programs to be released (the kernel frees them after the last
+/// reference drops) and says whether all of `ids` are gone.
+fn all_unloaded(ids: &std::collections::BTreeSet<u32>, prefix: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        if prog_ids(prefix).is_disjoint(ids) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A v1 cpu cgroup that exists for one test; removed on drop, even when the test panics.
 struct TempCgroup {
     dir: PathBuf,
@@ -101,6 +124,7 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
         return;
     }
     let cg = TempCgroup::new(Path::new(V1_CPU));
+    let before = prog_ids("joule_sched");
     let t0 = Instant::now();
     let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096 })
         .expect("loading runqlat");
@@ -122,6 +146,11 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     // An idle interval reports nothing for the (now empty) cgroup.
     let again = rq.sample();
     assert!(again.iter().all(|s| s.cgroup != name || s.count < mine.count), "{again:?}");
+
+    let ours: std::collections::BTreeSet<u32> = prog_ids("joule_sched").difference(&before).copied().collect();
+    assert_eq!(ours.len(), 3, "sched_wakeup, sched_wakeup_new, sched_switch");
+    drop(rq);
+    assert!(all_unloaded(&ours, "joule_sched"), "dropping RunqLat must detach and unload its programs");
 }
 
 #[test]
@@ -197,7 +226,9 @@ fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {
     require_root!();
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-tp-{}", std::process::id()));
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![80_000], hysteresis_mc: 0 };
+    let before = prog_ids("joule_thermal");
     let ts = ThermalStage::load(opts.clone(), None).expect("loading the thermal stage");
+    let ours: std::collections::BTreeSet<u32> = prog_ids("joule_thermal").difference(&before).copied().collect();
     eprintln!("tp_btf/thermal_temperature attached: {} ({:?})", ts.attached_to_tracepoint(), ts.tracepoint_error());
     assert!(ts.attached_to_tracepoint(), "{:?}", ts.tracepoint_error());
     // A second instance must not steal the pins of the first.
@@ -208,6 +239,7 @@ fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {
     assert!(pin_dir.join(PIN_STAGE).exists(), "the failed second load must leave the first one's pins");
     drop(ts);
     assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
+    assert!(all_unloaded(&ours, "joule_thermal"), "dropping ThermalStage must unload its programs");
 }
 
 #[test]
