@@ -263,3 +263,24 @@ fn root_thermal_private_stage_works_without_pins() {
     let after: Vec<_> = std::fs::read_dir("/sys/fs/bpf").unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(before, after, "a private stage pins nothing");
 }
+
+/// A loader that dies without running Drop (SIGKILL, simulated by forgetting it) leaves its
+/// pins; replaying the journal, as `joule restore` does, removes them and the directory.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_journal_replay_removes_the_pins_of_a_loader_that_never_dropped() {
+    require_root!();
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-crash-{}", std::process::id()));
+    let jdir = tempfile::tempdir().unwrap();
+    let mut journal = Journal::open(jdir.path()).unwrap();
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000], hysteresis_mc: 0 };
+    let ts = ThermalStage::load(opts, Some(&mut journal)).expect("loading the thermal stage");
+    ts.feed(MODEL_ZONE, 75_000, TempSource::Model).unwrap();
+    std::mem::forget(ts);
+    assert_eq!(ThermalStage::read_pinned(&pin_dir).unwrap().stage, 1, "the pinned stage outlives its loader");
+
+    let report = journal::restore(jdir.path(), &joule_core::effects::RealEffects).unwrap();
+    eprintln!("restore: {report:?}");
+    assert_eq!((report.undone, report.failed.len()), (4, 0), "{report:?}");
+    assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
+}
