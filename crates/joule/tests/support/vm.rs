@@ -1,0 +1,148 @@
+//! The tier-3 harness: runs shell commands as root in a VM booted on the cached sched_ext
+//! kernel, through `scripts/vm/run.sh` (see docs/vm.md). A boot costs 10–15 s under TCG, so
+//! tests share one boot through [`Vm::batch`] where they can.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a command printed and how it exited inside the guest (`status` is -1 when the
+/// harness itself was killed by a signal).
+#[derive(Debug, Clone)]
+pub struct VmOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl VmOutput {
+    /// Everything a failing assertion should show.
+    pub fn describe(&self) -> String {
+        format!("status {}\n--- stdout\n{}--- stderr\n{}", self.status, self.stdout, self.stderr)
+    }
+}
+
+/// A VM configuration; each `run`/`batch` is one boot.
+pub struct Vm {
+    cache: PathBuf,
+    thermal: bool,
+    mem: String,
+}
+
+/// The workspace root (the directory holding `scripts/` and `target/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+impl Vm {
+    pub fn new() -> Vm {
+        let cache = std::env::var_os("JOULE_VM_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
+        Vm { cache, thermal: false, mem: "2G".into() }
+    }
+
+    /// What `make vm-deps` should have installed and did not, if anything.
+    pub fn missing(&self) -> Option<String> {
+        let need = [
+            ("venv/bin/vng", "virtme-ng"),
+            ("cargo/bin/virtiofsd", "virtiofsd"),
+            ("kernel/current/VERSION", "the sched_ext kernel"),
+        ];
+        for (rel, what) in need {
+            if !self.cache.join(rel).exists() {
+                return Some(format!("{what} ({}) ; run make vm-deps", self.cache.join(rel).display()));
+            }
+        }
+        if self.thermal && !self.cache.join("thermal.aml").exists() {
+            return Some(format!("{}/thermal.aml; run make vm-deps", self.cache.display()));
+        }
+        let qemu = Command::new("qemu-system-x86_64").arg("--version").output();
+        if !qemu.map(|o| o.status.success()).unwrap_or(false) {
+            return Some("qemu-system-x86_64; run make vm-deps".into());
+        }
+        None
+    }
+
+    /// Gives the guest the ACPI thermal zone of scripts/vm/thermal.asl.
+    pub fn with_thermal_zone(mut self) -> Vm {
+        self.thermal = true;
+        self
+    }
+
+    /// Boots once and runs `cmd` (a bash command line) as root in the repo root.
+    pub fn run(&self, cmd: &str, timeout_s: u64) -> VmOutput {
+        let rwdir = tempfile::tempdir().expect("results dir");
+        self.run_in(rwdir.path(), cmd, timeout_s)
+    }
+
+    /// Boots once and runs each named check in turn; each gets its own output and status.
+    /// The checks see `$JOULE_VM_OUT` (the results dir) as a place to leave files.
+    pub fn batch(&self, checks: &[(&str, &str)], timeout_s: u64) -> BTreeMap<String, VmOutput> {
+        let rwdir = tempfile::tempdir().expect("results dir");
+        let mut script = String::new();
+        for (name, cmd) in checks {
+            assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "check name {name}");
+            let file = rwdir.path().join(format!("{name}.sh"));
+            std::fs::write(&file, cmd).expect("write check");
+            script.push_str(&format!(
+                "bash {f} >$JOULE_VM_OUT/{name}.out 2>$JOULE_VM_OUT/{name}.err </dev/null; \
+                 echo $? >$JOULE_VM_OUT/{name}.status\n",
+                f = file.display()
+            ));
+        }
+        let whole = self.run_in(rwdir.path(), &script, timeout_s);
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        checks
+            .iter()
+            .map(|(name, _)| {
+                let status = read(rwdir.path().join(format!("{name}.status")));
+                let out = match status.trim().parse() {
+                    Ok(status) => VmOutput {
+                        status,
+                        stdout: read(rwdir.path().join(format!("{name}.out"))),
+                        stderr: read(rwdir.path().join(format!("{name}.err"))),
+                    },
+                    // The boot itself failed or timed out: every check reports why.
+                    Err(_) => VmOutput {
+                        status: if whole.status == 0 { -1 } else { whole.status },
+                        stdout: whole.stdout.clone(),
+                        stderr: format!("check {name} never ran in the VM\n{}", whole.stderr),
+                    },
+                };
+                (name.to_string(), out)
+            })
+            .collect()
+    }
+
+    fn run_in(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
+        let root = repo_root();
+        let mut c = Command::new("bash");
+        c.arg(root.join("scripts/vm/run.sh"))
+            .args(["--cpus", "2", "--mem", &self.mem, "--timeout", &timeout_s.to_string()])
+            .arg("--rwdir")
+            .arg(rwdir)
+            .env("JOULE_VM_CACHE", &self.cache)
+            .current_dir(&root);
+        if self.thermal {
+            c.arg("--thermal");
+        }
+        let out = c.arg("--").arg(cmd).output().expect("run scripts/vm/run.sh");
+        VmOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Default for Vm {
+    fn default() -> Self {
+        Vm::new()
+    }
+}
+
+/// Boots a VM and runs one command in it; the simplest entry point.
+pub fn run_in_vm(cmd: &str, timeout_s: u64) -> VmOutput {
+    Vm::new().run(cmd, timeout_s)
+}

@@ -1,0 +1,113 @@
+//! Tier 3: joule on a sched_ext kernel (Debian's 7.x cloud kernel under qemu/TCG, see
+//! docs/vm.md). All checks share one boot, made by the first test that runs; each test then
+//! asserts on its own check's output. Run with `make test-vm`, or
+//! `cargo test -p joule --test vm -- --ignored vm_ --test-threads=1`.
+
+#[path = "support/vm.rs"]
+#[allow(dead_code)] // the harness offers more than these tests use
+mod vm;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use vm::{repo_root, Vm, VmOutput};
+
+/// Boot + all checks; TCG is slow, and `joule monitor` samples for a while.
+const BOOT_TIMEOUT_S: u64 = 300;
+
+/// The checks run in the shared boot, in order; `$JOULE_VM_OUT` is the results dir.
+fn checks() -> Vec<(&'static str, String)> {
+    let joule = repo_root().join("target/release/joule");
+    vec![
+        ("sched_ext", "uname -r && cat /sys/kernel/sched_ext/state".to_string()),
+        ("monitor", format!("{} monitor --once --json", joule.display())),
+        (
+            "thermal",
+            // Several samples a second apart: the SSDT's temperature moves with time.
+            "z=/sys/class/thermal/thermal_zone0; cat $z/type; \
+             for i in 1 2 3 4 5 6; do cat $z/temp; sleep 1; done"
+                .to_string(),
+        ),
+    ]
+}
+
+/// The VM this machine can boot, or None after reporting what is missing (a skip, or a
+/// failure under JOULE_TEST_STRICT=1).
+fn vm() -> Option<Vm> {
+    let vm = Vm::new();
+    let missing = vm.missing();
+    if !joule_core::testing::require(missing.is_none(), missing.as_deref().unwrap_or("")) {
+        return None;
+    }
+    let with_zone = Vm::new().with_thermal_zone();
+    Some(if with_zone.missing().is_none() { with_zone } else { vm })
+}
+
+/// The shared boot's results, keyed by check name.
+fn results() -> &'static BTreeMap<String, VmOutput> {
+    static RESULTS: OnceLock<BTreeMap<String, VmOutput>> = OnceLock::new();
+    RESULTS.get_or_init(|| {
+        let vm = vm().expect("checked by the caller");
+        let owned = checks();
+        let checks: Vec<(&str, &str)> = owned.iter().map(|(n, c)| (*n, c.as_str())).collect();
+        vm.batch(&checks, BOOT_TIMEOUT_S)
+    })
+}
+
+fn check(name: &str) -> Option<&'static VmOutput> {
+    vm()?;
+    let out = &results()[name];
+    eprintln!("[{name}] {}", out.describe());
+    Some(out)
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_kernel_has_sched_ext() {
+    let Some(out) = check("sched_ext") else { return };
+    assert_eq!(out.status, 0, "no /sys/kernel/sched_ext/state in the guest:\n{}", out.describe());
+    let mut lines = out.stdout.lines();
+    let release = lines.next().unwrap_or_default();
+    let state = lines.next().unwrap_or_default().trim();
+    println!("guest kernel {release}: sched_ext state = {state}");
+    assert!(
+        ["disabled", "enabling", "enabled", "disabling"].contains(&state),
+        "unexpected sched_ext state {state:?}"
+    );
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_monitor_once_json_has_every_section() {
+    let bin = repo_root().join("target/release/joule");
+    let built = bin.exists();
+    if !joule_core::testing::require(built, "target/release/joule; run cargo build --release") {
+        return;
+    }
+    let Some(out) = check("monitor") else { return };
+    assert_eq!(out.status, 0, "joule monitor --once --json failed:\n{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{}", out.stdout));
+    let obj = v.as_object().unwrap_or_else(|| panic!("not a JSON object: {v}"));
+    for key in ["cpu", "power", "thermal", "stage", "runq_latency"] {
+        assert!(obj.contains_key(key), "monitor JSON lacks {key:?}: {v}");
+    }
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_acpi_thermal_zone_temperature_moves() {
+    let zone = Vm::new().with_thermal_zone();
+    let missing = zone.missing();
+    if !joule_core::testing::require(missing.is_none(), missing.as_deref().unwrap_or("")) {
+        return;
+    }
+    let Some(out) = check("thermal") else { return };
+    assert_eq!(out.status, 0, "no thermal_zone0 in the guest:\n{}", out.describe());
+    let mut lines = out.stdout.lines();
+    assert_eq!(lines.next(), Some("acpitz"), "zone type:\n{}", out.describe());
+    let temps: Vec<i64> = lines.map(|l| l.trim().parse().expect("millidegrees")).collect();
+    println!("thermal_zone0 temp (m°C), 1 s apart: {temps:?}");
+    assert!(temps.len() >= 2, "too few samples:\n{}", out.describe());
+    assert!(temps.windows(2).any(|w| w[0] != w[1]), "temperature never changed: {temps:?}");
+    assert!(temps.iter().all(|t| (0..150_000).contains(t)), "implausible temps: {temps:?}");
+}
