@@ -209,6 +209,54 @@ fn evacuate(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
     Ok(())
 }
 
+pub const AGENT_LOCK_FILE: &str = "agent.lock";
+
+/// Held by a running agent for its whole life. The kernel drops an flock when its holder dies,
+/// SIGKILL included, so a crashed agent never leaves a stale lock.
+pub struct AgentLock {
+    _file: File,
+}
+
+fn lock_file(dir: &Path) -> Result<File, JournalError> {
+    let path = dir.join(AGENT_LOCK_FILE);
+    std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| JournalError::Open { path, source })
+}
+
+fn try_flock(f: &File) -> bool {
+    // SAFETY: flock on an fd we own.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Takes the agent lock in `dir`, or says which pid holds it.
+pub fn lock_agent(dir: &Path) -> Result<Result<AgentLock, Option<u32>>, JournalError> {
+    let mut f = lock_file(dir)?;
+    if !try_flock(&f) {
+        let pid = std::fs::read_to_string(dir.join(AGENT_LOCK_FILE)).ok().and_then(|s| s.trim().parse().ok());
+        return Ok(Err(pid));
+    }
+    let _ = f.set_len(0);
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(Ok(AgentLock { _file: f }))
+}
+
+/// The pid of the agent that holds the lock in `dir`, if one is running.
+pub fn running_agent(dir: &Path) -> Option<Option<u32>> {
+    if !dir.join(AGENT_LOCK_FILE).exists() {
+        return None;
+    }
+    match lock_agent(dir) {
+        Ok(Err(pid)) => Some(pid),
+        _ => None, // we got the lock (released on drop): nobody runs
+    }
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -255,6 +303,18 @@ mod tests {
         restore(dir.path(), &fx).unwrap();
         let log = fx.log.lock().unwrap().clone();
         assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 8", "rmdir /cg/joule"]);
+    }
+
+    #[test]
+    fn agent_lock_is_exclusive_and_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(running_agent(dir.path()), None);
+        let held = lock_agent(dir.path()).unwrap().ok().expect("first lock");
+        // flock is per open file description: a second open in this process conflicts too.
+        assert_eq!(running_agent(dir.path()), Some(Some(std::process::id())));
+        assert!(lock_agent(dir.path()).unwrap().is_err());
+        drop(held);
+        assert_eq!(running_agent(dir.path()), None);
     }
 
     #[test]

@@ -90,6 +90,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     }
     let root = joule_core::testing::is_root();
     let jdir = cfg.agent.journal_dir.clone();
+    let _lock = match journal::lock_agent(&jdir)? {
+        Ok(lock) => lock,
+        Err(pid) => anyhow::bail!(
+            "another joule agent (pid {}) is running with journal {}; stop it first",
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+            jdir.display()
+        ),
+    };
     let mut events = Events::open(&cfg.agent.event_log)?;
 
     // A previous agent that was killed may have left changes behind: undo them first.

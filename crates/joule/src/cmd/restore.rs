@@ -17,6 +17,9 @@ pub struct RestoreArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Restore even while an agent is running on this journal (it will find its changes gone).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
@@ -31,6 +34,15 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
             }
         }
         return Ok(());
+    }
+    if let Some(pid) = journal::running_agent(&a.journal_dir) {
+        if !a.force {
+            anyhow::bail!(crate::UsageError(format!(
+                "a joule agent (pid {}) is running on {}; stop it (it restores on exit) or pass --force",
+                pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+                a.journal_dir.display()
+            )));
+        }
     }
     let report = journal::restore(&a.journal_dir, &RealEffects)
         .with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
