@@ -189,13 +189,16 @@ install_virtiofsd() {
 
 # --- 5. The guest's thermal zone ---------------------------------------------------------
 compile_thermal_ssdt() {
-  local src=$HERE/thermal.asl out=$CACHE/thermal.aml
+  local src=$HERE/thermal.asl out=$CACHE/thermal.aml sum
   [ -f "$src" ] || return 0
-  [ -f "$out" ] && [ "$out" -nt "$src" ] && return 0
+  # Keyed by the source's content: clones with different thermal.asl share one cache.
+  sum=$(sha256sum <"$src" | cut -d' ' -f1)
+  [ -f "$out" ] && [ "$(cat "$out.sha256" 2>/dev/null)" = "$sum" ] && return 0
   say "compiling $src"
   local tmp; tmp=$(mktemp -d)
   logged iasl -p "$tmp/thermal" "$src"
   mv "$tmp/thermal.aml" "$out"
+  echo "$sum" >"$out.sha256"
   rm -rf "$tmp"
 }
 

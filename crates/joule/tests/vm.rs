@@ -22,10 +22,13 @@ fn checks() -> Vec<(&'static str, String)> {
         ("monitor", format!("{} monitor --once --json", joule.display())),
         (
             "thermal",
-            // Several samples a second apart: the SSDT's temperature moves with time.
-            "z=/sys/class/thermal/thermal_zone0; cat $z/type; \
-             for i in 1 2 3 4 5 6; do cat $z/temp; sleep 1; done"
-                .to_string(),
+            // The untouched zone (a triangle wave) sampled 1 s apart, then set by the test.
+            format!(
+                "z=/sys/class/thermal/thermal_zone0; cat $z/type; \
+                 for i in 1 2 3; do cat $z/temp; sleep 1; done; \
+                 for c in 70 85 off; do bash {set} $c && cat $z/temp; done",
+                set = repo_root().join("scripts/vm/set-temp.sh").display()
+            ),
         ),
     ]
 }
@@ -106,8 +109,11 @@ fn vm_acpi_thermal_zone_temperature_moves() {
     let mut lines = out.stdout.lines();
     assert_eq!(lines.next(), Some("acpitz"), "zone type:\n{}", out.describe());
     let temps: Vec<i64> = lines.map(|l| l.trim().parse().expect("millidegrees")).collect();
-    println!("thermal_zone0 temp (m°C), 1 s apart: {temps:?}");
-    assert!(temps.len() >= 2, "too few samples:\n{}", out.describe());
-    assert!(temps.windows(2).any(|w| w[0] != w[1]), "temperature never changed: {temps:?}");
-    assert!(temps.iter().all(|t| (0..150_000).contains(t)), "implausible temps: {temps:?}");
+    println!("thermal_zone0 temp (m°C): 3 samples 1 s apart, then set 70, 85, off: {temps:?}");
+    assert_eq!(temps.len(), 6, "samples:\n{}", out.describe());
+    let (free, set) = temps.split_at(3);
+    assert!(free.windows(2).any(|w| w[0] != w[1]), "untouched zone never moved: {free:?}");
+    assert!(free.iter().all(|t| (40_000..=60_000).contains(t)), "off the triangle: {free:?}");
+    assert_eq!(&set[..2], &[70_000, 85_000], "the test's temperature did not arrive");
+    assert!((40_000..=60_000).contains(&set[2]), "off did not restore the triangle: {set:?}");
 }
