@@ -1,1 +1,62 @@
-//! joule-qos: CPU guarantees for task classes with cgroups (RT and CFS bandwidth, weights, cpusets) behind admission control.
+//! joule-qos: CPU guarantees for task classes with cgroups (RT and CFS bandwidth, weights,
+//! cpusets) behind admission control.
+//!
+//! Flow: `[[class]]` config → [`admission::admit`] (pure arithmetic, the seed's formula) →
+//! [`Plan`] → [`QosController::apply`] (cgroup v1 or v2 writes through `Effects`, every change
+//! recorded in the undo journal first, rolled back as a whole on failure) → `reconcile` keeps
+//! newly matching tasks in place → `status` reports achieved shares → `release` undoes it.
+
+pub mod admission;
+pub mod backend;
+pub mod controller;
+pub mod cpulist;
+pub mod matching;
+pub mod release;
+pub mod seed;
+mod undo;
+
+pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
+pub use backend::{BackendKind, Layout};
+pub use controller::{ApplyReport, ClassStatus, QosController, QosOpts, ReconcileReport};
+pub use release::release_owner;
+
+use std::path::PathBuf;
+
+/// Owner tag of every undo record this crate writes.
+pub const OWNER: &str = "qos";
+
+/// Default smallest period admitted (µs): the seed measured CPU lost to scheduling overhead
+/// below 100 ms on its board.
+pub const DEFAULT_MIN_PERIOD_US: u64 = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QosError {
+    #[error("admission refused the classes:\n{0}")]
+    Refused(String),
+    #[error("no cgroup cpu controller found under {0} (looked for a v1 `cpu` hierarchy and a v2 root with `cpu` in cgroup.controllers)")]
+    NoCpuController(PathBuf),
+    #[error("the cgroup filesystem is read-only at {path}: mount it read-write or run where cgroups are delegated to joule")]
+    ReadOnly { path: PathBuf },
+    #[error("permission denied at {path}: joule needs root (or a delegated cgroup subtree) to {what}")]
+    Permission { path: PathBuf, what: String },
+    #[error("the kernel refused {what} (writing {value:?} to {path}): {source}{hint}")]
+    KernelRefused { what: String, path: PathBuf, value: String, source: std::io::Error, hint: String },
+    #[error("cannot {what} at {path}: {source}")]
+    Io { what: String, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Journal(#[from] joule_core::journal::JournalError),
+    #[error("{0}")]
+    Config(String),
+}
+
+impl QosError {
+    /// Classifies an I/O error at `path` so read-only and permission problems read clearly.
+    pub(crate) fn io(what: impl Into<String>, path: &std::path::Path, source: std::io::Error) -> Self {
+        let what = what.into();
+        match source.raw_os_error() {
+            Some(libc::EROFS) => QosError::ReadOnly { path: path.into() },
+            Some(libc::EACCES) | Some(libc::EPERM) => QosError::Permission { path: path.into(), what },
+            _ => QosError::Io { what, path: path.into(), source },
+        }
+    }
+}

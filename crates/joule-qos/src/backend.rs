@@ -1,0 +1,288 @@
+//! cgroup backends: where the hierarchies are (v1 `cpu`/`cpuset`/`cpuacct` or the v2 unified
+//! tree) and which files a plan writes, in an order the kernel accepts. Pure given the reads
+//! it does through `Effects`; the controller executes the steps.
+
+use crate::admission::{ClassPlan, Plan};
+use joule_core::effects::Effects;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Directory joule creates in each hierarchy; classes live below it.
+pub const JOULE_DIR: &str = "joule";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    V1,
+    V2,
+}
+
+/// Which hierarchy a step or a task move is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hier {
+    Cpu,
+    Cpuset,
+    Cpuacct,
+    Unified,
+}
+
+impl Hier {
+    /// The controller name as /proc/PID/cgroup lists it (v1), or "" for the unified line.
+    pub fn controller(self) -> &'static str {
+        match self {
+            Hier::Cpu => "cpu",
+            Hier::Cpuset => "cpuset",
+            Hier::Cpuacct => "cpuacct",
+            Hier::Unified => "",
+        }
+    }
+}
+
+/// The hierarchies joule uses on this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layout {
+    pub kind: BackendKind,
+    /// (hierarchy, mount point). v1: cpu first (a refused move fails before anything else).
+    pub hiers: Vec<(Hier, PathBuf)>,
+    /// `cpu.rt_runtime_us` exists (v1 with CONFIG_RT_GROUP_SCHED).
+    pub rt_group_sched: bool,
+    /// v2: controllers the root offers (cgroup.controllers).
+    pub v2_controllers: Vec<String>,
+}
+
+impl Layout {
+    /// Finds the hierarchies under `cgroup_root`. A v1 `cpu` hierarchy wins (the cpu
+    /// controller can be bound to only one hierarchy); `prefer` forces a kind.
+    pub fn detect(cgroup_root: &Path, fx: &dyn Effects, prefer: Option<BackendKind>) -> Result<Layout, crate::QosError> {
+        let v1 = Self::detect_v1(cgroup_root, fx);
+        let v2 = Self::detect_v2(cgroup_root, fx);
+        let pick = match prefer {
+            Some(BackendKind::V1) => v1,
+            Some(BackendKind::V2) => v2,
+            None => v1.or(v2.filter(|l| l.v2_controllers.iter().any(|c| c == "cpu"))),
+        };
+        pick.ok_or_else(|| crate::QosError::NoCpuController(cgroup_root.into()))
+    }
+
+    fn detect_v1(root: &Path, fx: &dyn Effects) -> Option<Layout> {
+        let cpu = ["cpu", "cpu,cpuacct", "cpuacct,cpu"].iter().map(|d| root.join(d)).find(|d| fx.exists(&d.join("cpu.shares")))?;
+        let mut hiers = vec![(Hier::Cpu, cpu.clone())];
+        let cpuset = root.join("cpuset");
+        if fx.exists(&cpuset.join("cpuset.cpus")) {
+            hiers.push((Hier::Cpuset, cpuset));
+        }
+        let acct = root.join("cpuacct");
+        if !fx.exists(&cpu.join("cpuacct.usage")) && fx.exists(&acct.join("cpuacct.usage")) {
+            hiers.push((Hier::Cpuacct, acct));
+        }
+        Some(Layout { kind: BackendKind::V1, rt_group_sched: fx.exists(&cpu.join("cpu.rt_runtime_us")), hiers, v2_controllers: vec![] })
+    }
+
+    fn detect_v2(root: &Path, fx: &dyn Effects) -> Option<Layout> {
+        let dir = [root.to_path_buf(), root.join("unified")].into_iter().find(|d| fx.exists(&d.join("cgroup.controllers")))?;
+        let ctl = fx.read(&dir.join("cgroup.controllers")).ok()?;
+        Some(Layout {
+            kind: BackendKind::V2,
+            hiers: vec![(Hier::Unified, dir)],
+            rt_group_sched: false,
+            v2_controllers: ctl.split_whitespace().map(String::from).collect(),
+        })
+    }
+
+    pub fn mount(&self, h: Hier) -> Option<&Path> {
+        self.hiers.iter().find(|(x, _)| *x == h).map(|(_, p)| p.as_path())
+    }
+
+    /// The hierarchy whose usage counters `status` reads.
+    pub fn accounting(&self) -> Option<(Hier, &Path)> {
+        [Hier::Cpuacct, Hier::Unified, Hier::Cpu]
+            .into_iter()
+            .find_map(|h| self.mount(h).map(|p| (h, p)))
+            .filter(|(h, p)| *h != Hier::Cpu || p.join("cpuacct.usage").exists())
+    }
+
+    /// Directory of `class` (with its ancestors) in hierarchy mount `m`.
+    pub fn class_dir(&self, m: &Path, plan: &Plan, class: &str) -> PathBuf {
+        let mut chain = vec![class.to_string()];
+        let mut cur = plan.class(class).and_then(|c| c.parent.clone());
+        while let Some(p) = cur {
+            cur = plan.class(&p).and_then(|c| c.parent.clone());
+            chain.push(p);
+        }
+        chain.reverse();
+        let mut d = m.join(JOULE_DIR);
+        for c in chain {
+            d.push(c);
+        }
+        d
+    }
+
+    /// Where the tasks of `class` go. v2 forbids tasks in a cgroup that has controllers
+    /// enabled for children, so a v2 class with child classes keeps its tasks in `self/`.
+    pub fn task_dir(&self, m: &Path, plan: &Plan, class: &str) -> PathBuf {
+        let d = self.class_dir(m, plan, class);
+        if self.kind == BackendKind::V2 && plan.classes.iter().any(|c| c.parent.as_deref() == Some(class)) {
+            d.join("self")
+        } else {
+            d
+        }
+    }
+}
+
+/// One step of an apply, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// Create a cgroup (skipped when it exists; joule then adopts it).
+    Mkdir { path: PathBuf, evacuate_to: PathBuf },
+    /// Write a knob; `undo` overrides "write back the old content" (v2 subtree_control).
+    Write { path: PathBuf, value: String, what: String, undo: Option<String> },
+    /// Records a second removal of a cgroup joule made, after its knobs: a replay then
+    /// evacuates and removes the group *before* resetting knobs a populated group would refuse
+    /// (v1 will not set rt_runtime_us to 0 while RT tasks are inside).
+    Barrier { path: PathBuf, evacuate_to: PathBuf },
+}
+
+/// A step as `joule qos plan` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedWrite(pub Step);
+
+impl std::fmt::Display for PlannedWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Step::Mkdir { path, .. } => write!(f, "mkdir {}", path.display()),
+            Step::Write { path, value, what, .. } => write!(f, "{} <- {value:?}   ({what})", path.display()),
+            Step::Barrier { .. } => Ok(()),
+        }
+    }
+}
+
+fn first_line(fx: &dyn Effects, p: &Path) -> Option<String> {
+    fx.read(p).ok().map(|s| s.trim().to_string())
+}
+
+/// v1 `cpu.shares` from a v2-style weight (100 ↔ 1024).
+pub fn shares_from_weight(w: u64) -> u64 {
+    (w * 1024 / 100).clamp(2, 262_144)
+}
+
+/// The steps that realise `plan` on `layout`, parents before children.
+pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
+    let mut out = Vec::new();
+    let w = |out: &mut Vec<Step>, path: PathBuf, value: String, what: &str| {
+        out.push(Step::Write { path, value, what: what.into(), undo: None })
+    };
+    let mut ordered: Vec<&ClassPlan> = Vec::new();
+    // plan.classes is already parents-first (admission visits in topological order).
+    ordered.extend(plan.classes.iter());
+    for (h, m) in &layout.hiers {
+        let (h, m) = (*h, m.as_path());
+        let root_procs = m.join("cgroup.procs");
+        let jd = m.join(JOULE_DIR);
+        if h == Hier::Unified {
+            let mut want = Vec::new();
+            if ordered.iter().any(|c| c.cfs.is_some() || c.weight.is_some()) {
+                want.push("cpu");
+            }
+            if ordered.iter().any(|c| c.cpus != plan.env.cpus) {
+                want.push("cpuset");
+            }
+            let enabled = first_line(fx, &m.join("cgroup.subtree_control")).unwrap_or_default();
+            for c in &want {
+                if !enabled.split_whitespace().any(|e| e == *c) {
+                    out.push(Step::Write {
+                        path: m.join("cgroup.subtree_control"),
+                        value: format!("+{c}"),
+                        what: format!("enable the {c} controller for joule's groups"),
+                        undo: Some(format!("-{c}")),
+                    });
+                }
+            }
+            out.push(Step::Mkdir { path: jd.clone(), evacuate_to: root_procs.clone() });
+            if !want.is_empty() {
+                let v = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
+                w(&mut out, jd.join("cgroup.subtree_control"), v, "let classes use the controllers");
+            }
+            out.push(Step::Barrier { path: jd.clone(), evacuate_to: root_procs.clone() });
+            for c in &ordered {
+                let d = layout.class_dir(m, plan, &c.name);
+                out.push(Step::Mkdir { path: d.clone(), evacuate_to: root_procs.clone() });
+                if c.cpus != plan.env.cpus {
+                    w(&mut out, d.join("cpuset.cpus"), crate::cpulist::format(&c.cpus), "CPUs the class may use");
+                }
+                if let Some(q) = c.cfs {
+                    w(&mut out, d.join("cpu.max"), format!("{} {}", q.quota_us, q.period_us), "CFS bandwidth: quota period");
+                    if let Some(b) = q.burst_us {
+                        w(&mut out, d.join("cpu.max.burst"), b.to_string(), "CFS burst");
+                    }
+                }
+                if let Some(wt) = c.weight {
+                    w(&mut out, d.join("cpu.weight"), wt.to_string(), "CPU weight");
+                }
+                let has_kids = ordered.iter().any(|k| k.parent.as_deref() == Some(c.name.as_str()));
+                if has_kids {
+                    if !want.is_empty() {
+                        let v = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
+                        w(&mut out, d.join("cgroup.subtree_control"), v, "let child classes use the controllers");
+                    }
+                    out.push(Step::Mkdir { path: d.join("self"), evacuate_to: root_procs.clone() });
+                    out.push(Step::Barrier { path: d.join("self"), evacuate_to: root_procs.clone() });
+                }
+                out.push(Step::Barrier { path: d, evacuate_to: root_procs.clone() });
+            }
+            continue;
+        }
+        // cgroup v1.
+        out.push(Step::Mkdir { path: jd.clone(), evacuate_to: root_procs.clone() });
+        if h == Hier::Cpuset {
+            for k in ["cpuset.cpus", "cpuset.mems"] {
+                let v = first_line(fx, &m.join(k)).unwrap_or_default();
+                w(&mut out, jd.join(k), v, "copied from the root: a cpuset needs both before it can hold tasks");
+            }
+        }
+        if h == Hier::Cpu && layout.rt_group_sched {
+            let period = first_line(fx, &jd.join("cpu.rt_period_us")).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1_000_000);
+            let need: u128 = ordered
+                .iter()
+                .filter(|c| c.parent.is_none())
+                .filter_map(|c| c.rt)
+                .map(|r| (r.runtime_us as u128 * period as u128).div_ceil(r.period_us as u128))
+                .sum();
+            if need > 0 {
+                w(&mut out, jd.join("cpu.rt_runtime_us"), need.min(period as u128).to_string(), "RT budget of all classes (parent before children; from the global budget)");
+            }
+        }
+        out.push(Step::Barrier { path: jd.clone(), evacuate_to: root_procs.clone() });
+        for c in &ordered {
+            let d = layout.class_dir(m, plan, &c.name);
+            out.push(Step::Mkdir { path: d.clone(), evacuate_to: root_procs.clone() });
+            match h {
+                Hier::Cpuset => {
+                    w(&mut out, d.join("cpuset.cpus"), crate::cpulist::format(&c.cpus), "CPUs the class may use");
+                    let mems = first_line(fx, &m.join("cpuset.mems")).unwrap_or_default();
+                    w(&mut out, d.join("cpuset.mems"), mems, "memory nodes, copied from the root");
+                }
+                Hier::Cpu => {
+                    if let Some(r) = c.rt {
+                        w(&mut out, d.join("cpu.rt_period_us"), r.period_us.to_string(), "RT period (runtime is 0 until the next write)");
+                        w(&mut out, d.join("cpu.rt_runtime_us"), r.runtime_us.to_string(), "RT runtime per period, per CPU");
+                    }
+                    if let Some(q) = c.cfs {
+                        w(&mut out, d.join("cpu.cfs_period_us"), q.period_us.to_string(), "CFS period");
+                        w(&mut out, d.join("cpu.cfs_quota_us"), q.quota_us.to_string(), "CFS quota per period, all CPUs together");
+                        if let Some(b) = q.burst_us {
+                            w(&mut out, d.join("cpu.cfs_burst_us"), b.to_string(), "CFS burst");
+                        }
+                    }
+                    if let Some(wt) = c.weight {
+                        w(&mut out, d.join("cpu.shares"), shares_from_weight(wt).to_string(), "cpu.shares = weight × 1024 / 100");
+                    }
+                }
+                _ => {}
+            }
+            out.push(Step::Barrier { path: d, evacuate_to: root_procs.clone() });
+        }
+    }
+    out
+}

@@ -1,0 +1,312 @@
+//! Controller logic on an in-memory cgroup tree (FakeEffects plus the files the kernel would
+//! create in a new cgroup) and a fixture /proc.
+
+use super::*;
+use crate::seed;
+use joule_core::config::MatchRules;
+use joule_core::effects::{FakeEffects, SchedAttr};
+use joule_core::journal;
+
+/// FakeEffects that behaves like cgroupfs: new directories get their knob files; writes can
+/// be made to fail; a read-only flag fails mkdir too.
+#[derive(Default)]
+struct CgFake {
+    fx: FakeEffects,
+    fail: Mutex<Vec<(String, i32)>>,
+}
+
+const KNOBS: &[(&str, &str)] = &[
+    ("cgroup.procs", ""),
+    ("tasks", ""),
+    ("cpu.rt_runtime_us", "0"),
+    ("cpu.rt_period_us", "1000000"),
+    ("cpu.cfs_quota_us", "-1"),
+    ("cpu.cfs_period_us", "100000"),
+    ("cpu.shares", "1024"),
+    ("cpu.stat", "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n"),
+    ("cpu.max", "max 100000"),
+    ("cpu.max.burst", "0"),
+    ("cpu.weight", "100"),
+    ("cgroup.subtree_control", ""),
+    ("cpuset.cpus", ""),
+    ("cpuset.mems", ""),
+    ("cpuacct.usage", "0"),
+];
+
+impl CgFake {
+    fn v1() -> Self {
+        let f = CgFake::default();
+        for h in ["cpu", "cpuset", "cpuacct"] {
+            f.mkdir_raw(&format!("/cg/{h}"));
+        }
+        f.set("/cg/cpu/cpu.rt_runtime_us", "950000");
+        f.set("/cg/cpuset/cpuset.cpus", "0-1");
+        f.set("/cg/cpuset/cpuset.effective_cpus", "0-1");
+        f.set("/cg/cpuset/cpuset.mems", "0");
+        f.set("/p/sys/kernel/sched_rt_runtime_us", "950000");
+        f.set("/p/sys/kernel/sched_rt_period_us", "1000000");
+        f.fx.log.lock().unwrap().clear();
+        f
+    }
+    fn mkdir_raw(&self, d: &str) {
+        self.fx.dirs.lock().unwrap().insert(d.into(), ());
+        self.populate(d);
+    }
+    /// The files a new cgroup gets, per hierarchy (v2 gets all but cpuacct's).
+    fn populate(&self, d: &str) {
+        for (k, v) in KNOBS {
+            let h = if d.starts_with("/cg/cpuacct") { "cpuacct" } else if d.starts_with("/cg/cpuset") { "cpuset" } else if d.starts_with("/cg/cpu") { "cpu" } else { "v2" };
+            let ok = match h {
+                "cpuacct" => k.starts_with("cgroup") || *k == "tasks" || k.starts_with("cpuacct"),
+                "cpuset" => k.starts_with("cgroup") || *k == "tasks" || k.starts_with("cpuset"),
+                "cpu" => !k.starts_with("cpuset") && !k.starts_with("cpuacct"),
+                _ => !k.starts_with("cpuacct") && *k != "tasks",
+            };
+            if ok {
+                self.set(&format!("{d}/{k}"), v);
+            }
+        }
+    }
+    fn set(&self, p: &str, v: &str) {
+        self.fx.files.lock().unwrap().insert(p.into(), v.into());
+    }
+    fn fail(&self, suffix: &str, errno: i32) {
+        self.fail.lock().unwrap().push((suffix.into(), errno));
+    }
+    fn joule_dirs(&self) -> Vec<PathBuf> {
+        self.fx.dirs.lock().unwrap().keys().filter(|d| d.to_string_lossy().contains("joule")).cloned().collect()
+    }
+}
+
+impl Effects for CgFake {
+    fn read(&self, p: &Path) -> io::Result<String> {
+        self.fx.read(p)
+    }
+    fn write(&self, p: &Path, v: &str) -> io::Result<()> {
+        if let Some((_, e)) = self.fail.lock().unwrap().iter().find(|(s, _)| p.to_string_lossy().ends_with(s.as_str())) {
+            return Err(io::Error::from_raw_os_error(*e));
+        }
+        self.fx.write(p, v)
+    }
+    fn create_dir(&self, p: &Path) -> io::Result<()> {
+        if self.fx.read_only.lock().unwrap().iter().any(|r| p.starts_with(r)) {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.fx.create_dir(p)?;
+        self.populate(&p.display().to_string());
+        Ok(())
+    }
+    fn remove_dir(&self, p: &Path) -> io::Result<()> {
+        self.fx.remove_dir(p)
+    }
+    fn remove_file(&self, p: &Path) -> io::Result<()> {
+        self.fx.remove_file(p)
+    }
+    fn exists(&self, p: &Path) -> bool {
+        self.fx.exists(p)
+    }
+    fn get_sched(&self, t: i32) -> io::Result<SchedAttr> {
+        self.fx.get_sched(t)
+    }
+    fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> {
+        self.fx.set_sched(t, a)
+    }
+}
+
+fn opts(procfs: &Path) -> QosOpts {
+    QosOpts { cgroup_root: "/cg".into(), procfs_root: procfs.into(), ..Default::default() }
+}
+
+fn proc_fixture(dir: &Path, pid: i32, comm: &str) {
+    let d = dir.join(pid.to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("stat"), format!("{pid} ({comm}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 1 2\n")).unwrap();
+    std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+    std::fs::write(d.join("cgroup"), "3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n0::/\n").unwrap();
+}
+
+fn log(f: &CgFake) -> Vec<String> {
+    f.fx.log.lock().unwrap().clone()
+}
+
+#[test]
+fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [425_000, 425_000, 100_000]), opts(pd.path()), &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    let r = c.apply(&mut j, &f).unwrap();
+    assert_eq!(r.created.len(), 12, "joule + 3 classes in cpu, cpuset, cpuacct");
+    let l = log(&f);
+    let pos = |s: &str| l.iter().position(|x| x == s).unwrap_or_else(|| panic!("{s} not in {l:#?}"));
+    assert!(pos("write /cg/cpu/joule/cpu.rt_runtime_us 950000") < pos("write /cg/cpu/joule/cgA/cpu.rt_runtime_us 100000"));
+    assert!(pos("write /cg/cpuset/joule/cpuset.mems 0") < pos("mkdir /cg/cpuset/joule/cg0"));
+    assert_eq!(f.fx.file("/cg/cpuset/joule/cgA/cpuset.cpus").as_deref(), Some("1"));
+    let rep = c.release(jd.path(), &f).unwrap();
+    assert!(rep.failed.is_empty(), "{:?}", rep.failed);
+    assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
+    assert_eq!(f.fx.file("/cg/cpu/cpu.rt_runtime_us").as_deref(), Some("950000"));
+}
+
+#[test]
+fn failure_mid_apply_rolls_back_and_names_the_value() {
+    let f = CgFake::v1();
+    f.fail("joule/cgA/cpu.rt_runtime_us", libc::EINVAL);
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [300_000, 300_000, 350_000]), opts(pd.path()), &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    let e = c.apply(&mut j, &f).unwrap_err().to_string();
+    assert!(e.contains("\"350000\"") && e.contains("/cg/cpu/joule/cgA/cpu.rt_runtime_us") && e.contains("RT budget"), "{e}");
+    assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
+    // The records stay in the journal but replaying them again is harmless.
+    f.fail.lock().unwrap().clear();
+    let r = journal::restore(jd.path(), &f).unwrap();
+    assert!(r.failed.is_empty());
+}
+
+#[test]
+fn read_only_cgroupfs_is_a_clear_error() {
+    let f = CgFake::v1();
+    f.fx.read_only.lock().unwrap().push("/cg".into());
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 100_000]), opts(pd.path()), &f).unwrap();
+    let e = c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap_err();
+    assert!(matches!(e, QosError::ReadOnly { .. }), "{e}");
+    assert!(e.to_string().contains("read-only"));
+}
+
+#[test]
+fn refused_classes_never_reach_the_tree() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let e = QosController::new_with(&seed::classes(10_000, [250, 250, 9_000]), opts(pd.path()), &f).err().unwrap();
+    assert!(e.to_string().contains("rt_period_us = 10000 µs is below the minimum 100000 µs"), "{e}");
+    assert!(log(&f).is_empty());
+}
+
+#[test]
+fn tasks_are_moved_with_undo_and_vanished_pids_are_skipped() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    proc_fixture(pd.path(), 500, "thirdparty");
+    proc_fixture(pd.path(), 501, "thirdparty");
+    let jd = tempfile::tempdir().unwrap();
+    let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
+    cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
+    let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    // pid 501 exits between the scan and the move.
+    struct Vanish<'a>(&'a CgFake);
+    impl Effects for Vanish<'_> {
+        fn read(&self, p: &Path) -> io::Result<String> { self.0.read(p) }
+        fn write(&self, p: &Path, v: &str) -> io::Result<()> {
+            if v == "501" { return Err(io::Error::from_raw_os_error(libc::ESRCH)); }
+            self.0.write(p, v)
+        }
+        fn create_dir(&self, p: &Path) -> io::Result<()> { self.0.create_dir(p) }
+        fn remove_dir(&self, p: &Path) -> io::Result<()> { self.0.remove_dir(p) }
+        fn remove_file(&self, p: &Path) -> io::Result<()> { self.0.remove_file(p) }
+        fn exists(&self, p: &Path) -> bool { self.0.exists(p) }
+        fn get_sched(&self, t: i32) -> io::Result<SchedAttr> { self.0.get_sched(t) }
+        fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> { self.0.set_sched(t, a) }
+    }
+    let v = Vanish(&f);
+    let r = c.apply(&mut Journal::open(jd.path()).unwrap(), &v).unwrap();
+    assert_eq!(r.moved, vec![(500, "cgA".to_string())]);
+    assert_eq!(r.vanished, vec![501]);
+    assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some("500"));
+    let moves: Vec<_> = journal::entries(jd.path()).unwrap().into_iter().filter(|e| matches!(e.undo, Undo::MoveTask { pid: 500, .. })).collect();
+    assert_eq!(moves.len(), 3, "one per hierarchy");
+    c.release(jd.path(), &f).unwrap();
+    assert!(log(&f).contains(&"write /cg/cpu/cgroup.procs 500".to_string()));
+}
+
+#[test]
+fn reconcile_recreates_a_deleted_cgroup_and_is_rate_limited() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut o = opts(pd.path());
+    o.reconcile_interval = Duration::ZERO;
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 100_000, 100_000]), o, &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    c.apply(&mut j, &f).unwrap();
+    f.fx.remove_dir(Path::new("/cg/cpu/joule/cg1")).unwrap();
+    let r = c.reconcile(&mut j, &f).unwrap();
+    assert_eq!(r.recreated, vec![PathBuf::from("/cg/cpu/joule/cg1")]);
+    assert_eq!(f.fx.file("/cg/cpu/joule/cg1/cpu.rt_runtime_us").as_deref(), Some("100000"));
+    c.opts.reconcile_interval = Duration::from_secs(60);
+    assert!(c.reconcile(&mut j, &f).unwrap().skipped_rate_limit);
+    c.release(jd.path(), &f).unwrap();
+    assert!(f.joule_dirs().is_empty());
+}
+
+#[test]
+fn release_leaves_other_owners_records() {
+    let f = CgFake::v1();
+    f.set("/other/knob", "changed");
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    j.record("thermal", Undo::Write { path: "/other/knob".into(), old: "orig".into() }).unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 100_000]), opts(pd.path()), &f).unwrap();
+    c.apply(&mut j, &f).unwrap();
+    c.release(jd.path(), &f).unwrap();
+    let left = journal::entries(jd.path()).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].owner, "thermal");
+    assert_eq!(f.fx.file("/other/knob").as_deref(), Some("changed"));
+}
+
+#[test]
+fn v2_fixture_writes_cpu_max_and_undoes_the_controller_enable() {
+    let f = CgFake::default();
+    f.mkdir_raw("/cg");
+    f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
+    f.set("/cg/cpuset.cpus.effective", "0-1");
+    f.fx.log.lock().unwrap().clear();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let cs = vec![
+        ClassConfig { name: "apps".into(), quota_us: Some(30_000), period_us: Some(100_000), burst_us: Some(5_000), weight: Some(50), cpus: Some("1".into()), ..Default::default() },
+        ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), ..Default::default() },
+    ];
+    // RT bandwidth does not exist on v2: refused with the CFS equivalent offered ...
+    let e = QosController::new_with(&cs, opts(pd.path()), &f).err().unwrap().to_string();
+    assert!(e.contains("RT group bandwidth does not exist here") && e.contains("quota_us = 60000 / period_us = 100000"), "{e}");
+    // ... or applied as that equivalent when asked.
+    let o = QosOpts { rt_fallback_to_cfs: true, ..opts(pd.path()) };
+    let mut c = QosController::new_with(&cs, o, &f).unwrap();
+    assert_eq!(c.layout().kind, BackendKind::V2);
+    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    assert_eq!(f.fx.file("/cg/joule/apps/cpu.max").as_deref(), Some("30000 100000"));
+    assert_eq!(f.fx.file("/cg/joule/apps/cpu.max.burst").as_deref(), Some("5000"));
+    assert_eq!(f.fx.file("/cg/joule/apps/cpu.weight").as_deref(), Some("50"));
+    assert_eq!(f.fx.file("/cg/joule/main/cpu.max").as_deref(), Some("60000 100000"));
+    assert_eq!(f.fx.file("/cg/cgroup.subtree_control").as_deref(), Some("+cpuset"));
+    c.release(jd.path(), &f).unwrap();
+    assert!(f.joule_dirs().is_empty());
+    let l = log(&f);
+    assert!(l.contains(&"write /cg/cgroup.subtree_control -cpu".to_string()) && l.contains(&"write /cg/cgroup.subtree_control -cpuset".to_string()), "{l:#?}");
+}
+
+#[test]
+fn status_reports_achieved_share_from_usage_deltas() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 300_000]), opts(pd.path()), &f).unwrap();
+    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    assert!(c.status(&f).iter().all(|s| s.achieved_pct.is_none()));
+    std::thread::sleep(Duration::from_millis(100));
+    f.set("/cg/cpuacct/joule/cgA/cpuacct.usage", "30000000"); // 30 ms in ~100 ms
+    let s = c.status(&f);
+    let a = s.iter().find(|s| s.name == "cgA").unwrap();
+    assert!((a.expected_pct - 30.0).abs() < 1e-9);
+    let got = a.achieved_pct.unwrap();
+    assert!(got > 20.0 && got <= 30.0, "{got}");
+    c.rollback(&f);
+}

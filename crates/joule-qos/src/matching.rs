@@ -1,0 +1,184 @@
+//! Task matching on /proc: which process belongs to which class. A process matching any rule
+//! of a class belongs to it (the first class in config order wins); a process matching none
+//! follows its nearest matching ancestor ("children follow their parent"). Kernel threads are
+//! never matched. The procfs root is a parameter so tests run on fixture trees.
+
+use joule_core::config::ClassConfig;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What matching needs to know about one process.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    pub exe: Option<PathBuf>,
+    pub uid: Option<u32>,
+    /// (controllers, path) per line of /proc/PID/cgroup; v2's line has controllers "".
+    pub cgroups: Vec<(String, String)>,
+    pub kthread: bool,
+}
+
+impl ProcInfo {
+    /// The cgroup path in the hierarchy holding `controller` ("" = the v2 unified line).
+    pub fn cgroup_of(&self, controller: &str) -> Option<&str> {
+        self.cgroups
+            .iter()
+            .find(|(c, _)| if controller.is_empty() { c.is_empty() } else { c.split(',').any(|x| x == controller) })
+            .map(|(_, p)| p.as_str())
+    }
+}
+
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Reads one process; `None` when it vanished (or is not a process directory).
+pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
+    let d = procfs.join(pid.to_string());
+    let stat = std::fs::read_to_string(d.join("stat")).ok()?;
+    // comm may contain spaces and parentheses: fields resume after the last ')'.
+    let rparen = stat.rfind(')')?;
+    let comm_stat = stat.get(stat.find('(')? + 1..rparen)?.to_string();
+    let rest: Vec<&str> = stat[rparen + 1..].split_whitespace().collect();
+    let ppid = rest.get(1)?.parse().ok()?;
+    let flags: u64 = rest.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let comm = std::fs::read_to_string(d.join("comm")).map(|s| s.trim_end_matches('\n').to_string()).unwrap_or(comm_stat);
+    let uid = std::fs::read_to_string(d.join("status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()));
+    let cgroups = std::fs::read_to_string(d.join("cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (_, c, p) = (it.next()?, it.next()?, it.next()?);
+            Some((c.to_string(), p.to_string()))
+        })
+        .collect();
+    Some(ProcInfo {
+        pid,
+        ppid,
+        comm,
+        exe: std::fs::read_link(d.join("exe")).ok(),
+        uid,
+        cgroups,
+        kthread: flags & PF_KTHREAD != 0 || pid == 2 || ppid == 2,
+    })
+}
+
+/// Every process under `procfs` (those that vanish while being read are skipped).
+pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
+    let Ok(rd) = std::fs::read_dir(procfs) else { return Vec::new() };
+    let mut v: Vec<ProcInfo> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| read_proc(procfs, pid))
+        .collect();
+    v.sort_by_key(|p| p.pid);
+    v
+}
+
+fn under(path: &str, rule: &str) -> bool {
+    let rule = rule.trim_end_matches('/');
+    rule.is_empty() || path == rule || path.strip_prefix(rule).is_some_and(|r| r.starts_with('/'))
+}
+
+/// The first class (by config order) whose rules the process matches directly.
+pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a str> {
+    if p.kthread {
+        return None;
+    }
+    classes.iter().find(|c| {
+        let m = &c.matches;
+        m.pid.contains(&p.pid)
+            || m.comm.iter().any(|x| *x == p.comm)
+            || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
+            || p.uid.is_some_and(|u| m.uid.contains(&u))
+            || m.cgroup.iter().any(|r| p.cgroups.iter().any(|(_, path)| under(path, r)))
+    })
+    .map(|c| c.name.as_str())
+}
+
+/// pid → class for every process that belongs to a class, directly or through an ancestor.
+pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig]) -> BTreeMap<i32, String> {
+    let by_pid: BTreeMap<i32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
+    let direct: BTreeMap<i32, &str> = procs.iter().filter_map(|p| Some((p.pid, direct_match(p, classes)?))).collect();
+    let mut out = BTreeMap::new();
+    for p in procs.iter().filter(|p| !p.kthread) {
+        let mut cur = Some(p);
+        let mut hops = 0;
+        while let Some(q) = cur {
+            if let Some(c) = direct.get(&q.pid) {
+                out.insert(p.pid, c.to_string());
+                break;
+            }
+            hops += 1;
+            if q.ppid <= 1 || hops > 64 {
+                break;
+            }
+            cur = by_pid.get(&q.ppid).copied();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::config::MatchRules;
+
+    fn fixture(dir: &Path, pid: i32, ppid: i32, comm: &str, uid: u32, cg: &str, flags: u64) {
+        let d = dir.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("stat"), format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 1 2\n")).unwrap();
+        std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+        std::fs::write(d.join("status"), format!("Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")).unwrap();
+        std::fs::write(d.join("cgroup"), format!("3:cpuset:/\n1:cpu:{cg}\n0::{cg}\n")).unwrap();
+        std::os::unix::fs::symlink(format!("/usr/bin/{comm}"), d.join("exe")).unwrap();
+    }
+
+    fn class(name: &str, m: MatchRules) -> ClassConfig {
+        ClassConfig { name: name.into(), matches: m, ..Default::default() }
+    }
+
+    #[test]
+    fn rules_and_children_following_their_parent() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        fixture(p, 1, 0, "init", 0, "/", 0);
+        fixture(p, 2, 0, "kthreadd", 0, "/", PF_KTHREAD);
+        fixture(p, 100, 1, "player", 1000, "/user.slice", 0);
+        fixture(p, 101, 100, "decoder", 1000, "/user.slice", 0); // child of player
+        fixture(p, 102, 101, "helper (x)", 1000, "/user.slice", 0); // grandchild, odd comm
+        fixture(p, 200, 1, "thirdparty", 2000, "/apps/store/a", 0);
+        fixture(p, 300, 1, "other", 0, "/apps/storefront", 0); // not under /apps/store
+        fixture(p, 400, 1, "byexe", 0, "/", 0);
+        let cs = vec![
+            class("main", MatchRules { comm: vec!["player".into()], ..Default::default() }),
+            class("apps", MatchRules { cgroup: vec!["/apps/store".into()], uid: vec![2000], ..Default::default() }),
+            class("tools", MatchRules { exe: vec!["/usr/bin/byexe".into()], pid: vec![2], ..Default::default() }),
+        ];
+        let procs = scan(p);
+        assert_eq!(procs.len(), 8);
+        assert_eq!(procs.iter().find(|x| x.pid == 102).unwrap().comm, "helper (x)");
+        let a = assign(&procs, &cs);
+        let want: BTreeMap<i32, String> =
+            [(100, "main"), (101, "main"), (102, "main"), (200, "apps"), (400, "tools")].into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        assert_eq!(a, want, "kthread 2 never matches even by pid; /apps/storefront is not under /apps/store");
+    }
+
+    #[test]
+    fn own_match_beats_the_parent_and_vanished_pids_are_skipped() {
+        let t = tempfile::tempdir().unwrap();
+        fixture(t.path(), 10, 1, "shell", 0, "/", 0);
+        fixture(t.path(), 11, 10, "game", 0, "/", 0);
+        std::fs::create_dir_all(t.path().join("12")).unwrap(); // vanished: no stat
+        let cs = vec![
+            class("a", MatchRules { comm: vec!["shell".into()], ..Default::default() }),
+            class("b", MatchRules { comm: vec!["game".into()], ..Default::default() }),
+        ];
+        let a = assign(&scan(t.path()), &cs);
+        assert_eq!(a.get(&11).map(String::as_str), Some("b"));
+        assert_eq!(a.len(), 2);
+    }
+}
