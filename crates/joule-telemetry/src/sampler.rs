@@ -41,6 +41,15 @@ impl Sampler {
         Self { sources, warned, clock_base: Instant::now(), last_monotonic_ms: None }
     }
 
+    /// Drops the source called `name` (e.g. `task_wait` when the eBPF programs measure the
+    /// same thing at a cost proportional to active tasks instead of all threads).
+    pub fn remove_source(&mut self, name: &str) {
+        if let Some(i) = self.sources.iter().position(|s| s.name() == name) {
+            self.sources.remove(i);
+            self.warned.remove(i);
+        }
+    }
+
     /// Names of the sources, in the order they run.
     pub fn source_names(&self) -> Vec<&'static str> {
         self.sources.iter().map(|s| s.name()).collect()
@@ -73,5 +82,19 @@ impl Sampler {
             }
         }
         snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn remove_source_drops_only_that_source() {
+        let mut s = super::Sampler::new(&joule_core::config::TelemetryConfig::default());
+        let before = s.source_names().len();
+        s.remove_source("task_wait");
+        assert_eq!(s.source_names().len(), before - 1);
+        assert!(!s.source_names().contains(&"task_wait"));
+        s.remove_source("no-such-source");
+        assert_eq!(s.source_names().len(), before - 1);
     }
 }
