@@ -19,20 +19,22 @@ run: build
 	$(JOULE) agent --config $(CONFIG)
 
 # Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: sched_ext kernel in a VM.
+# Tests build with --release so they share compiled dependencies with the release binary
+# that `make run` and the VM tier use (one build of everything instead of two).
 test: build test-unit test-root test-vm
 	@echo "make test: all three tiers passed"
 
 test-unit: deps
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --release --workspace --locked
 
 test-root: deps
-	$(CARGO) test --workspace --locked -- --ignored root_ --test-threads=1
+	$(CARGO) test --release --workspace --locked -- --ignored root_ --test-threads=1
 
 vm-deps: deps
 	@bash scripts/vm/setup.sh
 
 test-vm: build vm-deps
-	$(CARGO) test --workspace --locked -- --ignored vm_ --test-threads=1
+	$(CARGO) test --release --workspace --locked -- --ignored vm_ --test-threads=1
 
 restore: build
 	$(JOULE) restore
