@@ -264,7 +264,7 @@ impl QosController {
                         continue;
                     }
                     self.record(journal, Undo::Write { path: path.clone(), old: undo.unwrap_or(old) })?;
-                    fx.write(&path, &value).map_err(|e| match e.raw_os_error() {
+                    write_retrying(fx, &path, &value).map_err(|e| match e.raw_os_error() {
                         Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => QosError::io(what.clone(), &path, e),
                         _ => QosError::KernelRefused { hint: hint_for(&path, &e), what, path: path.clone(), value: value.clone(), source: e },
                     })?;
@@ -425,6 +425,20 @@ impl QosController {
     pub fn release(&mut self, journal_dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
         crate::release::release_owner(journal_dir, &self.opts.owner, fx)
+    }
+}
+
+/// Writes a knob; RT runtime refused with EINVAL is retried for up to 2 s, because the kernel
+/// returns a removed group's RT budget to its parent asynchronously (after an RCU grace
+/// period), so a re-apply right after a release would otherwise fail.
+fn write_retrying(fx: &dyn Effects, path: &Path, value: &str) -> io::Result<()> {
+    let rt = path.file_name().is_some_and(|f| f == "cpu.rt_runtime_us");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match fx.write(path, value) {
+            Err(e) if rt && e.raw_os_error() == Some(libc::EINVAL) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            r => return r,
+        }
     }
 }
 

@@ -1,0 +1,152 @@
+//! `joule qos`: the `[[class]]` guarantees by hand — see the arithmetic (`plan`), put it in
+//! place (`apply`), watch it (`status`), take it away (`release`). The agent does the same at
+//! start and undoes it on exit; this is for trying a config, and for scripts (`--json`).
+
+use anyhow::Context;
+use joule_core::config::Config;
+use joule_core::effects::RealEffects;
+use joule_core::journal::Journal;
+use joule_qos::{QosController, QosOpts};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct QosArgs {
+    #[command(subcommand)]
+    cmd: QosCmd,
+}
+
+/// Options every qos subcommand shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct QosCommon {
+    /// Smallest RT/CFS period admitted, µs. The seed lost CPU to scheduling overhead below
+    /// 100 ms; lower it only after `joule bench rt-share` shows your machine does not.
+    #[arg(long, default_value_t = joule_qos::DEFAULT_MIN_PERIOD_US)]
+    min_period_us: u64,
+    /// Where RT group bandwidth does not exist (cgroup v2, no RT_GROUP_SCHED), apply the CFS
+    /// equivalent (same CPU time as a quota) instead of refusing. A quota caps the class; it
+    /// does not guarantee it a floor the way RT runtime does.
+    #[arg(long)]
+    rt_fallback_to_cfs: bool,
+    /// Use this backend instead of detecting it (v1 wins when the cpu controller is bound to
+    /// a v1 hierarchy).
+    #[arg(long, value_parser = ["v1", "v2"])]
+    backend: Option<String>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum QosCmd {
+    /// Show what would be written and why: each class's expected share per CPU (the seed's
+    /// formula, runtime/period of each CPU it may use), the per-core sums, the kernel's limits,
+    /// and the verdict. Changes nothing; exit 2 when admission refuses.
+    Plan {
+        #[command(flatten)]
+        common: QosCommon,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the class cgroups, write their knobs and move matching tasks in. Nothing is
+    /// half-applied: a failure undoes this apply. Stays applied until `joule qos release` or
+    /// `joule restore` (the journal is in agent.journal_dir). Unlike the agent, it does not
+    /// keep moving new tasks in afterwards; use `--follow SECONDS` for that.
+    Apply {
+        #[command(flatten)]
+        common: QosCommon,
+        /// Keep reconciling (moving newly matching tasks in) for this long, then exit with the
+        /// classes still applied.
+        #[arg(long, value_name = "SECONDS")]
+        follow: Option<u64>,
+    },
+    /// Per class: configured values, expected share, achieved share over `--interval`,
+    /// throttled time and tasks.
+    Status {
+        #[command(flatten)]
+        common: QosCommon,
+        /// Measurement interval in milliseconds; longer is steadier for 1 s RT periods.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Undo what `qos apply` (or a crashed agent's classes) did: only joule-qos's records in
+    /// the journal; other mechanisms' changes stay (`joule restore` undoes everything).
+    Release,
+}
+
+fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosController> {
+    let opts = QosOpts {
+        cgroup_root: cfg.telemetry.cgroup_root.clone(),
+        procfs_root: cfg.telemetry.procfs_root.clone(),
+        min_period_us: c.min_period_us,
+        rt_fallback_to_cfs: c.rt_fallback_to_cfs,
+        backend: c.backend.as_deref().map(|b| if b == "v2" { joule_qos::BackendKind::V2 } else { joule_qos::BackendKind::V1 }),
+        enforce_admission: enforce,
+        ..Default::default()
+    };
+    Ok(QosController::new(&cfg.classes, opts)?)
+}
+
+pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
+    let fx = RealEffects;
+    let journal_dir: PathBuf = cfg.agent.journal_dir.clone();
+    match &args.cmd {
+        QosCmd::Plan { common, json } => {
+            let c = controller(cfg, common, false)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(c.plan())?);
+            } else {
+                println!("backend: cgroup {:?} ({})", c.layout().kind, c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", "));
+                print!("{}", c.plan().render());
+            }
+            anyhow::ensure!(c.plan().admitted(), "admission refused the classes (nothing was written)");
+        }
+        QosCmd::Apply { common, follow } => {
+            let mut c = controller(cfg, common, true)?;
+            let mut j = Journal::open(&journal_dir).context("while opening the undo journal")?;
+            let r = c.apply(&mut j, &fx).context("while applying classes (everything this apply did was undone)")?;
+            println!("applied: {} cgroup(s) created, {} knob write(s), {} task(s) moved", r.created.len(), r.writes, r.moved.len());
+            for n in &r.notes {
+                println!("note: {n}");
+            }
+            if let Some(secs) = follow {
+                let end = std::time::Instant::now() + Duration::from_secs(*secs);
+                while std::time::Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let r = c.reconcile(&mut j, &fx)?;
+                    for (pid, class) in &r.moved {
+                        println!("moved pid {pid} into {class}");
+                    }
+                }
+            }
+            println!("release with `joule qos release` or `joule restore` (journal: {})", j.path().display());
+        }
+        QosCmd::Status { common, interval_ms, json } => {
+            let c = controller(cfg, common, false)?;
+            c.status(&fx);
+            std::thread::sleep(Duration::from_millis(*interval_ms));
+            let s = c.status(&fx);
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!("{:<16} {:<44} {:>9} {:>9} {:>11} {:>6}", "class", "configured", "expect%", "achieved%", "throttled", "tasks");
+                for x in &s {
+                    let a = x.achieved_pct.map(|v| format!("{v:.1}")).unwrap_or("-".into());
+                    let t = x.throttled_ms.map(|v| format!("{v:.0} ms")).unwrap_or("-".into());
+                    let present = if x.present { "" } else { "  (not applied)" };
+                    println!("{:<16} {:<44} {:>9.1} {:>9} {:>11} {:>6}{present}", x.name, x.configured, x.expected_pct, a, t, x.tasks);
+                }
+            }
+        }
+        QosCmd::Release => {
+            let r = joule_qos::release_owner(&journal_dir, joule_qos::OWNER, &fx)?;
+            println!("released: {} change(s) undone, {} already gone, {} failed", r.undone, r.already_gone, r.failed.len());
+            for f in &r.failed {
+                eprintln!("  failed (kept in the journal for a retry): {f}");
+            }
+            anyhow::ensure!(r.failed.is_empty(), "some changes could not be undone");
+        }
+    }
+    Ok(())
+}
