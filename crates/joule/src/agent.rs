@@ -11,6 +11,7 @@ use anyhow::Context;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
 use joule_core::Snapshot;
+use joule_qos::{QosController, QosOpts};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -195,15 +196,13 @@ fn run_loop(
             next = now; // overran: do not try to catch up with a burst
         }
     }
-    if let Some(q) = qos.take() {
-        drop(q); // its changes are undone with the rest of the journal on shutdown
-    }
+    drop(qos); // its changes are undone with the rest of the journal by the caller
     drop(snapper); // detaches BPF programs and removes the pins
     Ok(())
 }
 
 /// Applies the config's classes (admission control first; nothing half-applied).
-fn qos_start(cfg: &joule_core::config::Config, root: bool, journal: &mut Journal, events: &mut Events) -> anyhow::Result<Option<QosHandle>> {
+fn qos_start(cfg: &joule_core::config::Config, root: bool, journal: &mut Journal, events: &mut Events) -> anyhow::Result<Option<QosController>> {
     if cfg.classes.is_empty() || !cfg.agent.apply_classes {
         return Ok(None);
     }
@@ -211,10 +210,22 @@ fn qos_start(cfg: &joule_core::config::Config, root: bool, journal: &mut Journal
         tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
         return Ok(None);
     }
-    let _ = (journal, events);
-    Ok(None)
+    let opts = QosOpts { cgroup_root: cfg.telemetry.cgroup_root.clone(), procfs_root: cfg.telemetry.procfs_root.clone(), ..QosOpts::default() };
+    let mut q = QosController::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?;
+    let report = q.apply(journal, &RealEffects).context("while applying [[class]] guarantees")?;
+    tracing::info!("classes applied: {} cgroup(s) created, {} task(s) moved", report.created.len(), report.moved.len());
+    events.emit("qos_applied", serde_json::to_value(&report).unwrap_or_default());
+    Ok(Some(q))
 }
 
-type QosHandle = ();
-
-fn qos_tick(_q: &mut QosHandle, _journal: &mut Journal, _events: &mut Events) {}
+/// Keeps classes in place: newly matching tasks moved in, deleted cgroups recreated.
+fn qos_tick(q: &mut QosController, journal: &mut Journal, events: &mut Events) {
+    match q.reconcile(journal, &RealEffects) {
+        Ok(r) if !r.moved.is_empty() || !r.recreated.is_empty() => events.emit("qos_reconciled", serde_json::to_value(&r).unwrap_or_default()),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!("keeping classes in place failed: {e}");
+            events.emit("qos_error", serde_json::json!({ "error": e.to_string() }));
+        }
+    }
+}

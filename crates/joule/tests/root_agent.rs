@@ -183,3 +183,37 @@ fn root_agent_shutdown_on_sigterm_undoes_its_changes() {
     let journal = joule_core::journal::entries(&agent.journal_dir()).unwrap();
     assert!(journal.is_empty(), "journal not emptied: {journal:?}");
 }
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_sigkilled_agent_with_a_class_then_restore_removes_its_cgroups() {
+    if !require(is_root(), "root (the agent creates cgroups)") {
+        return;
+    }
+    let cpu_v1 = Path::new("/sys/fs/cgroup/cpu");
+    if !require(cpu_v1.join("cpu.cfs_quota_us").exists(), "cgroup v1 cpu hierarchy with CFS bandwidth") {
+        return;
+    }
+    let mut target = Command::new("sleep").arg("120").spawn().unwrap();
+    let pid = target.id();
+    let cgroup_of = || std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let before = cgroup_of();
+    let class = format!("[[class]]\nname = \"jtest\"\nmatch = {{ pid = [{pid}] }}\nquota_us = 20000\nperiod_us = 100000\n");
+    let mut agent = Agent::start(&class);
+    let procs = cpu_v1.join("joule/jtest/cgroup.procs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&procs).unwrap_or_default().lines().any(|l| l == pid.to_string()) {
+        assert!(Instant::now() < deadline, "agent never moved {pid} into {}", procs.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(std::fs::read_to_string(cpu_v1.join("joule/jtest/cpu.cfs_quota_us")).unwrap().trim(), "20000");
+    agent.child.kill().unwrap();
+    agent.child.wait().unwrap();
+    assert!(cpu_v1.join("joule/jtest").exists(), "cgroup vanished without restore: the test would prove nothing");
+    let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!cpu_v1.join("joule").exists(), "restore left /sys/fs/cgroup/cpu/joule");
+    assert_eq!(cgroup_of(), before, "task not back in its original cgroups");
+    let _ = target.kill();
+    let _ = target.wait();
+}
