@@ -10,6 +10,7 @@ mod pod;
 mod probe;
 pub mod runqlat;
 mod storage;
+mod task_wait;
 pub mod thermal;
 
 pub use cgroups::{detect_from_mounts, CgroupNames};

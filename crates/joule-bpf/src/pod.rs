@@ -14,6 +14,7 @@ unsafe impl Pod for crate::intf::joule_thermal_config {}
 unsafe impl Pod for crate::intf::joule_zone_state {}
 unsafe impl Pod for crate::intf::joule_stage {}
 unsafe impl Pod for crate::intf::joule_feed_ctx {}
+unsafe impl Pod for crate::intf::joule_task_wait {}
 unsafe impl Pod for u32 {}
 unsafe impl Pod for u64 {}
 

@@ -126,7 +126,7 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     let cg = TempCgroup::new(Path::new(V1_CPU));
     let before = prog_ids("joule_sched");
     let t0 = Instant::now();
-    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096 })
+    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 })
         .expect("loading runqlat");
     eprintln!("runqlat loaded and attached in {:?}", t0.elapsed());
     let _ = rq.sample(); // baseline: the next interval is the workload's
@@ -148,7 +148,7 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     assert!(again.iter().all(|s| s.cgroup != name || s.count < mine.count), "{again:?}");
 
     let ours: std::collections::BTreeSet<u32> = prog_ids("joule_sched").difference(&before).copied().collect();
-    assert_eq!(ours.len(), 3, "sched_wakeup, sched_wakeup_new, sched_switch");
+    assert_eq!(ours.len(), 5, "sched_wakeup, sched_wakeup_new, sched_switch, sched_process_exit, task_rename");
     drop(rq);
     assert!(all_unloaded(&ours, "joule_sched"), "dropping RunqLat must detach and unload its programs");
 }
@@ -164,11 +164,124 @@ fn root_runqlat_on_cgroup_v2_reports_the_root() {
         require(false, "a cgroup2 mount");
         return;
     };
-    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V2, cgroup_root: root.clone(), max_cgroups: 64 }).expect("loading runqlat (v2)");
+    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V2, cgroup_root: root.clone(), max_cgroups: 64, max_tasks: 1024 }).expect("loading runqlat (v2)");
     workload(None, Duration::from_millis(300));
     let stats = rq.sample();
     eprintln!("v2 at {}: {stats:?}", root.display());
     assert!(stats.iter().any(|s| s.count > 0 && !s.cgroup.starts_with("id:")), "{stats:?}");
+}
+
+/// CPU time of the calling thread (user + system), ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn runqlat_for_this_machine() -> RunqLat {
+    RunqLat::load(RunqLatOpts::for_root(Path::new("/sys/fs/cgroup"))).expect("loading runqlat")
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_task_waits_reports_the_threads_that_waited_with_their_tid_and_comm() {
+    require_root!();
+    let mut rq = runqlat_for_this_machine();
+    let _ = rq.task_waits(50); // baseline
+    let stop = Arc::new(AtomicBool::new(false));
+    let tids = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let spawn = |name: &str, sleep: bool| {
+        let (stop, tids) = (stop.clone(), tids.clone());
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                tids.lock().unwrap().push(unsafe { libc::gettid() });
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if sleep {
+                        std::thread::sleep(Duration::from_millis(1));
+                    } else {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                }
+            })
+            .unwrap()
+    };
+    let mut threads: Vec<_> = (0..3).map(|_| spawn("jwait-busy", false)).collect();
+    threads.push(spawn("jwait-sleeper", true));
+    std::thread::sleep(Duration::from_secs(1));
+    let first = rq.task_waits(50);
+    stop.store(true, Ordering::Relaxed);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let second = rq.task_waits(50);
+
+    for w in &first {
+        eprintln!("  {:>7} {:<16} {:>9} us", w.pid, w.comm, w.wait_us);
+    }
+    let ours: Vec<_> = first.iter().filter(|w| w.comm.starts_with("jwait-")).collect();
+    let tids = tids.lock().unwrap().clone();
+    assert_eq!(ours.iter().filter(|w| w.comm == "jwait-busy").count(), 3, "{first:#?}");
+    assert_eq!(ours.iter().filter(|w| w.comm == "jwait-sleeper").count(), 1, "{first:#?}");
+    let mut got: Vec<i32> = ours.iter().map(|w| w.pid).collect();
+    let mut want = tids.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "pid is the thread id");
+    assert!(first.windows(2).all(|w| w[0].wait_us >= w[1].wait_us), "longest first");
+    for w in &ours {
+        assert!(w.wait_us > 0, "{w:?}");
+        let again = second.iter().find(|s| s.pid == w.pid).map_or(0, |s| s.wait_us);
+        assert!(again < w.wait_us, "the second call covers only the time since the first: {w:?} then {again} us");
+    }
+}
+
+/// Not a pass/fail benchmark: prints the CPU cost of one `task_waits` call with ~2,000 more
+/// threads in the map than the machine has (each waited once, when it started), and fails
+/// only if it is absurd (the /proc walk it replaces costs ~2 ms per call at 1,000 threads).
+#[test]
+#[ignore = "tier 2: root"]
+fn root_task_waits_cost_with_2000_threads() {
+    require_root!();
+    let mut rq = runqlat_for_this_machine();
+    let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let sleepers: Vec<_> = (0..2000)
+        .map(|_| {
+            let gate = gate.clone();
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    let (m, cv) = &*gate;
+                    let _g = cv.wait_while(m.lock().unwrap(), |stop| !*stop).unwrap();
+                })
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let threads = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|p| std::fs::read_dir(p.path().join("task")).ok()).map(|t| t.count()).sum::<usize>();
+
+    let (c0, t0) = (thread_cpu_ns(), Instant::now());
+    let first = rq.task_waits(50);
+    let first_ns = thread_cpu_ns() - c0;
+    const CALLS: u64 = 50;
+    let c1 = thread_cpu_ns();
+    for _ in 0..CALLS {
+        std::hint::black_box(rq.task_waits(50));
+        std::thread::sleep(Duration::from_millis(2)); // let the map see some switches in between
+    }
+    let per_call_ns = (thread_cpu_ns() - c1) / CALLS;
+    eprintln!(
+        "threads on the machine: {threads}; first call {:.3} ms CPU ({:?} wall, {} reported); then {:.3} ms CPU per call",
+        first_ns as f64 / 1e6,
+        t0.elapsed(),
+        first.len(),
+        per_call_ns as f64 / 1e6
+    );
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    sleepers.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(first.len(), 50, "the map holds more than 50 threads that waited");
+    assert!(per_call_ns < 20_000_000, "{per_call_ns} ns per call");
 }
 
 fn feed_and_read(ts: &ThermalStage, temp_mc: i64) -> StageReading {

@@ -23,6 +23,10 @@ enum joule_limits {
 	JOULE_RUNQ_MAX_CGROUPS = 4096,
 	/* Tasks waiting for a CPU that have a wake-up timestamp pending. */
 	JOULE_RUNQ_MAX_PENDING = 16384,
+	/* Default number of threads the per-task wait map holds (a knob); LRU beyond it. */
+	JOULE_RUNQ_MAX_TASKS = 16384,
+	/* Bytes of a task's comm (TASK_COMM_LEN), NUL included. */
+	JOULE_COMM_LEN = 16,
 };
 
 /* Run-queue latency histogram: log-linear over nanoseconds. Values below 2^SUB_BITS ns have
@@ -51,6 +55,18 @@ struct joule_runq_hist {
 	__u64 sum_ns;
 	__u64 max_ns;
 	__u64 slots[JOULE_HIST_SLOTS];
+};
+
+/* task_waits[tid]: cumulative run-queue wait of one thread since the first time it waited after
+ * load; deleted when the thread exits. Both counters only grow, by atomic adds, so user space
+ * differences two reads. comm is the thread's name when the entry was created, kept current by
+ * tp_btf/task_rename (prctl PR_SET_NAME, exec). */
+struct joule_task_wait {
+	__u64 wait_ns;
+	__u64 count;   /* waits that ended on a CPU */
+	char comm[JOULE_COMM_LEN];
+	__u32 tgid;    /* the process the thread belongs to */
+	__u32 _pad;
 };
 
 /* Where a temperature came from. */

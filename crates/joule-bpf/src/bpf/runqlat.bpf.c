@@ -1,5 +1,6 @@
-/* Run-queue latency (wake-up -> on CPU) per cgroup, as log-linear histograms user space reads
- * and differences; the kernel never resets them, so a reader can never lose a race with it. */
+/* Run-queue latency (wake-up -> on CPU) per cgroup, as log-linear histograms, and per thread,
+ * as cumulative wait; user space reads both and differences them. The kernel never resets
+ * them, so a reader can never lose a race with it. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -31,6 +32,18 @@ struct {
 	__type(key, __u64);
 	__type(value, struct joule_runq_hist);
 } hists SEC(".maps");
+
+/* tid -> cumulative wait of that thread: O(live threads that waited since load) to read, unlike
+ * walking /proc/PID/task/TID/schedstat. sched_process_exit deletes an exited thread's entry;
+ * LRU is the safety net when more live threads wait than the map holds (the least recently
+ * waiting make room). LRU maps are preallocated: ~100 bytes of kernel memory per entry (user
+ * space sets max_entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, JOULE_RUNQ_MAX_TASKS);
+	__type(key, __u32);
+	__type(value, struct joule_task_wait);
+} task_waits SEC(".maps");
 
 /* Initial value for a new cgroup's histogram (too big for the BPF stack). */
 static struct joule_runq_hist zero_hist;
@@ -122,6 +135,54 @@ int BPF_PROG(joule_sched_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
+/* A thread exits: free its entry now rather than when the LRU gets to it, so the map (which
+ * user space reads whole) holds live threads only, and a reused tid starts a fresh entry with
+ * its own comm and tgid. Once per thread exit, off the sched_switch path. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(joule_sched_process_exit, struct task_struct *p)
+{
+	__u32 pid = BPF_CORE_READ(p, pid);
+
+	bpf_map_delete_elem(&task_waits, &pid);
+	return 0;
+}
+
+/* The name of a thread changes after its first wait (a new thread inherits its creator's comm
+ * until it calls prctl(PR_SET_NAME); exec renames too): keep the entry's comm current here
+ * rather than copying comm on every sched_switch. */
+SEC("tp_btf/task_rename")
+int BPF_PROG(joule_sched_rename, struct task_struct *task, const char *comm)
+{
+	struct joule_task_wait *tw;
+	__u32 pid = BPF_CORE_READ(task, pid);
+
+	tw = bpf_map_lookup_elem(&task_waits, &pid);
+	if (tw)
+		bpf_probe_read_kernel_str(tw->comm, sizeof(tw->comm), comm);
+	return 0;
+}
+
+/* Adds one finished wait of `p` to its thread's entry: a lookup and two atomic adds, or, for a
+ * thread's first wait, one insert (comm and tgid are read only then). */
+static __always_inline void account_task_wait(struct task_struct *p, __u32 pid, __u64 delta_ns)
+{
+	struct joule_task_wait *tw, init = {};
+
+	tw = bpf_map_lookup_elem(&task_waits, &pid);
+	if (!tw) {
+		init.wait_ns = delta_ns;
+		init.count = 1;
+		init.tgid = BPF_CORE_READ(p, tgid);
+		BPF_CORE_READ_STR_INTO(&init.comm, p, comm);
+		/* Only this CPU switches `p` in, so nothing races this insert; if the LRU cannot
+		 * allocate, this one wait goes uncounted. */
+		bpf_map_update_elem(&task_waits, &pid, &init, BPF_NOEXIST);
+		return;
+	}
+	__sync_fetch_and_add(&tw->wait_ns, delta_ns);
+	__sync_fetch_and_add(&tw->count, 1);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(joule_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -141,6 +202,8 @@ int BPF_PROG(joule_sched_switch, bool preempt, struct task_struct *prev, struct 
 	bpf_map_delete_elem(&start, &pid);
 	if ((__s64)delta_ns < 0)
 		return 0;
+
+	account_task_wait(next, pid, delta_ns);
 
 	cg = task_cgroup_id(next);
 	h = bpf_map_lookup_elem(&hists, &cg);
