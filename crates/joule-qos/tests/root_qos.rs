@@ -1,0 +1,241 @@
+//! Tier-2 (root) tests of joule-qos on this machine's real cgroups: classes applied on the v1
+//! hierarchy move real busy loops and hold them to their share; on the v2 hierarchy (no
+//! controllers here: cpu and cpuset are bound to v1) grouping, accounting and clean refusal;
+//! a SIGKILLed applier is cleaned up by the journal. Each test uses its own top group and
+//! journal and undoes everything on Drop; they run one at a time (they share CPU 1 and the
+//! machine's RT budget).
+
+use joule_core::config::{ClassConfig, MatchRules};
+use joule_core::effects::{Effects, RealEffects, SchedAttr};
+use joule_core::journal::{self, Journal};
+use joule_core::testing::{is_root, require};
+use joule_qos::{BackendKind, QosController, QosOpts};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const GROUP: &str = "joule-test";
+const OWNER: &str = "qos-test";
+
+/// Kills the spawned loops and releases this test's journal records on Drop.
+struct Guard {
+    dir: tempfile::TempDir,
+    children: Vec<Child>,
+}
+
+impl Guard {
+    fn new() -> Self {
+        Guard { dir: tempfile::tempdir().unwrap(), children: Vec::new() }
+    }
+    fn spin(&mut self) -> i32 {
+        let c = Command::new("sh").arg("-c").arg("while :; do :; done").spawn().unwrap();
+        let pid = c.id() as i32;
+        self.children.push(c);
+        pid
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            c.kill().ok();
+            c.wait().ok();
+        }
+        let r = joule_qos::release_owner(self.dir.path(), OWNER, &RealEffects).unwrap();
+        assert!(r.failed.is_empty(), "cleanup failed: {:?}", r.failed);
+        assert_eq!(std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap().trim(), "950000");
+    }
+}
+
+fn opts() -> QosOpts {
+    QosOpts { group_name: GROUP.into(), owner: OWNER.into(), ..Default::default() }
+}
+
+fn class(name: &str, pid: i32) -> ClassConfig {
+    ClassConfig { name: name.into(), matches: MatchRules { pid: vec![pid], ..Default::default() }, cpus: Some("1".into()), ..Default::default() }
+}
+
+/// Achieved % of one CPU over `secs`, from the controller's own status.
+fn measure(c: &QosController, name: &str, secs: f64) -> f64 {
+    c.status(&RealEffects);
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    c.status(&RealEffects).into_iter().find(|s| s.name == name).unwrap().achieved_pct.unwrap()
+}
+
+fn no_leftovers() {
+    for h in ["cpu", "cpuset", "cpuacct", "unified"] {
+        assert!(!Path::new(&format!("/sys/fs/cgroup/{h}/{GROUP}")).exists(), "{h}/{GROUP} left behind");
+    }
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_v1_cfs_quota_30pct_on_one_cpu() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut g = Guard::new();
+        let pid = g.spin();
+        let cs = vec![ClassConfig { quota_us: Some(30_000), period_us: Some(100_000), ..class("apps", pid) }];
+        let mut c = QosController::new(&cs, opts()).unwrap();
+        assert_eq!(c.layout().kind, BackendKind::V1);
+        let mut j = Journal::open(g.dir.path()).unwrap();
+        let r = c.apply(&mut j, &RealEffects).unwrap();
+        assert_eq!(r.moved, vec![(pid, "apps".to_string())]);
+        let got = measure(&c, "apps", 3.0);
+        assert!((got - 30.0).abs() <= 3.0, "CFS quota 30% on CPU 1 achieved {got:.1}%");
+        let st = c.status(&RealEffects).remove(0);
+        assert!(st.nr_throttled.unwrap_or(0) > 0 && st.tasks == 1, "{st:?}");
+    }
+    no_leftovers();
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_v1_rt_runtime_share_of_fifo_loop() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut g = Guard::new();
+        let pid = g.spin();
+        let cs = vec![ClassConfig { rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), ..class("main", pid) }];
+        let mut c = QosController::new(&cs, opts()).unwrap();
+        let mut j = Journal::open(g.dir.path()).unwrap();
+        c.apply(&mut j, &RealEffects).unwrap();
+        // Real-time only once inside a group with RT runtime (v1 refuses it elsewhere).
+        j.record(OWNER, journal::Undo::Sched { tid: pid, old: SchedAttr::OTHER }).unwrap();
+        RealEffects.set_sched(pid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let got = measure(&c, "main", 4.0);
+        assert!((got - 30.0).abs() <= 2.0, "RT 300000/1000000 on CPU 1 achieved {got:.1}%");
+    }
+    no_leftovers();
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_v1_refusal_by_the_kernel_rolls_back_everything() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let g = Guard::new();
+        // Admission would refuse this (v1 sum 1.2 > 0.95): force it to reach the kernel.
+        let cs = vec![
+            ClassConfig { rt_runtime_us: Some(600_000), ..class("a", -1) },
+            ClassConfig { rt_runtime_us: Some(600_000), cpus: Some("0".into()), ..class("b", -1) },
+        ];
+        assert!(QosController::new(&cs, opts()).is_err());
+        let mut c = QosController::new(&cs, QosOpts { enforce_admission: false, ..opts() }).unwrap();
+        let mut j = Journal::open(g.dir.path()).unwrap();
+        let e = c.apply(&mut j, &RealEffects).unwrap_err().to_string();
+        assert!(e.contains("cpu.rt_runtime_us") && e.contains("Invalid argument"), "{e}");
+        no_leftovers();
+    }
+    no_leftovers();
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_v2_grouping_accounting_and_clean_refusal_of_missing_controllers() {
+    if !require(is_root(), "root") || !require(Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists(), "cgroup2 at /sys/fs/cgroup/unified") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = || QosOpts { backend: Some(BackendKind::V2), ..opts() };
+    {
+        let mut g = Guard::new();
+        let pid = g.spin();
+        // No knobs: grouping and accounting only, which v2 does without controllers.
+        let cs = vec![ClassConfig { cpus: None, ..class("plain", pid) }];
+        let mut c = QosController::new(&cs, o()).unwrap();
+        assert!(c.plan().notes.iter().any(|n| n.contains("offers no cpu controller")), "{:?}", c.plan().notes);
+        let mut j = Journal::open(g.dir.path()).unwrap();
+        let r = c.apply(&mut j, &RealEffects).unwrap();
+        assert_eq!(r.moved.len(), 1);
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        assert!(cg.contains(&format!("0::/{GROUP}/plain")), "{cg}");
+        let got = measure(&c, "plain", 2.0);
+        assert!(got > 80.0, "a busy loop in a v2 group accounts {got:.1}% (cpu.stat usage_usec)");
+    }
+    no_leftovers();
+    {
+        let mut g = Guard::new();
+        let pid = g.spin();
+        // A CFS quota needs the cpu controller, bound to v1 here: refused by the kernel when
+        // enabling it, and nothing is left behind.
+        let cs = vec![ClassConfig { quota_us: Some(30_000), cpus: None, ..class("capped", pid) }];
+        let mut c = QosController::new(&cs, o()).unwrap();
+        let mut j = Journal::open(g.dir.path()).unwrap();
+        let e = c.apply(&mut j, &RealEffects).unwrap_err().to_string();
+        assert!(e.contains("cgroup.subtree_control") && e.contains("+cpu"), "{e}");
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        assert!(!cg.contains(GROUP), "{cg}");
+    }
+    no_leftovers();
+}
+
+/// Runs only as the child of `root_sigkill_...`: applies classes, says so, then hangs.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_helper_apply_and_hang() {
+    let Ok(dir) = std::env::var("JOULE_QOS_HELPER_DIR") else { return };
+    let sleeper: i32 = std::env::var("JOULE_QOS_HELPER_PID").unwrap().parse().unwrap();
+    let cs = vec![
+        ClassConfig { rt_runtime_us: Some(200_000), ..class("main", sleeper) },
+        ClassConfig { quota_us: Some(20_000), cpus: Some("0".into()), ..class("apps", -1) },
+    ];
+    let mut c = QosController::new(&cs, opts()).unwrap();
+    let mut j = Journal::open(Path::new(&dir)).unwrap();
+    c.apply(&mut j, &RealEffects).unwrap();
+    std::fs::write(Path::new(&dir).join("ready"), "").unwrap();
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_sigkill_after_apply_then_restore_leaves_nothing() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = Guard::new();
+    let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
+    let before = std::fs::read_to_string(format!("/proc/{}/cgroup", sleeper.id())).unwrap();
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "root_helper_apply_and_hang", "--nocapture", "--test-threads=1"])
+        .env("JOULE_QOS_HELPER_DIR", g.dir.path())
+        .env("JOULE_QOS_HELPER_PID", sleeper.id().to_string())
+        .spawn()
+        .unwrap();
+    let ready = g.dir.path().join("ready");
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "helper never applied");
+    assert!(Path::new(&format!("/sys/fs/cgroup/cpu/{GROUP}/main")).exists());
+    assert_eq!(std::fs::read_to_string(format!("/sys/fs/cgroup/cpu/{GROUP}/main/cpu.rt_runtime_us")).unwrap().trim(), "200000");
+    helper.kill().unwrap(); // SIGKILL
+    helper.wait().unwrap();
+    // What `joule restore` does: replay the whole journal.
+    let r = journal::restore(g.dir.path(), &RealEffects).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    no_leftovers();
+    let after = std::fs::read_to_string(format!("/proc/{}/cgroup", sleeper.id())).unwrap();
+    assert_eq!(before, after, "the sleeper is back where it was");
+    assert_eq!(std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").unwrap().trim(), "950000");
+    sleeper.kill().ok();
+    sleeper.wait().ok();
+    g.children.clear();
+    let _: PathBuf = g.dir.path().into();
+}
