@@ -187,7 +187,7 @@ impl Plan {
         }
         if !self.writes.is_empty() {
             s.push_str("writes, in order:\n");
-            for w in &self.writes {
+            for w in self.writes.iter().filter(|w| !matches!(w.0, crate::backend::Step::Barrier { .. })) {
                 s.push_str(&format!("  {}\n", w));
             }
         }

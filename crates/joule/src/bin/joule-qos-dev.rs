@@ -11,6 +11,24 @@ mod qos;
 
 use clap::Parser;
 
+/// Stand-in for main.rs's `UsageError` (exit code 2), which the qos module uses.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn from_display(e: impl std::fmt::Display) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 #[derive(Parser)]
 enum Dev {
     Qos {

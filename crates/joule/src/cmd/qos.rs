@@ -85,7 +85,11 @@ fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosC
         enforce_admission: enforce,
         ..Default::default()
     };
-    Ok(QosController::new(&cfg.classes, opts)?)
+    match QosController::new(&cfg.classes, opts) {
+        // A refusal is the user's to fix: exit code 2 like an invalid config.
+        Err(e @ joule_qos::QosError::Refused(_)) => Err(crate::UsageError::from_display(e).into()),
+        r => Ok(r?),
+    }
 }
 
 pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
@@ -100,7 +104,9 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                 println!("backend: cgroup {:?} ({})", c.layout().kind, c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", "));
                 print!("{}", c.plan().render());
             }
-            anyhow::ensure!(c.plan().admitted(), "admission refused the classes (nothing was written)");
+            if !c.plan().admitted() {
+                return Err(crate::UsageError("admission refused the classes (nothing was written)".into()).into());
+            }
         }
         QosCmd::Apply { common, follow } => {
             let mut c = controller(cfg, common, true)?;
