@@ -95,6 +95,9 @@ cat >"$rwdir/guest.sh" <<EOF
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export JOULE_VM_OUT=$rwdir
 read -r up _ </proc/uptime; echo "\$up" >$rwdir/uptime
+# What systemd would have mounted on a real machine; virtme-ng-init does not.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 cd $(printf '%q' "$PWD") 2>/dev/null || cd /
 bash $rwdir/cmd.sh >$rwdir/stdout 2>$rwdir/stderr </dev/null
 echo \$? >$rwdir/status.tmp && mv $rwdir/status.tmp $rwdir/status
