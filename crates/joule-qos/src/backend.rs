@@ -94,14 +94,6 @@ impl Layout {
         self.hiers.iter().find(|(x, _)| *x == h).map(|(_, p)| p.as_path())
     }
 
-    /// The hierarchy whose usage counters `status` reads.
-    pub fn accounting(&self) -> Option<(Hier, &Path)> {
-        [Hier::Cpuacct, Hier::Unified, Hier::Cpu]
-            .into_iter()
-            .find_map(|h| self.mount(h).map(|p| (h, p)))
-            .filter(|(h, p)| *h != Hier::Cpu || p.join("cpuacct.usage").exists())
-    }
-
     /// Directory of `class` (with its ancestors) in hierarchy mount `m`.
     pub fn class_dir(&self, m: &Path, plan: &Plan, class: &str) -> PathBuf {
         let mut chain = vec![class.to_string()];

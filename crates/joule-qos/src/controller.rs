@@ -91,6 +91,9 @@ pub struct ClassStatus {
     pub present: bool,
 }
 
+/// (pid, class) of processes moved.
+type Moved = Vec<(i32, String)>;
+
 pub struct QosController {
     classes: Vec<ClassConfig>,
     opts: QosOpts,
@@ -276,7 +279,7 @@ impl QosController {
     }
 
     /// Moves every process matching a class (and not yet in place) into its class.
-    fn move_matching(&mut self, journal: &mut Journal, fx: &dyn Effects) -> Result<(Vec<(i32, String)>, Vec<i32>), QosError> {
+    fn move_matching(&mut self, journal: &mut Journal, fx: &dyn Effects) -> Result<(Moved, Vec<i32>), QosError> {
         let procs = scan(&self.opts.procfs_root);
         let me = std::process::id() as i32;
         let want = assign(&procs, &self.classes);

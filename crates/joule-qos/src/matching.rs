@@ -91,7 +91,7 @@ pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a 
     classes.iter().find(|c| {
         let m = &c.matches;
         m.pid.contains(&p.pid)
-            || m.comm.iter().any(|x| *x == p.comm)
+            || m.comm.contains(&p.comm)
             || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
             || p.uid.is_some_and(|u| m.uid.contains(&u))
             || m.cgroup.iter().any(|r| p.cgroups.iter().any(|(_, path)| under(path, r)))
