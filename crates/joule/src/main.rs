@@ -41,6 +41,9 @@ enum Cmd {
     CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Undo every change recorded in the undo journal (after a crash, or to be sure).
     Restore(cmd::restore::RestoreArgs),
+    /// CPU guarantees for task classes with cgroups: plan (the admission arithmetic), apply,
+    /// status (configured vs expected vs achieved share), release.
+    Qos(cmd::QosCmdArgs),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Monitor(a) => monitor::run(a),
         Cmd::CheckConfig(a) => cmd::check_config::run(a),
         Cmd::Restore(a) => cmd::restore::run(a),
+        Cmd::Qos(a) => cmd::qos_entry(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

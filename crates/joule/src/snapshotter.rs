@@ -27,6 +27,7 @@ pub struct Snapshotter {
     thresholds_mc: Vec<i64>,
     hysteresis_mc: i64,
     fallback_stage: u32,
+    task_wait_top: usize,
     /// Why BPF parts are missing, repeated in every snapshot's notes.
     bpf_notes: Vec<String>,
 }
@@ -41,7 +42,7 @@ impl Snapshotter {
         let sampler = joule_telemetry::Sampler::new(t);
         let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
-        let mut me = Self { sampler, runq: None, thermal: None, thresholds_mc, hysteresis_mc, fallback_stage: 0, bpf_notes: vec![] };
+        let mut me = Self { sampler, runq: None, thermal: None, thresholds_mc, hysteresis_mc, fallback_stage: 0, task_wait_top: t.task_wait_top, bpf_notes: vec![] };
         let (pin_dir, journal) = match bpf {
             Bpf::Off => {
                 me.bpf_notes.push("eBPF off: no run-queue latency; thermal stage computed in user space".into());
@@ -56,7 +57,12 @@ impl Snapshotter {
             return Ok(me);
         }
         match RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)) {
-            Ok(r) => me.runq = Some(r),
+            Ok(r) => {
+                // The kernel now accounts CPU wait per task as it happens, at a cost that
+                // grows with the tasks that run, not with every thread on the machine.
+                me.sampler.remove_source("task_wait");
+                me.runq = Some(r);
+            }
             Err(e) => {
                 tracing::warn!("run-queue latency program failed to load: {e}");
                 me.bpf_notes.push(format!("run-queue latency unavailable: {e}"));
@@ -81,6 +87,7 @@ impl Snapshotter {
         let mut snap = self.sampler.sample();
         if let Some(r) = self.runq.as_mut() {
             snap.runq_latency = r.sample();
+            snap.task_wait = r.task_waits(self.task_wait_top);
         }
         snap.stage = self.stage(&snap);
         snap.notes.extend(self.bpf_notes.iter().cloned());

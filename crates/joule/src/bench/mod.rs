@@ -4,16 +4,22 @@
 
 pub mod overhead;
 pub mod report;
+pub mod rt_share;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
     /// Agent CPU cost at 10 Hz with 1,000 extra sleeping threads vs an idle machine (target <1%
     /// of one CPU), plus the in-kernel cost of its eBPF programs.
     Overhead(overhead::OverheadArgs),
+    /// The seed's cgroup RT-bandwidth study (Tables 1 and 2) on this machine: expected vs
+    /// achieved CPU share per group for each configuration, joule's admission verdict, and the
+    /// cost of small periods.
+    RtShare(rt_share::RtShareArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Overhead(a) => overhead::run(a),
+        BenchCmd::RtShare(a) => rt_share::run(&a),
     }
 }
