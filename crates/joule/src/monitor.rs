@@ -37,12 +37,8 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     if a.once {
         std::thread::sleep(interval);
         let s = snapper.sample();
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&s)?);
-        } else {
-            println!("{}", render_text(&s).join("\n"));
-        }
-        return Ok(());
+        let text = if a.json { serde_json::to_string_pretty(&s)? } else { render_text(&s).join("\n") };
+        return print_out(&text);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -52,15 +48,22 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(interval);
             let s = snapper.sample();
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                println!("{}\n", render_text(&s).join("\n"));
-            }
+            let text = if a.json { serde_json::to_string(&s)? } else { render_text(&s).join("\n") + "\n" };
+            print_out(&text)?;
         }
         return Ok(());
     }
     tui(&mut snapper, interval, &stop)
+}
+
+/// Writes a line to stdout; a reader that went away (`| head`) ends the command quietly.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
+    }
 }
 
 fn tui(snapper: &mut Snapshotter, interval: Duration, stop: &AtomicBool) -> anyhow::Result<()> {

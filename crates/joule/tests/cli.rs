@@ -83,3 +83,20 @@ fn monitor_once_json_without_bpf_has_the_documented_shape() {
     assert_eq!(v["stage"]["computed_by"], "userspace");
     assert!(v["runq_latency"].is_array());
 }
+
+#[test]
+fn regression_monitor_into_a_closed_pipe_exits_quietly() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(["monitor", "--json", "--no-bpf", "--interval-ms", "20"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then dropped: reader gone
+    let out = child.wait_with_output().unwrap();
+    assert!(first.starts_with('{'), "{first}");
+    assert!(out.status.success(), "status {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
