@@ -123,6 +123,18 @@ pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
 /// Replays the journal in `dir` newest first, then rewrites it with only the records that
 /// failed. Holds an exclusive lock on the file so two restores never race.
 pub fn restore(dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
+    restore_where(dir, fx, |_| true)
+}
+
+/// Like `restore`, for the records of one owner only (`joule qos release` must not undo other
+/// mechanisms' changes); every other record stays in the journal.
+pub fn restore_owner(dir: &Path, owner: &str, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
+    restore_where(dir, fx, |e| e.owner == owner)
+}
+
+/// Replays, newest first, the records that `select` picks, then rewrites the journal with the
+/// records it did not pick and those that failed (kept for a retry), in their original order.
+pub fn restore_where(dir: &Path, fx: &dyn Effects, select: impl Fn(&Entry) -> bool) -> Result<RestoreReport, JournalError> {
     let path = dir.join(JOURNAL_FILE);
     if !path.exists() {
         return Ok(RestoreReport::default());
@@ -136,27 +148,43 @@ pub fn restore(dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, JournalErr
     unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
     let all = entries(dir)?;
     let mut report = RestoreReport::default();
-    let mut kept = Vec::new();
-    for entry in all.iter().rev() {
-        match undo_one(&entry.undo, fx) {
-            Ok(Outcome::Done) => report.undone += 1,
-            Ok(Outcome::Gone) => report.already_gone += 1,
-            Err(e) => {
-                report.failed.push(format!("{:?}: {e}", entry.undo));
-                kept.push(entry.clone());
-            }
-        }
+    let mut keep = vec![true; all.len()];
+    for (i, entry) in all.iter().enumerate().rev().filter(|(_, e)| select(e)) {
+        keep[i] = !tally(&mut report, &entry.undo, undo_one(&entry.undo, fx));
     }
-    kept.reverse();
     let mut body = String::new();
-    for e in &kept {
+    for (e, _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
         body.push_str(&serde_json::to_string(e).expect("serialisable"));
         body.push('\n');
     }
-    lock.set_len(0).map_err(|source| JournalError::Write { path: path.clone(), source })?;
-    (&lock).write_all(body.as_bytes()).map_err(|source| JournalError::Write { path: path.clone(), source })?;
-    lock.sync_data().map_err(|source| JournalError::Write { path, source })?;
+    let werr = |source| JournalError::Write { path: path.clone(), source };
+    lock.set_len(0).map_err(werr)?;
+    (&lock).write_all(body.as_bytes()).map_err(werr)?;
+    lock.sync_data().map_err(werr)?;
     Ok(report)
+}
+
+/// Undoes in-memory records newest first (a failed apply rolling back what it did). Same
+/// semantics as a journal replay: a vanished target counts as already gone.
+pub fn replay(records: &[Undo], fx: &dyn Effects) -> RestoreReport {
+    let mut report = RestoreReport::default();
+    for undo in records.iter().rev() {
+        tally(&mut report, undo, undo_one(undo, fx));
+    }
+    report
+}
+
+/// Counts one outcome; true when it is settled (done or gone), false when it failed.
+fn tally(report: &mut RestoreReport, undo: &Undo, outcome: io::Result<Outcome>) -> bool {
+    match outcome {
+        Ok(Outcome::Done) => report.undone += 1,
+        Ok(Outcome::Gone) => report.already_gone += 1,
+        Err(e) => {
+            report.failed.push(format!("{undo:?}: {e}"));
+            return false;
+        }
+    }
+    true
 }
 
 enum Outcome {
@@ -315,6 +343,25 @@ mod tests {
         assert!(lock_agent(dir.path()).unwrap().is_err());
         drop(held);
         assert_eq!(running_agent(dir.path()), None);
+    }
+
+    #[test]
+    fn restore_owner_leaves_other_owners_records_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default().with_file("/a", "new").with_file("/b", "new").with_file("/c", "new");
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("thermal", Undo::Write { path: "/a".into(), old: "a0".into() }).unwrap();
+        j.record("qos", Undo::Write { path: "/b".into(), old: "b0".into() }).unwrap();
+        j.record("thermal", Undo::Write { path: "/c".into(), old: "c0".into() }).unwrap();
+        let r = restore_owner(dir.path(), "qos", &fx).unwrap();
+        assert_eq!(r.undone, 1);
+        assert_eq!(fx.file("/b").as_deref(), Some("b0"));
+        assert_eq!(fx.file("/a").as_deref(), Some("new"));
+        let left: Vec<_> = entries(dir.path()).unwrap().into_iter().map(|e| e.undo).collect();
+        assert_eq!(
+            left,
+            vec![Undo::Write { path: "/a".into(), old: "a0".into() }, Undo::Write { path: "/c".into(), old: "c0".into() }]
+        );
     }
 
     #[test]

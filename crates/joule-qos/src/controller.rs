@@ -5,7 +5,7 @@
 use crate::admission::{admit, AdmissionEnv, Plan, ShareKind};
 use crate::backend::{steps, BackendKind, Hier, Layout, PlannedWrite, Step};
 use crate::matching::{assign, read_proc, scan};
-use crate::{undo, QosError};
+use crate::QosError;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::journal::{Journal, RestoreReport, Undo};
@@ -227,7 +227,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
-            let (_, _, failed) = undo::replay(&mine, fx);
+            let failed = joule_core::journal::replay(&mine, fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
             }
@@ -420,7 +420,8 @@ impl QosController {
     /// other records (the benchmark between configurations; tests).
     pub fn rollback(&mut self, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
         let mine = std::mem::take(&mut self.applied);
-        undo::replay(&mine, fx)
+        let r = joule_core::journal::replay(&mine, fx);
+        (r.undone, r.already_gone, r.failed)
     }
 
     /// Undoes every record of this owner in the journal in `journal_dir` — this process's and

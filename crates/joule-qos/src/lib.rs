@@ -13,7 +13,6 @@ pub mod cpulist;
 pub mod matching;
 pub mod release;
 pub mod seed;
-mod undo;
 
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
