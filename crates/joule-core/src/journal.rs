@@ -337,7 +337,7 @@ mod tests {
     fn agent_lock_is_exclusive_and_released_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(running_agent(dir.path()), None);
-        let held = lock_agent(dir.path()).unwrap().ok().expect("first lock");
+        let held = lock_agent(dir.path()).unwrap().expect("first lock");
         // flock is per open file description: a second open in this process conflicts too.
         assert_eq!(running_agent(dir.path()), Some(Some(std::process::id())));
         assert!(lock_agent(dir.path()).unwrap().is_err());
