@@ -172,7 +172,7 @@ impl RunqLat {
         top.into_iter()
             .map(|(i, wait_ns)| {
                 let (tid, w) = &entries[i];
-                TaskWait { pid: *tid as i32, comm: task_wait::comm(w), wait_us: wait_ns / 1_000 }
+                TaskWait { pid: *tid as i32, comm: task_wait::comm(w), wait_us: wait_ns / 1_000, source: joule_core::Origin::Ebpf }
             })
             .collect()
     }

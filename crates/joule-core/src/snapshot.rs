@@ -69,8 +69,10 @@ pub struct CgroupCpu {
 pub struct TaskWait {
     pub pid: i32,
     pub comm: String,
-    /// Time spent runnable but waiting for a CPU over the interval (schedstat run delay).
+    /// Time spent runnable but waiting for a CPU over the interval.
     pub wait_us: u64,
+    /// `ebpf` (sched_switch accounting in the kernel) or `kernel` (/proc schedstat run delay).
+    pub source: Origin,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

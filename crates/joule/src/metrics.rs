@@ -75,8 +75,8 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
-        def!("joule_task_cpu_wait_ratio", Gauge, "Share of the last interval the task waited runnable for a CPU (schedstat run delay), top tasks only."),
-        s.task_wait.iter().map(|t| (l(&[("pid", &t.pid.to_string()), ("comm", &t.comm)]), t.wait_us as f64 / iv)).collect(),
+        def!("joule_task_cpu_wait_ratio", Gauge, "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."),
+        s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), ("source", t.source.as_str())]), t.wait_us as f64 / iv)).collect(),
     );
     push(
         def!("joule_power_watts", Gauge, "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."),

@@ -138,9 +138,9 @@ pub fn render_text(s: &Snapshot) -> Vec<String> {
         out.push(format!("  {:<40} n={:<7} p50 {:8.1} µs  p99 {:8.1} µs  max {:8.1} µs", r.cgroup, r.count, r.p50_us, r.p99_us, r.max_us));
     }
     if !s.task_wait.is_empty() {
-        out.push("WAIT  tasks waiting longest for a CPU:".into());
+        out.push(format!("WAIT  threads waiting longest for a CPU ({}):", s.task_wait[0].source));
         for t in &s.task_wait {
-            out.push(format!("  {:>7} {:<16} {:8} µs", t.pid, t.comm, t.wait_us));
+            out.push(format!("  tid {:>7} {:<16} {:8} µs", t.pid, t.comm, t.wait_us));
         }
     }
     for n in &s.notes {

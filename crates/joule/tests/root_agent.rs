@@ -133,6 +133,9 @@ fn root_monitor_once_json_has_ebpf_runq_latency_and_labelled_values() {
         assert!(p50 >= 0.0 && p99 >= p50, "{r}");
     }
     assert_eq!(v["stage"]["computed_by"], "ebpf");
+    for t in v["task_wait"].as_array().unwrap() {
+        assert_eq!(t["source"], "ebpf", "task wait should come from the kernel's accounting when BPF is loaded: {t}");
+    }
     let no_sensor = v["thermal"]["zones"].as_array().unwrap().is_empty();
     if no_sensor {
         assert_eq!(v["thermal"]["model"]["source"], "model");

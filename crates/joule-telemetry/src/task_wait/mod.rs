@@ -124,7 +124,7 @@ impl Source for TaskWaitSource {
                     .and_then(|fd| read_at0(&fd, file))
                     .map(|n| String::from_utf8_lossy(&file[..n]).trim_end().to_string())
                     .unwrap_or_default();
-                TaskWait { pid: tid as i32, comm, wait_us: wait_ns / 1000 }
+                TaskWait { pid: tid as i32, comm, wait_us: wait_ns / 1000, source: joule_core::Origin::Kernel }
             })
             .collect();
         Ok(())
