@@ -186,7 +186,7 @@ impl Plan {
             s.push_str(&format!("verdict: REFUSED\n{}\n", self.refusal_text()));
         }
         if !self.writes.is_empty() {
-            s.push_str("writes, in order:\n");
+            s.push_str(if self.admitted() { "writes, in order:\n" } else { "writes it would make if admitted (none made):\n" });
             for w in self.writes.iter().filter(|w| !matches!(w.0, crate::backend::Step::Barrier { .. })) {
                 s.push_str(&format!("  {}\n", w));
             }

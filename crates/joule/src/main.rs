@@ -54,7 +54,7 @@ enum Cmd {
 pub struct ConfigArg {
     /// Agent config file (TOML). Without it, joule's built-in defaults (same as
     /// deploy/joule.toml).
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(long, short = 'c', value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 }
 

@@ -100,3 +100,23 @@ fn regression_monitor_into_a_closed_pipe_exits_quietly() {
     assert!(out.status.success(), "status {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+#[test]
+fn qos_without_classes_is_a_usage_error_and_plans_nothing() {
+    let out = joule(&["qos", "plan"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no [[class]]"));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("mkdir"));
+}
+
+#[test]
+fn qos_plan_refuses_runtime_above_period_naming_the_values_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.toml");
+    std::fs::write(&p, "[[class]]\nname = \"a\"\nrt_runtime_us = 2000\nrt_period_us = 1000\n").unwrap();
+    // --config after the subcommand works as well as before it.
+    let out = joule(&["qos", "plan", "--config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("REFUSED") && text.contains("2000") && text.contains("1000"), "{text}");
+}

@@ -95,6 +95,10 @@ fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosC
 pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
     let fx = RealEffects;
     let journal_dir: PathBuf = cfg.agent.journal_dir.clone();
+    if cfg.classes.is_empty() && matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {
+        // An empty plan would still create the empty `joule` groups: say so instead.
+        return Err(crate::UsageError("the config has no [[class]] sections; pass --config FILE with at least one (see docs/qos.md)".into()).into());
+    }
     match &args.cmd {
         QosCmd::Plan { common, json } => {
             let c = controller(cfg, common, false)?;
