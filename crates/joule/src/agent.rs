@@ -145,6 +145,10 @@ fn run_loop(
         Bpf::Pinned(journal)
     };
     let mut snapper = Snapshotter::new(cfg, bpf)?;
+    tracing::info!(
+        "thermal stage is computed and published; no actuator acts on it yet (thermal.scheduler = {:?} is reserved for that)",
+        cfg.thermal.scheduler
+    );
     let mut qos = qos_start(cfg, root, journal, events)?;
 
     let shared: Shared = Arc::new(RwLock::new(Published::default()));
