@@ -94,32 +94,43 @@ impl Snapshotter {
         snap
     }
 
-    /// The hottest sensor, or the model temperature when there is no sensor.
-    fn temperature(snap: &Snapshot) -> Option<(u32, f64, Origin)> {
-        let hottest = snap
+    /// Every temperature the stage is computed from, with the zone id the in-kernel program
+    /// keys it by: each sensor (thermal_zoneN under N — the id the tracepoint reports — and
+    /// hwmon sensors from HWMON_ZONE_BASE), or, with no sensor at all, the model under
+    /// MODEL_ZONE.
+    fn temperatures(snap: &Snapshot) -> Vec<(u32, f64, Origin)> {
+        let mut hwmon = joule_bpf::HWMON_ZONE_BASE..;
+        let sensors: Vec<_> = snap
             .thermal
             .zones
             .iter()
-            .enumerate()
-            .filter(|(_, z)| z.source == Origin::Sensor)
-            .max_by(|a, b| a.1.temp_celsius.total_cmp(&b.1.temp_celsius));
-        if let Some((i, z)) = hottest {
-            let id = z.name.strip_prefix("thermal_zone").and_then(|n| n.parse().ok()).unwrap_or(i as u32);
-            return Some((id, z.temp_celsius, Origin::Sensor));
+            .filter(|z| z.source == Origin::Sensor)
+            .map(|z| {
+                let tz = z.name.strip_prefix("thermal_zone").and_then(|n| n.parse().ok());
+                let id = tz.unwrap_or_else(|| hwmon.next().expect("unbounded range"));
+                (id, z.temp_celsius, Origin::Sensor)
+            })
+            .collect();
+        if !sensors.is_empty() {
+            return sensors;
         }
-        snap.thermal.model.as_ref().map(|m| (0, m.temp_celsius, Origin::Model))
+        snap.thermal.model.iter().map(|m| (joule_bpf::MODEL_ZONE, m.temp_celsius, Origin::Model)).collect()
     }
 
     fn stage(&mut self, snap: &Snapshot) -> Stage {
-        let Some((zone, temp_c, origin)) = Self::temperature(snap) else {
+        let temps = Self::temperatures(snap);
+        if temps.is_empty() {
             return Stage::default();
-        };
+        }
         if let Some(ts) = &self.thermal {
-            // Sensor zones also reach the kernel program through the thermal tracepoint; feeding
-            // the value we read covers zones whose polling is off. Model values only get there
-            // this way.
-            let src = if origin == Origin::Sensor { joule_bpf::TempSource::Sensor } else { joule_bpf::TempSource::Model };
-            match ts.feed(zone, mc(temp_c), src) {
+            // Thermal zones also reach the kernel program through the thermal tracepoint;
+            // feeding what we read covers zones whose polling is off and hwmon sensors. Model
+            // values only get there this way. The kernel takes the max over zones.
+            let fed = temps.iter().try_for_each(|(zone, temp_c, origin)| {
+                let src = if *origin == Origin::Sensor { joule_bpf::TempSource::Sensor } else { joule_bpf::TempSource::Model };
+                ts.feed(*zone, mc(*temp_c), src)
+            });
+            match fed {
                 Ok(()) => {
                     let r = ts.read();
                     return Stage {
@@ -132,7 +143,29 @@ impl Snapshotter {
                 Err(e) => tracing::warn!("feeding the in-kernel thermal stage failed: {e}"),
             }
         }
+        let (_, temp_c, origin) = temps.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("non-empty");
         self.fallback_stage = joule_core::policy::thermal_stage(self.fallback_stage, mc(temp_c), &self.thresholds_mc, self.hysteresis_mc);
         Stage { value: self.fallback_stage, temp_celsius: temp_c, computed_by: StageEngine::Userspace, temp_source: origin }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::snapshot::{ModelTemperature, ThermalZone};
+
+    fn zone(name: &str, t: f64) -> ThermalZone {
+        ThermalZone { name: name.into(), temp_celsius: t, source: Origin::Sensor, ..Default::default() }
+    }
+
+    #[test]
+    fn every_sensor_is_fed_under_its_own_zone_id_and_the_model_only_without_sensors() {
+        let mut s = Snapshot::default();
+        s.thermal.model = Some(ModelTemperature { temp_celsius: 40.0, source: Origin::Model });
+        assert_eq!(Snapshotter::temperatures(&s), vec![(joule_bpf::MODEL_ZONE, 40.0, Origin::Model)]);
+        s.thermal.zones = vec![zone("thermal_zone3", 55.0), zone("hwmon1/temp1", 60.0), zone("hwmon1/temp2", 61.0)];
+        let ids: Vec<u32> = Snapshotter::temperatures(&s).iter().map(|t| t.0).collect();
+        let base = joule_bpf::HWMON_ZONE_BASE;
+        assert_eq!(ids, vec![3, base, base + 1]);
     }
 }
