@@ -44,7 +44,6 @@ pub struct OverheadArgs {
 struct Sample {
     agent_cpu_pct: f64,
     bpf_cpu_pct: Option<f64>,
-    samples: u64,
 }
 
 /// CPU time of every thread of `pid`, in ns (sum of the first schedstat field).
@@ -117,7 +116,7 @@ impl Drop for AgentProc {
     }
 }
 
-fn measure(cfg: &Path, a: &OverheadArgs, events: &Path) -> anyhow::Result<Sample> {
+fn measure(cfg: &Path, a: &OverheadArgs) -> anyhow::Result<Sample> {
     let exe = std::env::current_exe()?;
     let child = Command::new(exe)
         .args(["agent", "--config"])
@@ -134,11 +133,9 @@ fn measure(cfg: &Path, a: &OverheadArgs, events: &Path) -> anyhow::Result<Sample
     std::thread::sleep(Duration::from_secs_f64(a.seconds));
     let (c1, b1, wall) = (cpu_ns(pid)?, bpf_run_ns(pid), t0.elapsed().as_secs_f64());
     drop(agent);
-    let samples = std::fs::read_to_string(events).map(|s| s.lines().count() as u64).unwrap_or(0);
     Ok(Sample {
         agent_cpu_pct: (c1 - c0) as f64 / 1e9 / wall * 100.0,
         bpf_cpu_pct: b0.zip(b1).map(|(x, y)| y.saturating_sub(x) as f64 / 1e9 / wall * 100.0),
-        samples,
     })
 }
 
@@ -182,7 +179,6 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     let _stats = if root && !a.no_bpf { enable_bpf_stats() } else { None };
     let tmp = tempfile_dir()?;
     let cfg = write_config(tmp.path(), &a)?;
-    let events = tmp.path().join("events.jsonl");
     let scenarios = ["idle machine (baseline)", "+1000 sleeping threads"];
     let total = (a.runs * 2) as u64;
     let bar = indicatif::ProgressBar::new(total).with_style(
@@ -192,9 +188,8 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     for _ in 0..a.runs {
         for (i, name) in scenarios.iter().enumerate() {
             bar.set_message(name.to_string());
-            let _ = std::fs::remove_file(&events);
             let sleepers = if i == 1 { Some(Sleepers::start(a.threads)?) } else { None };
-            results[i].push(measure(&cfg, &a, &events)?);
+            results[i].push(measure(&cfg, &a)?);
             drop(sleepers);
             bar.inc(1);
         }
@@ -230,7 +225,6 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
             "agent_cpu_pct_median": agent[i],
             "bpf_cpu_pct_median": if bpf[i].is_nan() { serde_json::Value::Null } else { bpf[i].into() },
             "agent_cpu_pct_runs": results[i].iter().map(|s| s.agent_cpu_pct).collect::<Vec<_>>(),
-            "events_logged": results[i].iter().map(|s| s.samples).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "ratio_loaded_vs_baseline": agent[1] / agent[0],
         "target_pct": 1.0,
