@@ -80,9 +80,30 @@ impl Journal {
         let mut line = serde_json::to_string(&entry).expect("journal entries always serialise");
         line.push('\n');
         let werr = |source| JournalError::Write { path: self.path.clone(), source };
-        // One write of one line on an O_APPEND file: concurrent writers never interleave.
-        self.file.write_all(line.as_bytes()).map_err(werr)?;
+        // The same exclusive lock `restore_where` holds while it reads and rewrites the file:
+        // without it, a record appended between its read and its rewrite would be lost — a
+        // change with no undo. One write of one line on an O_APPEND file never interleaves.
+        let _lock = FileLock::exclusive(&self.file);
+        (&self.file).write_all(line.as_bytes()).map_err(werr)?;
         self.file.sync_data().map_err(werr)
+    }
+}
+
+/// An flock held until dropped.
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    fn exclusive(f: &'a File) -> Self {
+        // SAFETY: flock on an fd we own for the guard's lifetime.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        FileLock(f)
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -144,8 +165,7 @@ pub fn restore_where(dir: &Path, fx: &dyn Effects, select: impl Fn(&Entry) -> bo
         .write(true)
         .open(&path)
         .map_err(|source| JournalError::Open { path: path.clone(), source })?;
-    // SAFETY: flock on an fd we own; released when `lock` is dropped.
-    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    let _held = FileLock::exclusive(&lock);
     let all = entries(dir)?;
     let mut report = RestoreReport::default();
     let mut keep = vec![true; all.len()];
@@ -362,6 +382,25 @@ mod tests {
             left,
             vec![Undo::Write { path: "/a".into(), old: "a0".into() }, Undo::Write { path: "/c".into(), old: "c0".into() }]
         );
+    }
+
+    #[test]
+    fn record_waits_while_a_restore_holds_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::RemoveFile { path: "/x".into() }).unwrap();
+        let other = File::open(j.path()).unwrap(); // what restore_where locks: another open file
+        let held = FileLock::exclusive(&other);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            j.record("t", Undo::RemoveFile { path: "/y".into() }).unwrap();
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(), "record did not wait for the lock");
+        drop(held);
+        rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+        assert_eq!(entries(dir.path()).unwrap().len(), 2);
     }
 
     #[test]
