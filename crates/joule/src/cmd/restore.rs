@@ -35,14 +35,8 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if let Some(pid) = journal::running_agent(&a.journal_dir) {
-        if !a.force {
-            anyhow::bail!(crate::UsageError(format!(
-                "a joule agent (pid {}) is running on {}; stop it (it restores on exit) or pass --force",
-                pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
-                a.journal_dir.display()
-            )));
-        }
+    if !a.force {
+        super::refuse_under_live_agent(&a.journal_dir, "restore")?;
     }
     let report = journal::restore(&a.journal_dir, &RealEffects)
         .with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
