@@ -26,10 +26,22 @@ pub struct Snapshotter {
     thermal: Option<ThermalStage>,
     thresholds_mc: Vec<i64>,
     hysteresis_mc: i64,
-    fallback_stage: u32,
+    /// Per-zone stages of the user-space fallback (only without the in-kernel program).
+    fallback_stages: std::collections::HashMap<u32, u32>,
     task_wait_top: usize,
     /// Why BPF parts are missing, repeated in every snapshot's notes.
     bpf_notes: Vec<String>,
+}
+
+/// The in-kernel zone id of a sensor, from its name; None for a name joule does not know.
+fn zone_id(name: &str) -> Option<u32> {
+    if let Some(n) = name.strip_prefix("thermal_zone") {
+        return n.parse().ok();
+    }
+    let (chip, chan) = name.split_once('/')?;
+    let x: u32 = chip.strip_prefix("hwmon")?.parse().ok()?;
+    let y: u32 = chan.strip_prefix("temp")?.parse().ok()?;
+    (y < 64).then(|| joule_bpf::HWMON_ZONE_BASE + 64 * x + y)
 }
 
 fn mc(celsius: f64) -> i64 {
@@ -42,7 +54,7 @@ impl Snapshotter {
         let sampler = joule_telemetry::Sampler::new(t);
         let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
-        let mut me = Self { sampler, runq: None, thermal: None, thresholds_mc, hysteresis_mc, fallback_stage: 0, task_wait_top: t.task_wait_top, bpf_notes: vec![] };
+        let mut me = Self { sampler, runq: None, thermal: None, thresholds_mc, hysteresis_mc, fallback_stages: Default::default(), task_wait_top: t.task_wait_top, bpf_notes: vec![] };
         let (pin_dir, journal) = match bpf {
             Bpf::Off => {
                 me.bpf_notes.push("eBPF off: no run-queue latency; thermal stage computed in user space".into());
@@ -95,21 +107,16 @@ impl Snapshotter {
     }
 
     /// Every temperature the stage is computed from, with the zone id the in-kernel program
-    /// keys it by: each sensor (thermal_zoneN under N — the id the tracepoint reports — and
-    /// hwmon sensors from HWMON_ZONE_BASE), or, with no sensor at all, the model under
-    /// MODEL_ZONE.
+    /// keys it by: thermal_zoneN under N (the id the tracepoint reports), hwmonX/tempY under
+    /// HWMON_ZONE_BASE + 64·X + Y (from the name, so a sensor that fails one read does not shift
+    /// the others), or, with no sensor at all, the model under MODEL_ZONE.
     fn temperatures(snap: &Snapshot) -> Vec<(u32, f64, Origin)> {
-        let mut hwmon = joule_bpf::HWMON_ZONE_BASE..;
         let sensors: Vec<_> = snap
             .thermal
             .zones
             .iter()
             .filter(|z| z.source == Origin::Sensor)
-            .map(|z| {
-                let tz = z.name.strip_prefix("thermal_zone").and_then(|n| n.parse().ok());
-                let id = tz.unwrap_or_else(|| hwmon.next().expect("unbounded range"));
-                (id, z.temp_celsius, Origin::Sensor)
-            })
+            .filter_map(|z| Some((zone_id(&z.name)?, z.temp_celsius, Origin::Sensor)))
             .collect();
         if !sensors.is_empty() {
             return sensors;
@@ -143,9 +150,19 @@ impl Snapshotter {
                 Err(e) => tracing::warn!("feeding the in-kernel thermal stage failed: {e}"),
             }
         }
-        let (_, temp_c, origin) = temps.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("non-empty");
-        self.fallback_stage = joule_core::policy::thermal_stage(self.fallback_stage, mc(temp_c), &self.thresholds_mc, self.hysteresis_mc);
-        Stage { value: self.fallback_stage, temp_celsius: temp_c, computed_by: StageEngine::Userspace, temp_source: origin }
+        // The kernel program's rule, per zone, then the max over zones (highest stage, then
+        // hottest), so both engines agree.
+        let mut best: Option<(u32, f64, Origin)> = None;
+        for (zone, temp_c, origin) in temps {
+            let prev = self.fallback_stages.get(&zone).copied().unwrap_or(0);
+            let st = joule_core::policy::thermal_stage(prev, mc(temp_c), &self.thresholds_mc, self.hysteresis_mc);
+            self.fallback_stages.insert(zone, st);
+            if best.is_none_or(|(bs, bt, _)| (st, temp_c) > (bs, bt)) {
+                best = Some((st, temp_c, origin));
+            }
+        }
+        let (value, temp_celsius, temp_source) = best.expect("non-empty");
+        Stage { value, temp_celsius, computed_by: StageEngine::Userspace, temp_source }
     }
 }
 
@@ -163,9 +180,23 @@ mod tests {
         let mut s = Snapshot::default();
         s.thermal.model = Some(ModelTemperature { temp_celsius: 40.0, source: Origin::Model });
         assert_eq!(Snapshotter::temperatures(&s), vec![(joule_bpf::MODEL_ZONE, 40.0, Origin::Model)]);
-        s.thermal.zones = vec![zone("thermal_zone3", 55.0), zone("hwmon1/temp1", 60.0), zone("hwmon1/temp2", 61.0)];
+        // hwmon1/temp1 failed its read this sample: hwmon1/temp2 keeps its own id.
+        s.thermal.zones = vec![zone("thermal_zone3", 55.0), zone("hwmon1/temp2", 61.0), zone("weird", 70.0)];
         let ids: Vec<u32> = Snapshotter::temperatures(&s).iter().map(|t| t.0).collect();
-        let base = joule_bpf::HWMON_ZONE_BASE;
-        assert_eq!(ids, vec![3, base, base + 1]);
+        assert_eq!(ids, vec![3, joule_bpf::HWMON_ZONE_BASE + 64 + 2]);
+    }
+
+    #[test]
+    fn fallback_keeps_a_stage_per_zone_like_the_kernel_program() {
+        let cfg = joule_core::config::Config::default(); // thresholds 70/80/90, hysteresis 3
+        let mut sn = Snapshotter::new(&cfg, Bpf::Off).unwrap();
+        let mut s = Snapshot::default();
+        s.thermal.zones = vec![zone("thermal_zone0", 71.0), zone("thermal_zone1", 40.0)];
+        assert_eq!(sn.stage(&s).value, 1);
+        // Zone 0 cools well below its exit point; zone 1 warms to 69 without reaching 70.
+        // Applying the rule to the hottest temperature alone would keep stage 1 (69 ≥ 67).
+        s.thermal.zones = vec![zone("thermal_zone0", 60.0), zone("thermal_zone1", 69.0)];
+        let st = sn.stage(&s);
+        assert_eq!((st.value, st.computed_by), (0, StageEngine::Userspace));
     }
 }
