@@ -22,6 +22,11 @@ use std::path::PathBuf;
 
 /// Scans every thread's run delay and keeps the `top_n` largest increases.
 ///
+/// A thread that cannot be read because it exited (ENOENT/ESRCH) is skipped; any other error
+/// (EMFILE, EACCES, ...) is counted and the sample carries one note
+/// `task_wait: N threads unreadable: <first error>` (a process whose thread list cannot be
+/// opened counts as one).
+///
 /// The first sample only records counters and reports nothing. Afterwards a thread not seen
 /// before was born during the interval, so all of its run delay counts; a thread whose counter
 /// went backwards, or whose kept fd went dead, is a reused tid and counts from zero.
@@ -105,9 +110,15 @@ impl Source for TaskWaitSource {
             first: self.first,
             fd_cap: self.fd_cap,
             top: TopN { n: self.top_n, items: Vec::with_capacity(self.top_n + 1) },
+            unreadable: 0,
+            first_error: None,
         };
         let listed = for_each_name(root_fd, &mut self.procs_buf, |pid_name| scan.process(root, pid_name));
         let top = std::mem::take(&mut scan.top.items);
+        if let Some(e) = scan.first_error.take() {
+            // Not "it exited": these threads' waits are missing from this sample. Say so.
+            snap.notes.push(format!("task_wait: {} threads unreadable: {e}", scan.unreadable));
+        }
         // Whatever is left in prev is gone since the last sample: dropping closes its fds.
         self.prev.clear();
         self.prev_dirs.clear();

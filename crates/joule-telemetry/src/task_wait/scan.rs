@@ -4,6 +4,7 @@
 use super::dents::{for_each_name, open_at, parse_digits, read_at0};
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// What the source remembers of one thread between samples.
@@ -48,6 +49,10 @@ pub(super) struct Scan<'a> {
     /// Most fds kept open between passes (task dirs + schedstat files).
     pub fd_cap: usize,
     pub top: TopN,
+    /// Threads (or whole processes, whose threads could not be listed) that failed with
+    /// anything but "it exited" (ENOENT/ESRCH), e.g. EMFILE; and the first such error.
+    pub unreadable: usize,
+    pub first_error: Option<io::Error>,
 }
 
 /// Sets `path` to `parts` joined and NUL-terminated, and returns it as a C string.
@@ -67,7 +72,21 @@ pub(super) fn run_delay_ns(text: &[u8]) -> Option<u64> {
     parse_digits(it.next()?)
 }
 
+/// A thread or process that exited between the listing and the read: not worth a word.
+fn exited(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
 impl Scan<'_> {
+    /// Counts `e` unless it only says the thread exited; returns false (not read).
+    fn failed(&mut self, e: io::Error) -> bool {
+        if !exited(&e) {
+            self.unreadable += 1;
+            self.first_error.get_or_insert(e);
+        }
+        false
+    }
+
     fn kept_fds(&self) -> usize {
         self.cur.len() + self.cur_dirs.len()
     }
@@ -83,13 +102,19 @@ impl Scan<'_> {
                 Some(fd) => fd,
                 None => match open_at(root, build_path(self.path, &[pid_name, b"/task"]), true) {
                     Ok(fd) => fd,
-                    Err(_) => return, // exited
+                    Err(e) => {
+                        self.failed(e); // exited, or (counted) could not be opened
+                        return;
+                    }
                 },
             };
             let buf = std::mem::take(&mut self.tasks_buf);
             let mut threads = 0usize;
-            let _ = for_each_name(&dir, buf, |tid_name| threads += self.thread(dir.as_raw_fd(), tid_name, pid) as usize);
+            let listed = for_each_name(&dir, buf, |tid_name| threads += self.thread(dir.as_raw_fd(), tid_name, pid) as usize);
             self.tasks_buf = buf;
+            if let Err(e) = listed {
+                self.failed(e);
+            }
             // A live process always lists a thread; a kept fd listing none names a dead
             // process whose pid was reused: reopen once.
             if threads == 0 && from_cache {
@@ -102,7 +127,8 @@ impl Scan<'_> {
         }
     }
 
-    /// One thread; false when it could not be read (it exited mid-pass, or not a tid).
+    /// One thread; false when it could not be read (it exited mid-pass, or not a tid, or an
+    /// error that is counted in `unreadable`).
     fn thread(&mut self, task_dir: RawFd, tid_name: &[u8], pid: u32) -> bool {
         let Some(tid) = parse_digits(tid_name) else { return false };
         let tid = tid as u32;
@@ -118,12 +144,19 @@ impl Scan<'_> {
         let (fd, n) = match kept {
             Some(x) => x,
             None => {
-                let Ok(fd) = open_at(task_dir, build_path(self.path, &[tid_name, b"/schedstat"]), false) else { return false };
-                let Ok(n) = read_at0(&fd, self.file) else { return false };
-                (fd, n)
+                let fd = match open_at(task_dir, build_path(self.path, &[tid_name, b"/schedstat"]), false) {
+                    Ok(fd) => fd,
+                    Err(e) => return self.failed(e),
+                };
+                match read_at0(&fd, self.file) {
+                    Ok(n) => (fd, n),
+                    Err(e) => return self.failed(e),
+                }
             }
         };
-        let Some(delay_ns) = run_delay_ns(&self.file[..n]) else { return false };
+        let Some(delay_ns) = run_delay_ns(&self.file[..n]) else {
+            return self.failed(io::Error::new(io::ErrorKind::InvalidData, "schedstat has no run-delay field"));
+        };
         let keep = self.kept_fds() < self.fd_cap;
         self.cur.insert(tid, Task { delay_ns, fd: keep.then_some(fd) });
         if !self.first {

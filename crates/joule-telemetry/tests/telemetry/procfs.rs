@@ -66,3 +66,26 @@ fn schedstat_top_n_by_wait_over_the_interval() {
     // 101: +7000 µs; 102 was born in the interval: all of its 2500 µs; 200: +1000; 100: +500 (cut).
     assert_eq!(got, vec![(101, "web-worker", 7000), (102, "web-new", 2500), (200, "batch", 1000)]);
 }
+
+#[test]
+fn unreadable_threads_are_a_note_and_exited_ones_are_not() {
+    let staged = Staged::new("proc-schedstat");
+    let mut src = TaskWaitSource::new(staged.root(), 3);
+    let first = sample(&mut src, 0);
+    assert!(!first.notes.iter().any(|n| n.starts_with("task_wait")), "{:?}", first.notes);
+    staged.advance();
+    // Thread 102 (born in the interval) is unreadable with an error other than "exited" (a
+    // read of a directory gives EISDIR, standing in for EMFILE and friends); thread 100 exits
+    // (ENOENT).
+    let t102 = staged.root().join("100/task/102/schedstat");
+    std::fs::remove_file(&t102).unwrap();
+    std::fs::create_dir(&t102).unwrap();
+    std::fs::remove_dir_all(staged.root().join("100/task/100")).unwrap();
+    let snap = sample(&mut src, 100);
+    let notes: Vec<&String> = snap.notes.iter().filter(|n| n.starts_with("task_wait")).collect();
+    assert_eq!(notes.len(), 1, "{:?}", snap.notes);
+    assert!(notes[0].starts_with("task_wait: 1 threads unreadable: "), "{}", notes[0]);
+    assert!(notes[0].contains(&format!("os error {}", libc::EISDIR)), "{}", notes[0]);
+    let got: Vec<(i32, u64)> = snap.task_wait.iter().map(|t| (t.pid, t.wait_us)).collect();
+    assert_eq!(got, vec![(101, 7000), (200, 1000)]);
+}
