@@ -57,6 +57,10 @@ enum QosCmd {
         /// classes still applied.
         #[arg(long, value_name = "SECONDS")]
         follow: Option<u64>,
+        /// Apply even while an agent is running on this journal. The agent owns the classes
+        /// while it runs and undoes everything in the journal on exit, this apply included.
+        #[arg(long)]
+        force: bool,
     },
     /// Per class: configured values, expected share, achieved share over `--interval`,
     /// throttled time and tasks.
@@ -72,7 +76,12 @@ enum QosCmd {
     },
     /// Undo what `qos apply` (or a crashed agent's classes) did: only joule-qos's records in
     /// the journal; other mechanisms' changes stay (`joule restore` undoes everything).
-    Release,
+    Release {
+        /// Release even while an agent is running on this journal. The agent owns the classes
+        /// while it runs (and undoes everything on exit): it will find them gone.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosController> {
@@ -112,7 +121,10 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                 return Err(crate::UsageError("admission refused the classes (nothing was written)".into()).into());
             }
         }
-        QosCmd::Apply { common, follow } => {
+        QosCmd::Apply { common, follow, force } => {
+            if !force {
+                super::refuse_under_live_agent(&journal_dir, "qos apply")?;
+            }
             let mut c = controller(cfg, common, true)?;
             let mut j = Journal::open(&journal_dir).context("while opening the undo journal")?;
             let r = c.apply(&mut j, &fx).context("while applying classes (everything this apply did was undone)")?;
@@ -149,7 +161,10 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                 }
             }
         }
-        QosCmd::Release => {
+        QosCmd::Release { force } => {
+            if !force {
+                super::refuse_under_live_agent(&journal_dir, "qos release")?;
+            }
             let r = joule_qos::release_owner(&journal_dir, joule_qos::OWNER, &fx)?;
             println!("released: {} change(s) undone, {} already gone, {} failed", r.undone, r.already_gone, r.failed.len());
             for f in &r.failed {
@@ -159,4 +174,33 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common() -> QosCommon {
+        QosCommon { min_period_us: joule_qos::DEFAULT_MIN_PERIOD_US, rt_fallback_to_cfs: false, backend: None }
+    }
+
+    #[test]
+    fn apply_and_release_refuse_under_a_live_agent_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.agent.journal_dir = dir.path().into();
+        cfg.classes = vec![joule_core::config::ClassConfig { name: "c".into(), quota_us: Some(30_000), ..Default::default() }];
+        let _agent = joule_core::journal::lock_agent(dir.path()).unwrap().expect("agent lock");
+        for (cmd, what) in [
+            (QosCmd::Apply { common: common(), follow: None, force: false }, "`qos apply`"),
+            (QosCmd::Release { force: false }, "`qos release`"),
+        ] {
+            let e = run(&QosArgs { cmd }, &cfg).unwrap_err();
+            assert!(e.downcast_ref::<crate::UsageError>().is_some(), "{e:#}");
+            let msg = e.to_string();
+            assert!(msg.contains("a joule agent") && msg.contains(what) && msg.contains("--force"), "{msg}");
+        }
+        // Forced: the release runs (nothing of joule-qos's in this journal to undo).
+        run(&QosArgs { cmd: QosCmd::Release { force: true } }, &cfg).unwrap();
+    }
 }
