@@ -85,12 +85,19 @@ fn cost_of_one_sample_with_1000_sleeping_threads() {
     }
     let task_wall = wall0.elapsed() / rounds;
     let task_cpu = (cpu_time() - cpu0) / rounds;
+    let unreadable = |s: &joule_core::Snapshot| s.notes.iter().any(|n| n.contains("threads unreadable"));
+    assert!(!unreadable(&snap), "{:?}", snap.notes);
+    // Whatever `src` holds (fds, buffers) must not be charged to, or starve, the Sampler's own
+    // task_wait source.
+    drop(src);
 
     let mut sampler = Sampler::new(&TelemetryConfig::default());
     sampler.sample();
     let (wall0, cpu0) = (Instant::now(), cpu_time());
     for _ in 0..rounds {
-        std::hint::black_box(sampler.sample());
+        let snap = sampler.sample();
+        assert!(!unreadable(&snap), "{:?}", snap.notes);
+        std::hint::black_box(snap);
     }
     let full_wall = wall0.elapsed() / rounds;
     let full_cpu = (cpu_time() - cpu0) / rounds;
