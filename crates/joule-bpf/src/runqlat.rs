@@ -17,6 +17,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Which cgroup hierarchy names the cgroups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,27 +110,38 @@ impl RunqLat {
     }
 
     /// Per-cgroup statistics of the wake-ups that reached a CPU since the previous call (the
-    /// first call covers the time since load). Only cgroups with wake-ups are listed. A map
-    /// that cannot be read yields fewer entries and a warning, never an error: this is a
-    /// telemetry source.
+    /// first call covers the time since load). Only cgroups with wake-ups are listed, by path
+    /// relative to the hierarchy root, or as `id:<n>` when the id is not (or no longer) found
+    /// under it. A map that cannot be read yields fewer entries and a warning, never an error:
+    /// this is a telemetry source.
+    ///
+    /// Removed cgroups are evicted: after each rescan of the hierarchy (every 10 s, or on an
+    /// unknown id at most once a second; see `CgroupNames`), an id the rescan did not find has
+    /// its last interval reported once, as `id:<n>` when it had wake-ups, and its `hists` entry
+    /// deleted, so a machine whose cgroups come and go never fills the map. An id that stays
+    /// unresolvable while still in use gets a fresh entry and is evicted again at every rescan;
+    /// only wake-ups between this read and the delete are lost.
     pub fn sample(&mut self) -> Vec<RunqLatency> {
-        let current = self.read_all();
-        let mut rescanned = false;
+        let mut current = self.read_all();
+        let ids: Vec<u64> = current.keys().copied().collect();
+        let rescanned = self.names.refresh(&ids, Instant::now());
         let mut out = Vec::new();
+        let mut evicted = Vec::new();
         for (&id, cur) in &current {
             let delta = match self.prev.get(&id) {
                 Some(prev) => cur.since(prev),
                 None => cur.since(&Histogram::default()),
             };
-            if self.names.lookup(id).is_none() && !rescanned {
-                self.names.rescan();
-                rescanned = true;
-            }
             let cgroup = match self.names.lookup(id) {
-                Some(path) => path,
+                Some(path) => path.to_string(),
                 None => {
-                    // The cgroup is gone: report its last interval, then free its slot.
-                    let _ = self.skel.maps.hists.delete(&id.to_ne_bytes());
+                    if rescanned {
+                        // Gone: report this last interval, then free its slot.
+                        match self.skel.maps.hists.delete(&id.to_ne_bytes()) {
+                            Ok(()) => evicted.push(id),
+                            Err(e) => tracing::debug!("evicting cgroup id {id} from the run-queue latency map: {e}"),
+                        }
+                    }
                     format!("id:{id}")
                 }
             };
@@ -145,6 +157,9 @@ impl RunqLat {
                 max_us: us(delta.max_ns as f64),
                 source: Origin::Ebpf,
             });
+        }
+        for id in evicted {
+            current.remove(&id);
         }
         out.sort_by(|a, b| a.cgroup.cmp(&b.cgroup));
         self.prev = current;

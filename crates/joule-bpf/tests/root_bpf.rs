@@ -153,6 +153,77 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     assert!(all_unloaded(&ours, "joule_sched"), "dropping RunqLat must detach and unload its programs");
 }
 
+/// The `hists` map of the runqlat instance whose sched_switch program is `prog`, opened by id
+/// as another process would.
+fn hists_map_of(prog: u32) -> MapHandle {
+    let info = libbpf_rs::query::ProgInfoIter::with_query_opts(libbpf_rs::query::ProgInfoQueryOptions::default().include_map_ids(true))
+        .find(|p| p.id == prog)
+        .expect("our sched_switch program is loaded");
+    info.map_ids
+        .iter()
+        .filter_map(|&id| MapHandle::from_map_id(id).ok())
+        .find(|m| m.name() == "hists")
+        .expect("sched_switch uses the hists map")
+}
+
+/// Cgroups come and go: a removed cgroup's `hists` entry must be freed, or a machine with
+/// churning cgroups fills the map and new cgroups go unmeasured. Waits out one rescan period
+/// (10 s).
+#[test]
+#[ignore = "tier 2: root"]
+fn root_runqlat_evicts_a_removed_cgroup_after_the_rescan_period() {
+    require_root!();
+    if !require(Path::new(V1_CPU).join("tasks").exists(), "cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu") {
+        return;
+    }
+    let cg = TempCgroup::new(Path::new(V1_CPU));
+    let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg.dir).unwrap());
+    let name = format!("/{}", cg.dir.file_name().unwrap().to_string_lossy());
+    let before = prog_ids("joule_sched_swi");
+    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 })
+        .expect("loading runqlat");
+    let switch: Vec<u32> = prog_ids("joule_sched_swi").difference(&before).copied().collect();
+    assert_eq!(switch.len(), 1, "{switch:?}");
+    let hists = hists_map_of(switch[0]);
+    let in_map = || hists.lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY).unwrap().is_some();
+    let t0 = Instant::now();
+    let _ = rq.sample(); // baseline, and the first walk of the hierarchy
+
+    // 1 ms sleeps in the cgroup; after `n` of them the thread moves itself back to the root.
+    let sleep_in_cgroup = |n: u32| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                cg.enter_current_thread();
+                for _ in 0..n {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::fs::write(Path::new(V1_CPU).join("tasks"), unsafe { libc::gettid() }.to_string()).expect("leaving the test cgroup");
+            });
+        })
+    };
+    sleep_in_cgroup(100);
+    let stats = rq.sample();
+    assert!(stats.iter().any(|s| s.cgroup == name && s.count > 0), "no entry for {name} in {stats:#?}");
+    assert!(in_map(), "cgroup id {id} is in hists while the cgroup exists");
+
+    // More wake-ups, then the cgroup goes away before the next sample.
+    sleep_in_cgroup(100);
+    std::fs::remove_dir(&cg.dir).expect("rmdir of the (now empty) test cgroup");
+    assert!(in_map(), "nothing has evicted it yet");
+    let period = Duration::from_secs(10);
+    std::thread::sleep((t0 + period + Duration::from_millis(200)).saturating_duration_since(Instant::now()));
+
+    let last = rq.sample();
+    let gone = format!("id:{id}");
+    let mine: Vec<_> = last.iter().filter(|s| s.cgroup == gone || s.cgroup == name).collect();
+    eprintln!("after the rescan: {mine:?}");
+    assert!(matches!(mine[..], [m] if m.cgroup == gone && m.count > 0), "the last interval is reported once, as {gone}: {last:#?}");
+    assert!(!in_map(), "the removed cgroup's hists entry is deleted");
+    let after = rq.sample();
+    assert!(after.iter().all(|s| s.cgroup != gone && s.cgroup != name), "reported once only: {after:#?}");
+    assert!(!in_map());
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_runqlat_on_cgroup_v2_reports_the_root() {
