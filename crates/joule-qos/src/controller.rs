@@ -1,6 +1,7 @@
 //! `QosController`: admission at construction, then apply / reconcile / status / release.
 //! Every change goes through `Effects` and is recorded in the undo journal *before* it is
-//! made; an apply that fails part-way replays its own records, so nothing is half-applied.
+//! made; an apply that fails part-way undoes its own records and takes them out of the
+//! journal, so nothing is half-applied and nothing is left for a later `joule restore`.
 
 use crate::admission::{admit, AdmissionEnv, Plan, ShareKind};
 use crate::backend::{steps, BackendKind, Hier, Layout, PlannedWrite, Step};
@@ -227,7 +228,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
-            let failed = joule_core::journal::replay(&mine, fx).failed;
+            let failed = self.undo(&mine, journal.path().parent(), fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
             }
@@ -416,12 +417,31 @@ impl QosController {
         }
     }
 
-    /// Undoes what this controller did in this process, newest first, without touching
-    /// other records (the benchmark between configurations; tests).
-    pub fn rollback(&mut self, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
+    /// Undoes what this controller did in this process, newest first, taking its records out
+    /// of the journal in `journal_dir` as they are undone (a later `joule restore` must not
+    /// replay them: a MoveTask could hit a reused pid). Other records stay.
+    pub fn rollback(&mut self, journal_dir: &Path, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
         let mine = std::mem::take(&mut self.applied);
-        let r = joule_core::journal::replay(&mine, fx);
+        let r = self.undo(&mine, Some(journal_dir), fx);
         (r.undone, r.already_gone, r.failed)
+    }
+
+    /// Undoes `records` (this controller's, newest last) through the journal in `journal_dir`,
+    /// which drops each record it undid and keeps the failed ones for a retry. Only without a
+    /// journal (or when it cannot be read) are they replayed from memory, leaving the journal
+    /// as it is.
+    fn undo(&self, records: &[Undo], journal_dir: Option<&Path>, fx: &dyn Effects) -> RestoreReport {
+        if records.is_empty() {
+            return RestoreReport::default();
+        }
+        if let Some(dir) = journal_dir {
+            let owner = self.opts.owner.as_str();
+            match joule_core::journal::restore_where(dir, fx, |e| e.owner == owner && records.contains(&e.undo)) {
+                Ok(r) => return r,
+                Err(e) => tracing::warn!("rolling back from memory, the journal's records stay: {e}"),
+            }
+        }
+        joule_core::journal::replay(records, fx)
     }
 
     /// Undoes every record of this owner in the journal in `journal_dir` — this process's and

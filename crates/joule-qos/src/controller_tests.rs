@@ -12,7 +12,8 @@ use joule_core::journal;
 #[derive(Default)]
 struct CgFake {
     fx: FakeEffects,
-    fail: Mutex<Vec<(String, i32)>>,
+    /// (path suffix, only this value or any, errno)
+    fail: Mutex<Vec<(String, Option<String>, i32)>>,
 }
 
 const KNOBS: &[(&str, &str)] = &[
@@ -70,8 +71,14 @@ impl CgFake {
     fn set(&self, p: &str, v: &str) {
         self.fx.files.lock().unwrap().insert(p.into(), v.into());
     }
+    /// Every write to a path ending in `suffix` fails (its undo too).
     fn fail(&self, suffix: &str, errno: i32) {
-        self.fail.lock().unwrap().push((suffix.into(), errno));
+        self.fail.lock().unwrap().push((suffix.into(), None, errno));
+    }
+    /// Writing `value` to a path ending in `suffix` fails, as the kernel refuses one value
+    /// of a knob and accepts its old one back.
+    fn fail_value(&self, suffix: &str, value: &str, errno: i32) {
+        self.fail.lock().unwrap().push((suffix.into(), Some(value.into()), errno));
     }
     fn joule_dirs(&self) -> Vec<PathBuf> {
         self.fx.dirs.lock().unwrap().keys().filter(|d| d.to_string_lossy().contains("joule")).cloned().collect()
@@ -83,7 +90,7 @@ impl Effects for CgFake {
         self.fx.read(p)
     }
     fn write(&self, p: &Path, v: &str) -> io::Result<()> {
-        if let Some((_, e)) = self.fail.lock().unwrap().iter().find(|(s, _)| p.to_string_lossy().ends_with(s.as_str())) {
+        if let Some((_, _, e)) = self.fail.lock().unwrap().iter().find(|(s, val, _)| p.to_string_lossy().ends_with(s.as_str()) && val.as_ref().is_none_or(|x| x == v)) {
             return Err(io::Error::from_raw_os_error(*e));
         }
         self.fx.write(p, v)
@@ -153,7 +160,7 @@ fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
 #[test]
 fn failure_mid_apply_rolls_back_and_names_the_value() {
     let f = CgFake::v1();
-    f.fail("joule/cgA/cpu.rt_runtime_us", libc::EINVAL);
+    f.fail_value("joule/cgA/cpu.rt_runtime_us", "350000", libc::EINVAL);
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [300_000, 300_000, 350_000]), opts(pd.path()), &f).unwrap();
@@ -161,10 +168,70 @@ fn failure_mid_apply_rolls_back_and_names_the_value() {
     let e = c.apply(&mut j, &f).unwrap_err().to_string();
     assert!(e.contains("\"350000\"") && e.contains("/cg/cpu/joule/cgA/cpu.rt_runtime_us") && e.contains("RT budget"), "{e}");
     assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
-    // The records stay in the journal but replaying them again is harmless.
+    // The rollback took its records out of the journal: a later `joule restore` has nothing
+    // of this apply's to replay (no MoveTask on a reused pid, no knob rewritten).
+    let left = journal::entries(jd.path()).unwrap();
+    assert!(left.is_empty(), "rolled-back records left in the journal: {left:#?}");
     f.fail.lock().unwrap().clear();
+    f.fx.log.lock().unwrap().clear();
     let r = journal::restore(jd.path(), &f).unwrap();
     assert!(r.failed.is_empty());
+    assert!(log(&f).is_empty(), "restore replayed: {:#?}", log(&f));
+}
+
+#[test]
+fn failed_move_rolls_back_the_moves_out_of_the_journal_and_keeps_other_records() {
+    let f = CgFake::v1();
+    f.set("/other/knob", "changed");
+    // The cpu and cpuset moves succeed, the cpuacct one is refused.
+    f.fail_value("/cg/cpuacct/joule/cgA/cgroup.procs", "500", libc::EINVAL);
+    let pd = tempfile::tempdir().unwrap();
+    proc_fixture(pd.path(), 500, "thirdparty");
+    let jd = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    let other = Undo::Write { path: "/other/knob".into(), old: "orig".into() };
+    let older = Undo::Write { path: "/older/qos/knob".into(), old: "x".into() };
+    j.record("thermal", other.clone()).unwrap();
+    j.record(crate::OWNER, older.clone()).unwrap();
+    let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
+    cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
+    let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    let e = c.apply(&mut j, &f).unwrap_err().to_string();
+    assert!(e.contains("moving pid 500 into class cgA"), "{e}");
+    assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
+    let l = log(&f);
+    assert!(l.contains(&"write /cg/cpu/cgroup.procs 500".to_string()) && l.contains(&"write /cg/cpuset/cgroup.procs 500".to_string()), "{l:#?}");
+    let left: Vec<_> = journal::entries(jd.path()).unwrap().into_iter().map(|e| (e.owner, e.undo)).collect();
+    assert_eq!(
+        left,
+        vec![("thermal".to_string(), other), (crate::OWNER.to_string(), older)],
+        "this apply's records (its MoveTasks included) leave the journal; others' and older ones stay"
+    );
+    assert_eq!(f.fx.file("/other/knob").as_deref(), Some("changed"));
+    assert_eq!(f.fx.file("/older/qos/knob"), None, "an older qos record is not this apply's to undo");
+    // Appending to the same journal still works after the rollback rewrote it.
+    j.record("thermal", Undo::RemoveFile { path: "/x".into() }).unwrap();
+    assert_eq!(journal::entries(jd.path()).unwrap().len(), 3);
+}
+
+#[test]
+fn a_rollback_record_that_fails_stays_in_the_journal_for_a_retry() {
+    let f = CgFake::v1();
+    // Every write to this knob fails, its undo too.
+    f.fail("joule/cgA/cpu.rt_runtime_us", libc::EINVAL);
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&seed::classes(1_000_000, [300_000, 300_000, 350_000]), opts(pd.path()), &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    c.apply(&mut j, &f).unwrap_err();
+    assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
+    let left: Vec<_> = journal::entries(jd.path()).unwrap().into_iter().map(|e| e.undo).collect();
+    assert_eq!(left, vec![Undo::Write { path: "/cg/cpu/joule/cgA/cpu.rt_runtime_us".into(), old: "0".into() }]);
+    // The retry finds the group gone: settled, and the journal is empty.
+    f.fail.lock().unwrap().clear();
+    let r = journal::restore(jd.path(), &f).unwrap();
+    assert!(r.failed.is_empty() && r.already_gone == 1, "{r:?}");
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
 }
 
 #[test]
@@ -308,5 +375,8 @@ fn status_reports_achieved_share_from_usage_deltas() {
     assert!((a.expected_pct - 30.0).abs() < 1e-9);
     let got = a.achieved_pct.unwrap();
     assert!(got > 20.0 && got <= 30.0, "{got}");
-    c.rollback(&f);
+    let (_, _, failed) = c.rollback(jd.path(), &f);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
+    assert!(journal::entries(jd.path()).unwrap().is_empty(), "rollback left its records in the journal");
 }

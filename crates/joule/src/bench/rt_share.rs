@@ -12,7 +12,7 @@ use super::report::{median, print_table, write_json};
 use anyhow::Context;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects, SchedAttr};
-use joule_core::journal::{Journal, Undo};
+use joule_core::journal::{self, Journal, Undo};
 use joule_qos::seed::{self, GROUPS};
 use joule_qos::{admit, AdmissionEnv, QosController, QosOpts};
 use serde_json::json;
@@ -53,6 +53,9 @@ pub struct RtShareArgs {
     #[arg(long, default_value = "/run/joule")]
     pub journal_dir: PathBuf,
 }
+
+/// Owner tag of the bench's journal records.
+const BENCH_OWNER: &str = "bench-qos";
 
 /// One configuration: an id, where it comes from, the period and the three runtimes.
 #[derive(Debug, Clone)]
@@ -142,6 +145,7 @@ struct Running {
     stop: Arc<AtomicBool>,
     workers: Vec<Worker>,
     ctl: Option<QosController>,
+    journal_dir: PathBuf,
 }
 
 impl Drop for Running {
@@ -150,10 +154,15 @@ impl Drop for Running {
         for w in self.workers.drain(..) {
             w.handle.join().ok();
         }
-        if let Some(mut c) = self.ctl.take() {
-            let (_, _, failed) = c.rollback(&RealEffects);
-            if !failed.is_empty() {
-                eprintln!("rt-share: cleanup left {} record(s) for `joule restore`: {failed:?}", failed.len());
+        if self.ctl.take().is_some() {
+            // Through the journal, so the records leave it as they are undone: a later
+            // `joule restore` must not replay a MoveTask or a Sched on a reused tid. Every
+            // bench record in the journal is this configuration's (the previous ones' left
+            // with them), its threads' scheduling policies included.
+            match journal::restore_owner(&self.journal_dir, BENCH_OWNER, &RealEffects) {
+                Ok(r) if r.failed.is_empty() => {}
+                Ok(r) => eprintln!("rt-share: cleanup left {} record(s) for `joule restore`: {:?}", r.failed.len(), r.failed),
+                Err(e) => eprintln!("rt-share: cleanup failed, run `joule restore`: {e}"),
             }
         }
     }
@@ -189,14 +198,14 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
         min_period_us: args.min_period_us,
         enforce_admission: false,
         group_name: "joule-bench".into(),
-        owner: "bench-qos".into(),
+        owner: BENCH_OWNER.into(),
         ..Default::default()
     };
     let mut ctl = QosController::new(&classes, opts)?;
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
-    let mut run = Running { stop: stop.clone(), workers: Vec::new(), ctl: None };
+    let mut run = Running { stop: stop.clone(), workers: Vec::new(), ctl: None, journal_dir: args.journal_dir.clone() };
     if let Err(e) = ctl.apply(journal, &fx) {
         return Ok(Measured { error: Some(format!("kernel refused: {e}")), ..Default::default() });
     }
@@ -205,7 +214,7 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
         let tid = w.tid;
         run.workers.push(w);
         ctl.place(journal, &fx, g, tid, true).map_err(|e| anyhow::anyhow!("while placing {g}'s thread: {}", e.map(|e| e.to_string()).unwrap_or("it exited".into())))?;
-        journal.record("bench-qos", Undo::Sched { tid, old: SchedAttr::OTHER })?;
+        journal.record(BENCH_OWNER, Undo::Sched { tid, old: SchedAttr::OTHER })?;
         fx.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).with_context(|| format!("while making {g}'s thread SCHED_FIFO"))?;
     }
     run.ctl = Some(ctl);
@@ -263,7 +272,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     let _guard = RtLimitGuard { old: std::fs::read_to_string(&limit).context("while reading sched_rt_runtime_us")?.trim().to_string(), path: limit };
     let mut journal = Journal::open(&args.journal_dir).context("while opening the undo journal")?;
     // Clean up after a previous bench that was SIGKILLed.
-    joule_qos::release_owner(&args.journal_dir, "bench-qos", &RealEffects)?;
+    joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
 
     let confs: Vec<Conf> = configurations().into_iter().filter(|c| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(&c.id))).collect();
     let probe = QosController::new(&[], QosOpts { cgroup_root: args.cgroup_root.clone(), min_period_us: args.min_period_us, enforce_admission: false, ..Default::default() })?;
@@ -278,7 +287,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
             let m = run_one(c, args, &mut journal, &interrupted);
             if interrupted.load(Ordering::Relaxed) {
                 bar.abandon();
-                joule_qos::release_owner(&args.journal_dir, "bench-qos", &RealEffects)?;
+                joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
                 anyhow::bail!("interrupted; groups removed and threads stopped");
             }
             results[i].push(m?);
@@ -286,7 +295,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    joule_qos::release_owner(&args.journal_dir, "bench-qos", &RealEffects)?;
+    joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
 
     // Aggregate: medians over runs.
     let med = |ms: &[Measured], f: &dyn Fn(&Measured) -> Option<f64>| {
