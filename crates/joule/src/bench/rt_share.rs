@@ -182,6 +182,31 @@ impl Drop for RtLimitGuard {
     }
 }
 
+/// Undoes every bench record in the journal when the run ends, whichever way it ends.
+struct Cleanup {
+    journal_dir: PathBuf,
+    done: bool,
+}
+
+impl Cleanup {
+    fn release(&mut self) -> anyhow::Result<()> {
+        self.done = true;
+        let r = journal::restore_owner(&self.journal_dir, BENCH_OWNER, &RealEffects)?;
+        anyhow::ensure!(r.failed.is_empty(), "cleanup left {} record(s) for `joule restore`: {:?}", r.failed.len(), r.failed);
+        Ok(())
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Err(e) = self.release() {
+                eprintln!("rt-share: {e:#}");
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Measured {
     achieved_pct: Option<[f64; 3]>,
@@ -209,6 +234,8 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
     if let Err(e) = ctl.apply(journal, &fx) {
         return Ok(Measured { error: Some(format!("kernel refused: {e}")), ..Default::default() });
     }
+    // From here on every exit (a failed spawn, place or set_sched included) undoes the groups.
+    let ctl = run.ctl.insert(ctl);
     for (i, g) in GROUPS.iter().enumerate() {
         let w = spawn(stop.clone(), go.clone(), (i == 2).then(|| count.clone()))?;
         let tid = w.tid;
@@ -217,7 +244,6 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
         journal.record(BENCH_OWNER, Undo::Sched { tid, old: SchedAttr::OTHER })?;
         fx.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).with_context(|| format!("while making {g}'s thread SCHED_FIFO"))?;
     }
-    run.ctl = Some(ctl);
     go.store(true, Ordering::Release);
     let sleep = |secs: f64| -> bool {
         let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -272,7 +298,10 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     let _guard = RtLimitGuard { old: std::fs::read_to_string(&limit).context("while reading sched_rt_runtime_us")?.trim().to_string(), path: limit };
     let mut journal = Journal::open(&args.journal_dir).context("while opening the undo journal")?;
     // Clean up after a previous bench that was SIGKILLed.
-    joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
+    journal::restore_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
+    // And after this one, however it ends (an error, an interrupt, a panic): no joule-bench
+    // group keeps its RT budget.
+    let mut cleanup = Cleanup { journal_dir: args.journal_dir.clone(), done: false };
 
     let confs: Vec<Conf> = configurations().into_iter().filter(|c| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(&c.id))).collect();
     let probe = QosController::new(&[], QosOpts { cgroup_root: args.cgroup_root.clone(), min_period_us: args.min_period_us, enforce_admission: false, ..Default::default() })?;
@@ -287,7 +316,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
             let m = run_one(c, args, &mut journal, &interrupted);
             if interrupted.load(Ordering::Relaxed) {
                 bar.abandon();
-                joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
+                cleanup.release()?;
                 anyhow::bail!("interrupted; groups removed and threads stopped");
             }
             results[i].push(m?);
@@ -295,7 +324,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish_and_clear();
-    joule_qos::release_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
+    cleanup.release()?;
 
     // Aggregate: medians over runs.
     let med = |ms: &[Measured], f: &dyn Fn(&Measured) -> Option<f64>| {
