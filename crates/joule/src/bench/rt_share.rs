@@ -6,7 +6,8 @@
 //! Decision on the global RT limit: the bench leaves `kernel.sched_rt_runtime_us` at the
 //! system's value (950000 here). cgroup v1 checks RT bandwidth machine-wide (the children's
 //! runtime/period sum ≤ the parent's ≤ the global 0.95), and every seed row sums to exactly
-//! 0.95, so nothing needs raising; the bench still records the value and puts it back on exit.
+//! 0.95, so nothing needs raising. The bench never writes it; it reads it (for admission) and
+//! records it in the JSON.
 
 use super::report::{median, print_table, write_json};
 use anyhow::Context;
@@ -168,20 +169,6 @@ impl Drop for Running {
     }
 }
 
-/// Puts `kernel.sched_rt_runtime_us` back if anything changed it while the bench ran.
-struct RtLimitGuard {
-    path: PathBuf,
-    old: String,
-}
-
-impl Drop for RtLimitGuard {
-    fn drop(&mut self) {
-        if std::fs::read_to_string(&self.path).map(|s| s.trim().to_string()).ok().as_deref() != Some(self.old.as_str()) {
-            let _ = RealEffects.write(&self.path, &self.old);
-        }
-    }
-}
-
 /// Undoes every bench record in the journal when the run ends, whichever way it ends.
 struct Cleanup {
     journal_dir: PathBuf,
@@ -294,8 +281,6 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, interrupted.clone()).context("while installing signal handlers")?;
     }
-    let limit = PathBuf::from("/proc/sys/kernel/sched_rt_runtime_us");
-    let _guard = RtLimitGuard { old: std::fs::read_to_string(&limit).context("while reading sched_rt_runtime_us")?.trim().to_string(), path: limit };
     let mut journal = Journal::open(&args.journal_dir).context("while opening the undo journal")?;
     // Clean up after a previous bench that was SIGKILLed.
     journal::restore_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
