@@ -8,7 +8,9 @@ J=${1:?usage: qos-v2.sh PATH/TO/joule}
 d=$(mktemp -d)
 sh -c 'while :; do :; done' &
 busy=$!
-trap 'kill $busy 2>/dev/null || true' EXIT
+# However the script ends: stop the loop, undo the class (a no-op after the release below; the
+# journal is in $d, so before removing it) and remove the temporary directory.
+trap 'kill $busy 2>/dev/null || true; "$J" qos --config "$d/q.toml" release >&2 || true; rm -rf "$d"' EXIT
 printf '[agent]\njournal_dir = "%s"\n\n[[class]]\nname = "capped"\nmatch = { pid = [%s] }\nquota_us = 30000\nperiod_us = 100000\ncpus = "1"\n' "$d" "$busy" >"$d/q.toml"
 "$J" qos --config "$d/q.toml" apply >&2
 echo "cpu.max=$(cat /sys/fs/cgroup/joule/capped/cpu.max)"
