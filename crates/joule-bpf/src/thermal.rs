@@ -26,6 +26,10 @@ pub const PIN_CONFIG: &str = "thermal_config";
 pub const MODEL_ZONE: u32 = crate::intf::JOULE_MODEL_ZONE;
 /// First zone id of hwmon sensors fed from user space (`JOULE_HWMON_ZONE_BASE` in intf.h).
 pub const HWMON_ZONE_BASE: u32 = crate::intf::JOULE_HWMON_ZONE_BASE;
+/// How long a zone counts in the machine-wide stage after its last reading, unless
+/// [`ThermalStage::set_stale_ms`] says otherwise: 10 s, ten of the kernel's usual 1 s polls of a
+/// thermal zone and many of the agent's samples, each of which feeds every sensor it reads.
+pub const DEFAULT_STALE_MS: u64 = 10_000;
 const JOURNAL_OWNER: &str = "bpf";
 
 #[derive(Debug, Clone)]
@@ -107,6 +111,8 @@ pub struct ThermalStage {
     pin_dir: Option<PathBuf>,
     pins: Vec<PathBuf>,
     created_dir: bool,
+    /// What `thermal_config` holds.
+    cfg: joule_thermal_config,
     _storage: ObjectStorage,
 }
 
@@ -121,9 +127,19 @@ fn validate(opts: &ThermalStageOpts) -> Result<joule_thermal_config, BpfError> {
     if opts.hysteresis_mc < 0 {
         return Err(BpfError::Config(format!("hysteresis {} mC is negative", opts.hysteresis_mc)));
     }
-    let mut cfg = joule_thermal_config { hysteresis_mc: opts.hysteresis_mc, nr_thresholds: t.len() as u32, ..Default::default() };
+    let mut cfg = joule_thermal_config {
+        hysteresis_mc: opts.hysteresis_mc,
+        stale_ns: stale_ns(DEFAULT_STALE_MS),
+        nr_thresholds: t.len() as u32,
+        ..Default::default()
+    };
     cfg.thresholds_mc[..t.len()].copy_from_slice(t);
     Ok(cfg)
+}
+
+/// The kernel compares ages as signed 64-bit ns; 0 stays 0 (never stale).
+fn stale_ns(stale_ms: u64) -> u64 {
+    stale_ms.saturating_mul(1_000_000).min(i64::MAX as u64)
 }
 
 impl ThermalStage {
@@ -144,12 +160,10 @@ impl ThermalStage {
             pin_dir: opts.pin_dir,
             pins: Vec::new(),
             created_dir: false,
+            cfg,
             _storage: storage,
         };
-        bpf(
-            "writing the thermal config map",
-            me.skel.maps.thermal_config.update(&0u32.to_ne_bytes(), as_bytes(&cfg), MapFlags::ANY),
-        )?;
+        me.write_config()?;
         if let Some(dir) = me.pin_dir.clone() {
             // On error `me` drops here and removes whatever it pinned already.
             me.pin_all(&dir, journal)?;
@@ -194,6 +208,27 @@ impl ThermalStage {
             self.pins.push(path);
         }
         Ok(())
+    }
+
+    fn write_config(&self) -> Result<(), BpfError> {
+        bpf(
+            "writing the thermal config map",
+            self.skel.maps.thermal_config.update(&0u32.to_ne_bytes(), as_bytes(&self.cfg), MapFlags::ANY),
+        )
+    }
+
+    /// A zone whose last reading is older than `stale_ms` stops counting in the machine-wide
+    /// stage ([`DEFAULT_STALE_MS`] from load; 0: zones never go stale). Its own entry in
+    /// `zones()` keeps its last temperature and stage, and it counts again from its next
+    /// reading. Takes effect at the next reading: the stage is only recomputed when one
+    /// arrives, so with every zone silent it keeps its last value (see `stale_ns` in intf.h).
+    pub fn set_stale_ms(&mut self, stale_ms: u64) -> Result<(), BpfError> {
+        let old = self.cfg.stale_ns;
+        self.cfg.stale_ns = stale_ns(stale_ms);
+        // Only stale_ns changes: a program reading the config meanwhile sees the same
+        // thresholds, and at worst a mix of the old and new stale_ns for that one reading,
+        // which the next reading repairs.
+        self.write_config().inspect_err(|_| self.cfg.stale_ns = old)
     }
 
     /// Feeds one temperature through the same stage rule as the tracepoint (BPF_PROG_TEST_RUN
@@ -319,6 +354,8 @@ mod tests {
         assert!(validate(&opts(&[1; 9], 0)).is_err());
         let cfg = validate(&opts(&[70_000, 80_000, 90_000], 3_000)).unwrap();
         assert_eq!((cfg.nr_thresholds, cfg.thresholds_mc[2], cfg.thresholds_mc[3]), (3, 90_000, 0));
+        assert_eq!(cfg.stale_ns, DEFAULT_STALE_MS * 1_000_000);
+        assert_eq!((stale_ns(0), stale_ns(300), stale_ns(u64::MAX)), (0, 300_000_000, i64::MAX as u64));
     }
 
     #[test]

@@ -404,6 +404,53 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
     assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
 }
 
+/// A zone that stops reporting stops counting: zone A at 95 °C sets stage 3; once only zone B
+/// (50 °C) reports and A's last reading is older than stale_ms, the stage is B's. With no
+/// reading at all, nothing recomputes the stage, so it keeps its last value.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {
+    require_root!();
+    const STALE: Duration = Duration::from_millis(300);
+    let (a, b) = (1, 2);
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let mut ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
+    ts.set_stale_ms(STALE.as_millis() as u64).unwrap();
+    let feed = |zone: u32, temp_mc: i64| {
+        ts.feed(zone, temp_mc, TempSource::Sensor).unwrap();
+        let r = ts.read();
+        (r.stage, r.zone)
+    };
+
+    assert_eq!(feed(a, 95_000), (3, a));
+    // No reading at all for longer than stale_ms: the stage stays the last value.
+    std::thread::sleep(STALE + Duration::from_millis(100));
+    assert_eq!((ts.read().stage, ts.read().zone), (3, a), "with no zone fresh the stage keeps its last value");
+    // B's first reading: A is stale, so B alone sets the stage.
+    assert_eq!(feed(b, 50_000), (0, b));
+
+    // A again, then only B, every 50 ms: A holds stage 3 while fresh, then B's stage wins.
+    assert_eq!(feed(a, 95_000), (3, a));
+    let a_fed = Instant::now();
+    let mut dropped_after = None;
+    while a_fed.elapsed() < STALE * 3 {
+        std::thread::sleep(Duration::from_millis(50));
+        let (fed_at, got) = (a_fed.elapsed(), feed(b, 50_000));
+        eprintln!("{fed_at:?} after A: {got:?}");
+        if fed_at < STALE - Duration::from_millis(50) {
+            assert_eq!(got, (3, a), "A is fresh {fed_at:?} after its reading");
+        } else if got == (0, b) {
+            dropped_after.get_or_insert(fed_at);
+        }
+    }
+    let dropped_after = dropped_after.expect("the stage dropped to B's once A went stale");
+    assert!(dropped_after >= STALE, "{dropped_after:?}");
+    assert_eq!(feed(b, 50_000), (0, b));
+    let zones = ts.zones();
+    assert_eq!(zones.iter().map(|z| (z.zone, z.temp_mc, z.stage)).collect::<Vec<_>>(), vec![(a, 95_000, 3), (b, 50_000, 0)], "a stale zone keeps its own state");
+    assert_eq!(ts.read().transitions, 4, "0→3, 3→0, 0→3, 3→0");
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {

@@ -78,10 +78,20 @@ enum joule_temp_source {
 	JOULE_TEMP_MODEL = 1,  /* user space's thermal model, through the `feed` syscall program */
 };
 
-/* thermal_config[0], written by user space before it feeds anything. Thresholds ascend. */
+/* thermal_config[0], written by user space before it feeds anything. Thresholds ascend.
+ *
+ * stale_ns: a zone whose last reading is older than this does not count in the machine-wide
+ * stage (its own entry in thermal_zones keeps its last temperature and stage), so a sensor that
+ * stops reporting, or a model that is no longer fed, cannot hold the stage up; 0 means zones
+ * never go stale. The stage is recomputed only when a reading arrives. When no zone is fresh
+ * because none reports any more, nothing runs and thermal_stage keeps its last value, with
+ * updated_ns saying how old it is: we chose keeping over dropping to stage 0 because a machine
+ * whose readings stopped is not known to have cooled (failing towards throttling is the safe
+ * side), and a reader that wants its own rule has updated_ns to apply it. */
 struct joule_thermal_config {
 	__s64 thresholds_mc[JOULE_MAX_STAGES];
 	__s64 hysteresis_mc;
+	__u64 stale_ns;
 	__u32 nr_thresholds;
 	__u32 _pad;
 };

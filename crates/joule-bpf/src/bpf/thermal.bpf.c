@@ -55,11 +55,22 @@ static __always_inline __u32 next_stage(__u32 cur, __s64 temp_mc, const struct j
 
 struct max_ctx {
 	struct joule_stage best;
+	__u64 now;
+	__u64 stale_ns;
 	bool any;
 };
 
+/* A zone counts while its last reading is at most stale_ns old. Signed: another CPU may have
+ * stamped the zone after this one read the clock, which is fresh, not 2^64 ns old. */
+static __always_inline bool is_fresh(const struct joule_zone_state *z, const struct max_ctx *c)
+{
+	return c->stale_ns == 0 || (__s64)(c->now - z->updated_ns) <= (__s64)c->stale_ns;
+}
+
 static long pick_max(struct bpf_map *map, __u32 *zone, struct joule_zone_state *z, struct max_ctx *c)
 {
+	if (!is_fresh(z, c))
+		return 0;
 	if (!c->any || z->stage > c->best.stage ||
 	    (z->stage == c->best.stage && z->temp_mc > c->best.temp_mc)) {
 		c->best.stage = z->stage;
@@ -71,8 +82,9 @@ static long pick_max(struct bpf_map *map, __u32 *zone, struct joule_zone_state *
 	return 0;
 }
 
-/* Records one reading and recomputes the machine-wide stage as the max over zones. Two CPUs
- * may race here; each recomputes from all zones, so the next reading repairs a lost update. */
+/* Records one reading and recomputes the machine-wide stage as the max over the zones that are
+ * fresh (see stale_ns in intf.h). Two CPUs may race here; each recomputes from all zones, so
+ * the next reading repairs a lost update. */
 static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 {
 	struct joule_thermal_config *cfg;
@@ -101,7 +113,11 @@ static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 	z->source = source;
 	z->updated_ns = now;
 
+	c.now = now;
+	c.stale_ns = cfg->stale_ns;
 	bpf_for_each_map_elem(&thermal_zones, pick_max, &c, 0);
+	if (!c.any) /* cannot happen (this zone was just stamped), but never publish nothing */
+		return JOULE_FEED_OK;
 	old = st->stage;
 	st->stage = c.best.stage;
 	st->zone = c.best.zone;
