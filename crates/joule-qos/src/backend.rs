@@ -7,7 +7,7 @@ use joule_core::effects::Effects;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Directory joule creates in each hierarchy; classes live below it.
+/// Default name of the directory joule creates in each hierarchy; classes live below it.
 pub const JOULE_DIR: &str = "joule";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,14 +49,18 @@ pub struct Layout {
     pub rt_group_sched: bool,
     /// v2: controllers the root offers (cgroup.controllers).
     pub v2_controllers: Vec<String>,
+    /// Name of the top group joule creates right under each mount (`joule`, or the
+    /// benchmark's and tests' own); classes live below it.
+    pub group: String,
 }
 
 impl Layout {
     /// Finds the hierarchies under `cgroup_root`. A v1 `cpu` hierarchy wins (the cpu
-    /// controller can be bound to only one hierarchy); `prefer` forces a kind.
-    pub fn detect(cgroup_root: &Path, fx: &dyn Effects, prefer: Option<BackendKind>) -> Result<Layout, crate::QosError> {
-        let v1 = Self::detect_v1(cgroup_root, fx);
-        let v2 = Self::detect_v2(cgroup_root, fx);
+    /// controller can be bound to only one hierarchy); `prefer` forces a kind. `group` names
+    /// the top group under each mount.
+    pub fn detect(cgroup_root: &Path, fx: &dyn Effects, prefer: Option<BackendKind>, group: &str) -> Result<Layout, crate::QosError> {
+        let v1 = Self::detect_v1(cgroup_root, fx, group);
+        let v2 = Self::detect_v2(cgroup_root, fx, group);
         let pick = match prefer {
             Some(BackendKind::V1) => v1,
             Some(BackendKind::V2) => v2,
@@ -65,7 +69,7 @@ impl Layout {
         pick.ok_or_else(|| crate::QosError::NoCpuController(cgroup_root.into()))
     }
 
-    fn detect_v1(root: &Path, fx: &dyn Effects) -> Option<Layout> {
+    fn detect_v1(root: &Path, fx: &dyn Effects, group: &str) -> Option<Layout> {
         let cpu = ["cpu", "cpu,cpuacct", "cpuacct,cpu"].iter().map(|d| root.join(d)).find(|d| fx.exists(&d.join("cpu.shares")))?;
         let mut hiers = vec![(Hier::Cpu, cpu.clone())];
         let cpuset = root.join("cpuset");
@@ -76,10 +80,10 @@ impl Layout {
         if !fx.exists(&cpu.join("cpuacct.usage")) && fx.exists(&acct.join("cpuacct.usage")) {
             hiers.push((Hier::Cpuacct, acct));
         }
-        Some(Layout { kind: BackendKind::V1, rt_group_sched: fx.exists(&cpu.join("cpu.rt_runtime_us")), hiers, v2_controllers: vec![] })
+        Some(Layout { kind: BackendKind::V1, rt_group_sched: fx.exists(&cpu.join("cpu.rt_runtime_us")), hiers, v2_controllers: vec![], group: group.into() })
     }
 
-    fn detect_v2(root: &Path, fx: &dyn Effects) -> Option<Layout> {
+    fn detect_v2(root: &Path, fx: &dyn Effects, group: &str) -> Option<Layout> {
         let dir = [root.to_path_buf(), root.join("unified")].into_iter().find(|d| fx.exists(&d.join("cgroup.controllers")))?;
         let ctl = fx.read(&dir.join("cgroup.controllers")).ok()?;
         Some(Layout {
@@ -87,11 +91,17 @@ impl Layout {
             hiers: vec![(Hier::Unified, dir)],
             rt_group_sched: false,
             v2_controllers: ctl.split_whitespace().map(String::from).collect(),
+            group: group.into(),
         })
     }
 
     pub fn mount(&self, h: Hier) -> Option<&Path> {
         self.hiers.iter().find(|(x, _)| *x == h).map(|(_, p)| p.as_path())
+    }
+
+    /// The top group in hierarchy mount `m`.
+    pub fn top_dir(&self, m: &Path) -> PathBuf {
+        m.join(&self.group)
     }
 
     /// Directory of `class` (with its ancestors) in hierarchy mount `m`.
@@ -103,7 +113,7 @@ impl Layout {
             chain.push(p);
         }
         chain.reverse();
-        let mut d = m.join(JOULE_DIR);
+        let mut d = self.top_dir(m);
         for c in chain {
             d.push(c);
         }
@@ -171,7 +181,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
     for (h, m) in &layout.hiers {
         let (h, m) = (*h, m.as_path());
         let root_procs = m.join("cgroup.procs");
-        let jd = m.join(JOULE_DIR);
+        let jd = layout.top_dir(m);
         if h == Hier::Unified {
             let mut want = Vec::new();
             if ordered.iter().any(|c| c.cfs.is_some() || c.weight.is_some()) {

@@ -173,7 +173,7 @@ impl QosController {
 
     /// As `new`, reading the machine through `fx` (fixture trees in tests).
     pub fn new_with(classes: &[ClassConfig], opts: QosOpts, fx: &dyn Effects) -> Result<Self, QosError> {
-        let layout = Layout::detect(&opts.cgroup_root, fx, opts.backend)?;
+        let layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
         let env = machine_env(&layout, &opts, fx);
         let mut plan = admit(classes, &env);
         if layout.kind == BackendKind::V2 && !layout.v2_controllers.iter().any(|c| c == "cpu") {
@@ -186,8 +186,7 @@ impl QosController {
         if !plan.admitted() && opts.enforce_admission {
             return Err(QosError::Refused(plan.refusal_text()));
         }
-        // The top group's name is configurable (the benchmark uses its own).
-        plan.writes = steps_named(&layout, &plan, fx, &opts.group_name).into_iter().map(PlannedWrite).collect();
+        plan.writes = steps(&layout, &plan, fx).into_iter().map(PlannedWrite).collect();
         Ok(Self { classes: classes.to_vec(), opts, layout, plan, applied: Vec::new(), last_reconcile: None, samples: Mutex::new(BTreeMap::new()) })
     }
 
@@ -201,12 +200,11 @@ impl QosController {
 
     /// Directory of `class` in hierarchy `h` (where its knobs are).
     pub fn class_dir(&self, h: Hier, class: &str) -> Option<PathBuf> {
-        let m = self.layout.mount(h)?;
-        Some(rename_top(&self.layout.class_dir(m, &self.plan, class), m, &self.opts.group_name))
+        Some(self.layout.class_dir(self.layout.mount(h)?, &self.plan, class))
     }
 
     fn task_dir(&self, m: &Path, class: &str) -> PathBuf {
-        rename_top(&self.layout.task_dir(m, &self.plan, class), m, &self.opts.group_name)
+        self.layout.task_dir(m, &self.plan, class)
     }
 
     fn record(&mut self, journal: &mut Journal, undo: Undo) -> Result<(), QosError> {
@@ -392,8 +390,8 @@ impl QosController {
 
     /// Cumulative CPU time of a class, ns (v1 cpuacct.usage, v2 cpu.stat usage_usec).
     pub fn usage_ns(&self, fx: &dyn Effects, class: &str) -> Option<u64> {
-        for (h, m) in &self.layout.hiers {
-            let d = rename_top(&self.layout.class_dir(m, &self.plan, class), m, &self.opts.group_name);
+        for (h, _) in &self.layout.hiers {
+            let Some(d) = self.class_dir(*h, class) else { continue };
             match h {
                 Hier::Cpuacct | Hier::Cpu => {
                     if let Some(v) = read_trim(fx, &d.join("cpuacct.usage")).and_then(|s| s.parse().ok()) {
@@ -408,8 +406,8 @@ impl QosController {
     }
 
     fn throttled(&self, fx: &dyn Effects, class: &str) -> (Option<f64>, Option<u64>) {
-        let Some((h, m)) = self.layout.hiers.first() else { return (None, None) };
-        let d = rename_top(&self.layout.class_dir(m, &self.plan, class), m, &self.opts.group_name);
+        let Some(&(h, _)) = self.layout.hiers.first() else { return (None, None) };
+        let Some(d) = self.class_dir(h, class) else { return (None, None) };
         let f = d.join("cpu.stat");
         match h {
             Hier::Unified => (stat_field(fx, &f, "throttled_usec").map(|u| u as f64 / 1e3), stat_field(fx, &f, "nr_throttled")),
@@ -471,32 +469,6 @@ fn stat_field(fx: &dyn Effects, f: &Path, key: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
     })
-}
-
-/// Replaces the `joule` component right under mount `m` with `name`.
-fn rename_top(p: &Path, m: &Path, name: &str) -> PathBuf {
-    if name == crate::backend::JOULE_DIR {
-        return p.to_path_buf();
-    }
-    match p.strip_prefix(m.join(crate::backend::JOULE_DIR)) {
-        Ok(rest) => m.join(name).join(rest),
-        Err(_) => p.to_path_buf(),
-    }
-}
-
-fn steps_named(layout: &Layout, plan: &Plan, fx: &dyn Effects, name: &str) -> Vec<Step> {
-    let mut v = steps(layout, plan, fx);
-    for s in &mut v {
-        let m = layout.hiers.iter().map(|(_, m)| m.clone()).find(|m| match s {
-            Step::Mkdir { path, .. } | Step::Barrier { path, .. } | Step::Write { path, .. } => path.starts_with(m),
-        });
-        if let Some(m) = m {
-            match s {
-                Step::Mkdir { path, .. } | Step::Barrier { path, .. } | Step::Write { path, .. } => *path = rename_top(path, &m, name),
-            }
-        }
-    }
-    v
 }
 
 #[cfg(test)]

@@ -380,3 +380,33 @@ fn status_reports_achieved_share_from_usage_deltas() {
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
     assert!(journal::entries(jd.path()).unwrap().is_empty(), "rollback left its records in the journal");
 }
+
+#[test]
+fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let cs = vec![
+        ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), cpus: Some("1".into()), ..Default::default() },
+        ClassConfig { name: "audio".into(), parent: Some("main".into()), rt_runtime_us: Some(100_000), ..Default::default() },
+    ];
+    let o = QosOpts { group_name: "joule-bench".into(), ..opts(pd.path()) };
+    let mut c = QosController::new_with(&cs, o, &f).unwrap();
+    for PlannedWrite(s) in &c.plan().writes {
+        let (Step::Mkdir { path, .. } | Step::Barrier { path, .. } | Step::Write { path, .. }) = s;
+        let top = path.components().nth(3).map(|x| x.as_os_str().to_string_lossy().into_owned());
+        assert_eq!(top.as_deref(), Some("joule-bench"), "{}", path.display());
+    }
+    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    assert_eq!(f.fx.file("/cg/cpu/joule-bench/main/audio/cpu.rt_runtime_us").as_deref(), Some("100000"));
+    assert_eq!(f.fx.file("/cg/cpuset/joule-bench/main/audio/cpuset.cpus").as_deref(), Some("1"));
+    assert!(!f.fx.exists(Path::new("/cg/cpu/joule")), "the default group was made too");
+    assert_eq!(c.class_dir(Hier::Cpu, "audio"), Some(PathBuf::from("/cg/cpu/joule-bench/main/audio")));
+    f.set("/cg/cpuacct/joule-bench/main/audio/cpuacct.usage", "12345");
+    f.set("/cg/cpu/joule-bench/main/audio/cpu.stat", "nr_periods 3\nnr_throttled 2\nthrottled_time 5000000\n");
+    assert_eq!(c.usage_ns(&f, "audio"), Some(12345));
+    let st = c.status(&f).into_iter().find(|s| s.name == "audio").unwrap();
+    assert!(st.present && st.nr_throttled == Some(2) && st.throttled_ms == Some(5.0), "{st:?}");
+    let (_, _, failed) = c.rollback(jd.path(), &f);
+    assert!(failed.is_empty() && f.joule_dirs().is_empty(), "{failed:?} {:?}", f.joule_dirs());
+}
