@@ -1,30 +1,12 @@
-//! Maps the cgroup ids the BPF side reports back to paths, and finds which hierarchy to key
-//! by. A cgroup's kernfs id is its directory's inode number, so a walk of the hierarchy with
-//! `stat` is all it takes. Ids are never reused (64-bit), so a path, once resolved, stays right
-//! until its cgroup is removed; removals are noticed by rescanning (see [`CgroupNames`]).
+//! Maps the cgroup ids the BPF side reports back to paths. A cgroup's kernfs id is its
+//! directory's inode number, so a walk of the hierarchy with `stat` is all it takes. Ids are
+//! never reused (64-bit), so a path, once resolved, stays right until its cgroup is removed;
+//! removals are noticed by rescanning (see [`CgroupNames`]).
 
-use crate::runqlat::Hierarchy;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Picks the hierarchy from a `/proc/self/mounts` text: the v1 `cpu` controller's hierarchy
-/// when one is mounted (the processes of a v1 machine live there), else the cgroup2 mount.
-pub fn detect_from_mounts(mounts: &str) -> Option<(Hierarchy, PathBuf)> {
-    let mut v2 = None;
-    for line in mounts.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [_, mnt, fstype, opts, ..] = f[..] else { continue };
-        let mnt = PathBuf::from(mnt.replace("\\040", " "));
-        match fstype {
-            "cgroup" if opts.split(',').any(|o| o == "cpu") => return Some((Hierarchy::V1Cpu, mnt)),
-            "cgroup2" if v2.is_none() => v2 = Some((Hierarchy::V2, mnt)),
-            _ => {}
-        }
-    }
-    v2
-}
 
 /// Resolves cgroup ids under one hierarchy root.
 ///
@@ -35,7 +17,7 @@ pub fn detect_from_mounts(mounts: &str) -> Option<(Hierarchy, PathBuf)> {
 /// not resolve are remembered (a negative cache) and trigger no walk until the next periodic
 /// one, so a cgroup that stays unresolvable does not cost a tree walk per sample.
 #[derive(Debug)]
-pub struct CgroupNames {
+pub(crate) struct CgroupNames {
     root: PathBuf,
     paths: HashMap<u64, String>,
     /// Ids asked about that the last rescan did not find; cleared by every rescan.
@@ -117,24 +99,6 @@ fn relative(root: &Path, dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn v1_cpu_wins_over_cgroup2_and_cpuacct_or_cpuset_do_not_count() {
-        let mounts = "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n\
-                      cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0\n\
-                      cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0\n\
-                      cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n";
-        assert_eq!(detect_from_mounts(mounts), Some((Hierarchy::V1Cpu, "/sys/fs/cgroup/cpu".into())));
-        let comounted = "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,cpu,cpuacct 0 0\n";
-        assert_eq!(detect_from_mounts(comounted), Some((Hierarchy::V1Cpu, "/sys/fs/cgroup/cpu,cpuacct".into())));
-    }
-
-    #[test]
-    fn pure_v2_machine() {
-        let mounts = "proc /proc proc rw 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n";
-        assert_eq!(detect_from_mounts(mounts), Some((Hierarchy::V2, "/sys/fs/cgroup".into())));
-        assert_eq!(detect_from_mounts("proc /proc proc rw 0 0\n"), None);
-    }
 
     #[test]
     fn ids_are_directory_inodes_relative_to_the_root_and_removed_ones_drop_out_at_the_periodic_rescan() {

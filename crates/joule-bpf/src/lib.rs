@@ -13,7 +13,6 @@ mod storage;
 mod task_wait;
 pub mod thermal;
 
-pub use cgroups::{detect_from_mounts, CgroupNames};
 pub use error::BpfError;
 pub use probe::probe;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};

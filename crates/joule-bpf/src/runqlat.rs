@@ -2,7 +2,7 @@
 //! interval p50/p99/max, keyed by the cgroup of the task that waited, and the threads that
 //! waited longest for a CPU.
 
-use crate::cgroups::{detect_from_mounts, CgroupNames};
+use crate::cgroups::CgroupNames;
 use crate::error::{bpf, BpfError};
 use crate::hist::Histogram;
 use crate::intf::{joule_runq_hist, JOULE_HIER_V1_CPU, JOULE_HIER_V2, JOULE_RUNQ_MAX_CGROUPS, JOULE_RUNQ_MAX_TASKS};
@@ -63,15 +63,6 @@ impl RunqLatOpts {
             None => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
         };
         Self { hierarchy, cgroup_root, max_cgroups: JOULE_RUNQ_MAX_CGROUPS, max_tasks: JOULE_RUNQ_MAX_TASKS }
-    }
-
-    /// The v1 `cpu` hierarchy when it is mounted, else cgroup v2, as `/proc/self/mounts` says.
-    pub fn detect() -> Result<Self, BpfError> {
-        let mounts = Path::new("/proc/self/mounts");
-        let text = std::fs::read_to_string(mounts).map_err(|source| BpfError::Io { path: mounts.into(), source })?;
-        let (hierarchy, cgroup_root) = detect_from_mounts(&text)
-            .ok_or_else(|| BpfError::Unavailable("no cgroup v1 `cpu` nor cgroup2 hierarchy is mounted".into()))?;
-        Ok(Self { hierarchy, cgroup_root, max_cgroups: JOULE_RUNQ_MAX_CGROUPS, max_tasks: JOULE_RUNQ_MAX_TASKS })
     }
 }
 

@@ -228,10 +228,13 @@ fn root_runqlat_evicts_a_removed_cgroup_after_the_rescan_period() {
 #[ignore = "tier 2: root"]
 fn root_runqlat_on_cgroup_v2_reports_the_root() {
     require_root!();
-    let Some((Hierarchy::V2, root)) = std::fs::read_to_string("/proc/self/mounts")
-        .ok()
-        .and_then(|m| joule_bpf::detect_from_mounts(&m.lines().filter(|l| l.contains("cgroup2")).collect::<Vec<_>>().join("\n")))
-    else {
+    let cgroup2_mount = std::fs::read_to_string("/proc/self/mounts").ok().and_then(|m| {
+        m.lines().find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, mnt, "cgroup2", ..] => Some(PathBuf::from(mnt)),
+            _ => None,
+        })
+    });
+    let Some(root) = cgroup2_mount else {
         require(false, "a cgroup2 mount");
         return;
     };
