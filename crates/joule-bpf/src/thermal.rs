@@ -16,8 +16,6 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, ProgramInput};
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 
-/// Where the agent pins the maps unless configured otherwise.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/joule";
 /// Names of the pinned maps inside the pin directory (the scheduler's side of the contract).
 pub const PIN_STAGE: &str = "thermal_stage";
 pub const PIN_ZONES: &str = "thermal_zones";
@@ -34,7 +32,8 @@ const JOURNAL_OWNER: &str = "bpf";
 
 #[derive(Debug, Clone)]
 pub struct ThermalStageOpts {
-    /// Where the maps are pinned (normally [`DEFAULT_PIN_DIR`]) so a sched_ext scheduler can
+    /// Where the maps are pinned (the agent uses `telemetry.bpf_pin_dir`, `/sys/fs/bpf/joule`
+    /// by default) so a sched_ext scheduler can
     /// read the stage; `None` keeps them private to this process (tests, benchmarks, or a
     /// machine without bpffs): the stage still works, only other processes cannot see it.
     pub pin_dir: Option<PathBuf>,
