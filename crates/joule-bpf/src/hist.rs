@@ -6,20 +6,21 @@
 //! reported as the slot's midpoint, so it is within 6.25% of the true order statistic (slots
 //! below 8 ns are exact). Values from ~69 s up share the last slot.
 
-use crate::intf::{joule_runq_hist, JOULE_HIST_MAX_LOG2, JOULE_HIST_SLOTS, JOULE_HIST_SUB, JOULE_HIST_SUB_BITS};
+use crate::intf::{joule_runq_hist, JOULE_HIST_SLOTS, JOULE_HIST_SUB, JOULE_HIST_SUB_BITS};
 
-pub const SLOTS: usize = JOULE_HIST_SLOTS as usize;
+pub(crate) const SLOTS: usize = JOULE_HIST_SLOTS as usize;
 const SUB: u64 = JOULE_HIST_SUB as u64;
 const SUB_BITS: u32 = JOULE_HIST_SUB_BITS;
 
 /// The slot a value (ns) falls into, as the BPF side computes it. Used to check the bounds
 /// below and to build test histograms.
-pub fn slot_of(v_ns: u64) -> usize {
+#[cfg(test)]
+pub(crate) fn slot_of(v_ns: u64) -> usize {
     if v_ns < SUB {
         return v_ns as usize;
     }
     let m = 63 - v_ns.leading_zeros();
-    if m >= JOULE_HIST_MAX_LOG2 {
+    if m >= crate::intf::JOULE_HIST_MAX_LOG2 {
         return SLOTS - 1;
     }
     let slot = (((m - SUB_BITS + 1) << SUB_BITS) as u64 | ((v_ns >> (m - SUB_BITS)) & (SUB - 1))) as usize;
@@ -27,7 +28,7 @@ pub fn slot_of(v_ns: u64) -> usize {
 }
 
 /// `[lo, hi)` in ns of a slot.
-pub fn slot_range_ns(slot: usize) -> (u64, u64) {
+pub(crate) fn slot_range_ns(slot: usize) -> (u64, u64) {
     let slot = slot as u64;
     let group = slot >> SUB_BITS;
     if group == 0 {
@@ -47,33 +48,32 @@ fn slot_mid_ns(slot: usize) -> f64 {
 /// A histogram summed over CPUs: cumulative since load, or an interval (a delta of two).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
+    /// Values recorded: the sum of `slots`.
     pub count: u64,
-    pub sum_ns: u64,
     pub max_ns: u64,
     pub slots: Vec<u64>,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
-        Self { count: 0, sum_ns: 0, max_ns: 0, slots: vec![0; SLOTS] }
+        Self { count: 0, max_ns: 0, slots: vec![0; SLOTS] }
     }
 }
 
 impl Histogram {
     /// Adds one CPU's copy of a cgroup's kernel histogram.
     pub fn merge_cpu(&mut self, h: &joule_runq_hist) {
-        self.count += h.count;
-        self.sum_ns += h.sum_ns;
         self.max_ns = self.max_ns.max(h.max_ns);
         for (a, b) in self.slots.iter_mut().zip(h.slots.iter()) {
             *a += b;
+            self.count += b;
         }
     }
 
-    /// Records one value, as the kernel would (tests and fixtures).
-    pub fn record(&mut self, v_ns: u64) {
+    /// Records one value, as the kernel would (tests).
+    #[cfg(test)]
+    pub(crate) fn record(&mut self, v_ns: u64) {
         self.count += 1;
-        self.sum_ns += v_ns;
         self.max_ns = self.max_ns.max(v_ns);
         self.slots[slot_of(v_ns)] += 1;
     }
@@ -92,12 +92,7 @@ impl Histogram {
                 None => 0,
             }
         };
-        Histogram {
-            count: slots.iter().sum(),
-            sum_ns: self.sum_ns.saturating_sub(prev.sum_ns),
-            max_ns,
-            slots,
-        }
+        Histogram { count: slots.iter().sum(), max_ns, slots }
     }
 
     /// The `q`-quantile (0 < q ≤ 1) in ns: the midpoint of the slot holding the value of rank
@@ -122,6 +117,7 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intf::JOULE_HIST_MAX_LOG2;
 
     #[test]
     fn slots_tile_the_line_without_gaps() {
@@ -181,7 +177,6 @@ mod tests {
         }
         let d = after.since(&before);
         assert_eq!(d.count, 10);
-        assert_eq!(d.sum_ns, 200_000);
         // The all-time max did not move: the interval max comes from its own top slot.
         let (lo, hi) = slot_range_ns(slot_of(20_000));
         assert!(d.max_ns >= lo && d.max_ns < hi, "{}", d.max_ns);
@@ -195,7 +190,7 @@ mod tests {
 
     #[test]
     fn merging_cpus_adds_counts_and_keeps_the_max() {
-        let mut a = joule_runq_hist { count: 2, max_ns: 10, ..Default::default() };
+        let mut a = joule_runq_hist { max_ns: 10, ..Default::default() };
         a.slots[3] = 2;
         let mut b = a;
         b.max_ns = 40;

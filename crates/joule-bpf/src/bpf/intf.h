@@ -52,10 +52,9 @@ enum joule_hierarchy {
 };
 
 /* Cumulative run-queue latency of one cgroup on one CPU (the map is per-CPU: no atomics on
- * the sched_switch path). User space sums CPUs and subtracts its previous read. */
+ * the sched_switch path). User space sums CPUs and subtracts its previous read; the number of
+ * waits is the sum of the slots. */
 struct joule_runq_hist {
-	__u64 count;
-	__u64 sum_ns;
 	__u64 max_ns;
 	__u64 slots[JOULE_HIST_SLOTS];
 };

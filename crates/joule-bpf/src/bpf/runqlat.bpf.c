@@ -217,8 +217,6 @@ int BPF_PROG(joule_sched_switch, bool preempt, struct task_struct *prev, struct 
 	if (slot >= JOULE_HIST_SLOTS)
 		return 0;
 	h->slots[slot]++;
-	h->count++;
-	h->sum_ns += delta_ns;
 	if (delta_ns > h->max_ns)
 		h->max_ns = delta_ns;
 	return 0;
