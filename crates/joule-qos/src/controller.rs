@@ -5,7 +5,7 @@
 
 use crate::admission::{admit, AdmissionEnv, Plan, ShareKind};
 use crate::backend::{steps, BackendKind, Hier, Layout, PlannedWrite, Step};
-use crate::matching::{assign, read_proc, scan};
+use crate::matching::{assign, read_proc, scan, ProcInfo};
 use crate::QosError;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects};
@@ -283,15 +283,14 @@ impl QosController {
         let me = std::process::id() as i32;
         let want = assign(&procs, &self.classes);
         let (mut moved, mut vanished) = (Vec::new(), Vec::new());
-        for (pid, class) in want {
-            if pid == me {
-                continue;
-            }
-            match self.place(journal, fx, &class, pid, false) {
-                Ok(true) => moved.push((pid, class)),
+        // The scan already read each process's cgroups: place from that, not from /proc again.
+        for info in procs.iter().filter(|p| p.pid != me) {
+            let Some(class) = want.get(&info.pid) else { continue };
+            match self.place_info(journal, fx, class, info, false) {
+                Ok(true) => moved.push((info.pid, class.clone())),
                 Ok(false) => {}
                 Err(Some(e)) => return Err(e),
-                Err(None) => vanished.push(pid),
+                Err(None) => vanished.push(info.pid),
             }
         }
         Ok((moved, vanished))
@@ -301,12 +300,20 @@ impl QosController {
     /// recording where it came from first. Ok(false): already there. Err(None): it vanished.
     pub fn place(&mut self, journal: &mut Journal, fx: &dyn Effects, class: &str, pid: i32, thread: bool) -> Result<bool, Option<QosError>> {
         let Some(info) = read_proc(&self.opts.procfs_root, pid) else { return Err(None) };
+        self.place_info(journal, fx, class, &info, thread)
+    }
+
+    /// `place` for a process whose /proc entry was just read (by `scan`).
+    fn place_info(&mut self, journal: &mut Journal, fx: &dyn Effects, class: &str, info: &ProcInfo, thread: bool) -> Result<bool, Option<QosError>> {
+        let pid = info.pid;
         let mut any = false;
         let file = if thread && self.layout.kind == BackendKind::V1 { "tasks" } else { "cgroup.procs" };
-        for (h, m) in self.layout.hiers.clone() {
-            let target = self.task_dir(&m, class);
-            let old_rel = info.cgroup_of(h.controller()).unwrap_or("/");
-            let old_dir = m.join(old_rel.trim_start_matches('/'));
+        for i in 0..self.layout.hiers.len() {
+            let (target, old_dir) = {
+                let (h, m) = &self.layout.hiers[i];
+                let old_rel = info.cgroup_of(h.controller()).unwrap_or("/");
+                (self.task_dir(m, class), m.join(old_rel.trim_start_matches('/')))
+            };
             if old_dir == target && !thread {
                 continue;
             }
