@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::mem::size_of;
 use std::os::fd::AsRawFd;
 
-/// Entries fetched per BPF_MAP_LOOKUP_BATCH syscall: 44 KiB of buffers, a 2,000-thread map in
+/// Entries fetched per BPF_MAP_LOOKUP_BATCH syscall: 36 KiB of buffers, a 2,000-thread map in
 /// two syscalls. It must exceed the longest hash bucket (else ENOSPC), which it does by orders
 /// of magnitude.
 const BATCH: u32 = 1024;

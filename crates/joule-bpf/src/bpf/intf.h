@@ -60,12 +60,11 @@ struct joule_runq_hist {
 };
 
 /* task_waits[tid]: cumulative run-queue wait of one thread since the first time it waited after
- * load; deleted when the thread exits. Both counters only grow, by atomic adds, so user space
+ * load; deleted when the thread exits. wait_ns only grows, by atomic adds, so user space
  * differences two reads. comm is the thread's name when the entry was created, kept current by
  * tp_btf/task_rename (prctl PR_SET_NAME, exec). */
 struct joule_task_wait {
 	__u64 wait_ns;
-	__u64 count;   /* waits that ended on a CPU */
 	char comm[JOULE_COMM_LEN];
 	__u32 tgid;    /* the process the thread belongs to */
 	__u32 _pad;

@@ -162,7 +162,7 @@ int BPF_PROG(joule_sched_rename, struct task_struct *task, const char *comm)
 	return 0;
 }
 
-/* Adds one finished wait of `p` to its thread's entry: a lookup and two atomic adds, or, for a
+/* Adds one finished wait of `p` to its thread's entry: a lookup and one atomic add, or, for a
  * thread's first wait, one insert (comm and tgid are read only then). */
 static __always_inline void account_task_wait(struct task_struct *p, __u32 pid, __u64 delta_ns)
 {
@@ -171,7 +171,6 @@ static __always_inline void account_task_wait(struct task_struct *p, __u32 pid, 
 	tw = bpf_map_lookup_elem(&task_waits, &pid);
 	if (!tw) {
 		init.wait_ns = delta_ns;
-		init.count = 1;
 		init.tgid = BPF_CORE_READ(p, tgid);
 		BPF_CORE_READ_STR_INTO(&init.comm, p, comm);
 		/* Only this CPU switches `p` in, so nothing races this insert; if the LRU cannot
@@ -180,7 +179,6 @@ static __always_inline void account_task_wait(struct task_struct *p, __u32 pid, 
 		return;
 	}
 	__sync_fetch_and_add(&tw->wait_ns, delta_ns);
-	__sync_fetch_and_add(&tw->count, 1);
 }
 
 SEC("tp_btf/sched_switch")
