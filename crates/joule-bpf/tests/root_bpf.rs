@@ -454,6 +454,22 @@ fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {
     assert_eq!(ts.read().transitions, 4, "0→3, 3→0, 0→3, 3→0");
 }
 
+/// The zone map holds JOULE_MAX_ZONES (64) zones: a 65th is refused, and known zones still feed.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_a_zone_beyond_the_map_is_refused() {
+    require_root!();
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000], hysteresis_mc: 0 };
+    let ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
+    for zone in 0..64 {
+        ts.feed(zone, 40_000, TempSource::Sensor).unwrap_or_else(|e| panic!("zone {zone}: {e}"));
+    }
+    let err = ts.feed(64, 40_000, TempSource::Sensor).expect_err("a 65th zone");
+    assert!(err.to_string().contains("too many thermal zones"), "{err}");
+    ts.feed(5, 75_000, TempSource::Sensor).expect("a known zone still feeds");
+    assert_eq!((ts.read().stage, ts.read().zone), (1, 5));
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {

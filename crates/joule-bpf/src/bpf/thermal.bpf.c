@@ -101,9 +101,8 @@ static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 
 	z = bpf_map_lookup_elem(&thermal_zones, &zone);
 	if (!z) {
-		if (bpf_map_update_elem(&thermal_zones, &zone, &fresh, BPF_NOEXIST) &&
-		    !bpf_map_lookup_elem(&thermal_zones, &zone))
-			return JOULE_FEED_ZONES_FULL;
+		/* Fails with -EEXIST when another CPU inserted it first; the lookup finds it then. */
+		bpf_map_update_elem(&thermal_zones, &zone, &fresh, BPF_NOEXIST);
 		z = bpf_map_lookup_elem(&thermal_zones, &zone);
 		if (!z)
 			return JOULE_FEED_ZONES_FULL;
