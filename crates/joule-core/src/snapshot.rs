@@ -77,7 +77,7 @@ pub struct TaskWait {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Power {
-    /// Machine power over the interval.
+    /// Machine power over the interval: the sum of the domains with `part_of_total`.
     pub watts: f64,
     pub source: Origin,
     pub domains: Vec<PowerDomain>,
@@ -91,6 +91,11 @@ pub struct PowerDomain {
     /// Cumulative energy, wrap-around already handled.
     pub energy_joules_total: f64,
     pub source: Origin,
+    /// Whether `watts` is one of the terms of `Power::watts`. Domains that are inside another
+    /// (RAPL subzones, psys), overlap it (a PSU's input and output, a GPU) or stand beside a
+    /// model total are listed with `false`.
+    #[serde(default)]
+    pub part_of_total: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -34,11 +34,14 @@ impl Source for PowerModel {
         }
         let watts = self.watts(&snap.cpu.utilization);
         self.energy_joules_total += watts * snap.interval_ms as f64 / 1000.0;
-        snap.power = Power {
-            watts,
-            source: Origin::Model,
-            domains: vec![PowerDomain { name: "model".into(), watts, energy_joules_total: self.energy_joules_total, source: Origin::Model }],
-        };
+        // Sensor domains the power source listed without a total (a GPU, a PSU's channels, ...)
+        // stay, outside the total; the model's own domain is the total.
+        let mut domains = std::mem::take(&mut snap.power.domains);
+        for d in &mut domains {
+            d.part_of_total = false;
+        }
+        domains.push(PowerDomain { name: "model".into(), watts, energy_joules_total: self.energy_joules_total, source: Origin::Model, part_of_total: true });
+        snap.power = Power { watts, source: Origin::Model, domains };
         Ok(())
     }
 }

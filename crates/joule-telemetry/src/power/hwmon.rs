@@ -1,12 +1,33 @@
 //! hwmon power meters: `<sysfs>/class/hwmon/hwmon*/power*_input` (µW, instantaneous), with
 //! energy integrated over each interval since hwmon gives no counter here.
 
-use crate::fsread::{numbered_entries, read_u64};
+use crate::fsread::{numbered_entries, read_trimmed, read_u64};
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+
+/// What one pass over the hwmon chips found.
+#[derive(Debug, Default)]
+pub(crate) struct HwmonReading {
+    /// Every `power<N>_input` of every chip, as a domain `hwmon<M>/power<N>`.
+    pub domains: Vec<PowerDomain>,
+    /// Machine power, when some channel is a machine total (see [`is_machine_total`]): the sum
+    /// of those channels, marked `part_of_total`.
+    pub machine_watts: Option<f64>,
+}
+
+/// Whether a channel measures the whole machine. The sum of every hwmon power channel is
+/// not machine power: a PSU's `pin` and `pout` measure the same energy twice and a GPU's
+/// board power is one part among others. Only the ACPI power meter (chip `power_meter`) and
+/// channels whose label names a system or total power are machine totals.
+fn is_machine_total(chip: &str, label: Option<&str>) -> bool {
+    if chip == "power_meter" {
+        return true;
+    }
+    label.map(str::to_ascii_lowercase).is_some_and(|l| l.contains("system") || l.contains("total"))
+}
 
 #[derive(Default)]
 pub(crate) struct HwmonPower {
@@ -14,9 +35,8 @@ pub(crate) struct HwmonPower {
 }
 
 impl HwmonPower {
-    /// Every `power<N>_input` of every chip, as a domain `hwmon<M>/power<N>`.
-    pub(crate) fn read(&mut self, sysfs_root: &Path, interval_ms: u64) -> Vec<PowerDomain> {
-        let mut out = Vec::new();
+    pub(crate) fn read(&mut self, sysfs_root: &Path, interval_ms: u64) -> HwmonReading {
+        let mut channels = Vec::new();
         for (m, dir) in numbered_entries(&sysfs_root.join("class/hwmon"), "hwmon") {
             let Ok(rd) = fs::read_dir(&dir) else { continue };
             let mut inputs: Vec<u32> = rd
@@ -24,15 +44,35 @@ impl HwmonPower {
                 .filter_map(|e| e.file_name().to_str()?.strip_prefix("power")?.strip_suffix("_input")?.parse().ok())
                 .collect();
             inputs.sort_unstable();
+            let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
             for n in inputs {
                 let Ok(uw) = read_u64(&dir.join(format!("power{n}_input"))) else { continue };
+                let label = read_trimmed(&dir.join(format!("power{n}_label"))).ok();
                 let name = format!("hwmon{m}/power{n}");
                 let watts = uw as f64 / 1e6;
                 let total = self.total_joules.entry(name.clone()).or_insert(0.0);
                 *total += watts * interval_ms as f64 / 1000.0;
-                out.push(PowerDomain { name, watts, energy_joules_total: *total, source: Origin::Sensor });
+                let part_of_total = is_machine_total(&chip, label.as_deref());
+                channels.push(PowerDomain { name, watts, energy_joules_total: *total, source: Origin::Sensor, part_of_total });
             }
         }
-        out
+        let totals: Vec<f64> = channels.iter().filter(|d| d.part_of_total).map(|d| d.watts).collect();
+        HwmonReading { machine_watts: (!totals.is_empty()).then(|| totals.iter().sum()), domains: channels }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_power_meter_and_system_or_total_labels_are_machine_totals() {
+        assert!(is_machine_total("power_meter", None));
+        assert!(is_machine_total("ipmi", Some("System Power")));
+        assert!(is_machine_total("xyz", Some("Total input")));
+        assert!(!is_machine_total("dps920ab", Some("pin")));
+        assert!(!is_machine_total("dps920ab", Some("pout1")));
+        assert!(!is_machine_total("amdgpu", Some("PPT")));
+        assert!(!is_machine_total("amdgpu", None));
     }
 }

@@ -1,6 +1,8 @@
-//! Machine power from sensors: RAPL energy counters first, hwmon power meters otherwise, all
-//! labelled `sensor`. Without either the source leaves `snap.power` alone and notes it; the
-//! power model fills it afterwards.
+//! Machine power from sensors: RAPL energy counters first, hwmon machine power meters
+//! otherwise, all labelled `sensor`. Every hwmon power channel is listed as a domain, but only
+//! a machine total (ACPI `power_meter`, a system/total label) makes `snap.power.watts`; each
+//! domain's `part_of_total` says which. Without a sensor total the source lists the domains,
+//! leaves the rest of `snap.power` alone and notes it; the power model fills it afterwards.
 
 mod hwmon;
 mod rapl;
@@ -29,20 +31,37 @@ impl Source for PowerSource {
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
         let rapl = self.rapl.read(&self.sysfs_root, snap.interval_ms);
-        let hwmon = self.hwmon.read(&self.sysfs_root, snap.interval_ms);
-        let watts = rapl.machine_watts.or_else(|| (!hwmon.is_empty()).then(|| hwmon.iter().map(|d| d.watts).sum()));
+        let mut hwmon = self.hwmon.read(&self.sysfs_root, snap.interval_ms);
+        // RAPL first: a machine with RAPL takes its total from RAPL, also on its first reading
+        // (no rate yet: the model stands in), never from hwmon.
+        let rapl_counts = rapl.present && !rapl.denied;
+        let watts = if rapl_counts { rapl.machine_watts } else { hwmon.machine_watts };
+        if rapl_counts {
+            for d in &mut hwmon.domains {
+                d.part_of_total = false;
+            }
+        }
+        let hwmon_channels = hwmon.domains.len();
         let mut domains = rapl.domains;
-        domains.extend(hwmon);
+        domains.extend(hwmon.domains);
         if let Some(watts) = watts {
             snap.power = Power { watts, source: Origin::Sensor, domains };
             return Ok(());
         }
+        // No sensor total: the sensor domains stay listed (none part of the total) and the
+        // power model adds its own.
+        snap.power.domains = domains;
         if rapl.denied {
             snap.notes.push("RAPL energy_uj not readable (root only since Linux 5.10): power is a model".into());
-        } else if !rapl.present {
+        } else if rapl.present {
+            snap.notes.push("RAPL on its first reading (a rate needs two): power is a model this sample".into());
+        } else if hwmon_channels > 0 {
+            snap.notes.push(format!(
+                "no machine power sensor (no RAPL; {hwmon_channels} hwmon power channels, none a power_meter or a system/total channel): power is a model"
+            ));
+        } else {
             snap.notes.push("no power sensor (no powercap intel-rapl zones, no hwmon power*_input): power is a model".into());
         }
-        // RAPL present but on its first reading: no rate yet, the model stands in once.
         Ok(())
     }
 }

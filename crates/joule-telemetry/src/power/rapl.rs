@@ -31,7 +31,8 @@ pub(crate) struct RaplReading {
     /// Domains with a rate (none on the first reading: a rate needs two).
     pub domains: Vec<PowerDomain>,
     /// Sum of the top-level `package-*` domains (or of all top-level ones when none is named
-    /// package); subzones (core, uncore, dram under a package) are inside it and not added.
+    /// package), which are marked `part_of_total`; subzones (core, uncore, dram under a
+    /// package) are inside it and not added, nor is psys (it contains the packages).
     pub machine_watts: Option<f64>,
     /// Zones exist on this machine.
     pub present: bool,
@@ -85,7 +86,13 @@ impl Rapl {
                                 any_package = true;
                             }
                         }
-                        r.domains.push(PowerDomain { name: format!("{zone}/{kind}"), watts, energy_joules_total: c.total_joules, source: Origin::Sensor });
+                        r.domains.push(PowerDomain {
+                            name: format!("{zone}/{kind}"),
+                            watts,
+                            energy_joules_total: c.total_joules,
+                            source: Origin::Sensor,
+                            part_of_total: false, // set below, once any_package is known
+                        });
                     }
                     c
                 }
@@ -97,6 +104,10 @@ impl Rapl {
         self.counters = seen;
         if !r.domains.is_empty() {
             r.machine_watts = Some(if any_package { package_w } else { top_w });
+            for d in &mut r.domains {
+                let (zone, kind) = d.name.split_once('/').unwrap_or((&d.name, ""));
+                d.part_of_total = zone.matches(':').count() == 1 && (!any_package || kind.starts_with("package"));
+            }
         }
         r
     }

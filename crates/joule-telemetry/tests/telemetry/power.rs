@@ -26,6 +26,9 @@ fn rapl_wrap_is_counted_and_subzones_are_not_double_counted() {
     assert_close(p.domains[3].watts, 6.0);
     // Machine = package-0 + package-1; core/uncore are inside package-0, psys contains both.
     assert_close(p.watts, 16.0);
+    let in_total: Vec<bool> = p.domains.iter().map(|d| d.part_of_total).collect();
+    assert_eq!(in_total, [true, false, false, true, false]);
+    assert_close(p.domains.iter().filter(|d| d.part_of_total).map(|d| d.watts).sum(), p.watts);
 }
 
 #[test]
@@ -34,9 +37,83 @@ fn hwmon_power_meter_in_microwatts() {
     sample(&mut src, 0);
     let snap = sample(&mut src, 2000);
     assert_eq!(snap.power.source, Origin::Sensor);
+    // The power_meter only: not + the PSU's pin and pout (the same energy twice) + the GPU.
     assert_close(snap.power.watts, 123.456789);
     assert_eq!(snap.power.domains[0].name, "hwmon0/power1");
     assert_close(snap.power.domains[0].energy_joules_total, 123.456789 * 2.0);
+    let d: Vec<(&str, bool)> = snap.power.domains.iter().map(|d| (d.name.as_str(), d.part_of_total)).collect();
+    assert_eq!(d, [("hwmon0/power1", true), ("hwmon2/power1", false), ("hwmon2/power2", false), ("hwmon3/power1", false)]);
+    assert_close(snap.power.domains[3].watts, 75.0);
+    assert!(snap.notes.is_empty(), "{:?}", snap.notes);
+}
+
+/// A hwmon tree under a fresh root: `(chip, [(channel, label, µW)])` per `hwmon<index>`.
+fn hwmon_tree(chips: &[(&str, &[(u32, Option<&str>, u64)])]) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    for (m, (chip, channels)) in chips.iter().enumerate() {
+        let dir = t.path().join(format!("class/hwmon/hwmon{m}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("name"), format!("{chip}\n")).unwrap();
+        for (n, label, uw) in channels.iter() {
+            std::fs::write(dir.join(format!("power{n}_input")), format!("{uw}\n")).unwrap();
+            if let Some(l) = label {
+                std::fs::write(dir.join(format!("power{n}_label")), format!("{l}\n")).unwrap();
+            }
+        }
+    }
+    t
+}
+
+#[test]
+fn hwmon_system_labelled_channel_is_the_total_without_a_power_meter() {
+    let t = hwmon_tree(&[("nct6798", &[(1, Some("CPU Power"), 40_000_000), (2, Some("System Power"), 90_000_000)])]);
+    let snap = sample(&mut PowerSource::new(t.path()), 100);
+    assert_eq!(snap.power.source, Origin::Sensor);
+    assert_close(snap.power.watts, 90.0);
+    let d: Vec<(&str, bool)> = snap.power.domains.iter().map(|d| (d.name.as_str(), d.part_of_total)).collect();
+    assert_eq!(d, [("hwmon0/power1", false), ("hwmon0/power2", true)]);
+}
+
+#[test]
+fn hwmon_without_a_machine_total_is_listed_and_the_model_stands_in() {
+    let t = hwmon_tree(&[("dps920ab", &[(1, Some("pin"), 250_000_000), (2, Some("pout1"), 230_000_000)]), ("amdgpu", &[(1, None, 75_000_000)])]);
+    let cfg = TelemetryConfig::default();
+    let mut sampler = Sampler::from_sources(vec![Box::new(PowerSource::new(t.path())), Box::new(PowerModel::new(&cfg.power_model))]);
+    sampler.sample_at(0, 0);
+    let snap = sampler.sample_at(100, 100);
+    assert_eq!(snap.power.source, Origin::Model);
+    assert_close(snap.power.watts, cfg.power_model.idle_watts);
+    let d: Vec<(&str, bool, Origin)> = snap.power.domains.iter().map(|d| (d.name.as_str(), d.part_of_total, d.source)).collect();
+    assert_eq!(
+        d,
+        [
+            ("hwmon0/power1", false, Origin::Sensor),
+            ("hwmon0/power2", false, Origin::Sensor),
+            ("hwmon1/power1", false, Origin::Sensor),
+            ("model", true, Origin::Model)
+        ]
+    );
+    assert!(snap.notes.iter().any(|n| n.starts_with("no machine power sensor (no RAPL; 3 hwmon power channels")), "{:?}", snap.notes);
+}
+
+#[test]
+fn rapl_first_reading_lets_the_model_stand_in_not_the_hwmon_meter() {
+    let sys = Staged::new("sys-rapl-wrap");
+    overlay(&fixture("sys-hwmon-power"), sys.root());
+    let cfg = TelemetryConfig::default();
+    let mut sampler = Sampler::from_sources(vec![Box::new(PowerSource::new(sys.root())), Box::new(PowerModel::new(&cfg.power_model))]);
+    let first = sampler.sample_at(0, 0);
+    assert_eq!(first.power.source, Origin::Model);
+    assert!(first.notes.iter().any(|n| n.starts_with("RAPL on its first reading")), "{:?}", first.notes);
+    let in_total: Vec<&str> = first.power.domains.iter().filter(|d| d.part_of_total).map(|d| d.name.as_str()).collect();
+    assert_eq!(in_total, ["model"]);
+    sys.advance();
+    let snap = sampler.sample_at(500, 500);
+    assert_eq!(snap.power.source, Origin::Sensor);
+    assert_close(snap.power.watts, 16.0);
+    let in_total: Vec<&str> = snap.power.domains.iter().filter(|d| d.part_of_total).map(|d| d.name.as_str()).collect();
+    assert_eq!(in_total, ["intel-rapl:0/package-0", "intel-rapl:1/package-1"]);
+    assert!(snap.power.domains.iter().any(|d| d.name == "hwmon0/power1"), "the power meter stays listed");
 }
 
 #[test]
