@@ -10,7 +10,7 @@ use crate::intf::{
 use crate::pod::{as_bytes, from_bytes};
 use crate::storage::ObjectStorage;
 use crate::thermal_skel::{ThermalSkel, ThermalSkelBuilder};
-use joule_core::journal::{Journal, Undo};
+use joule_core::journal::{Journal, JournalError, Undo};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, ProgramInput};
 use std::mem::ManuallyDrop;
@@ -29,6 +29,18 @@ pub const HWMON_ZONE_BASE: u32 = crate::intf::JOULE_HWMON_ZONE_BASE;
 /// thermal zone and many of the agent's samples, each of which feeds every sensor it reads.
 pub const DEFAULT_STALE_MS: u64 = 10_000;
 const JOURNAL_OWNER: &str = "bpf";
+
+/// Where [`ThermalStage::load_with`] records the undo of each change it makes, before making
+/// it: the agent's undo [`Journal`], or a test's recorder.
+pub trait UndoRecorder {
+    fn record(&mut self, owner: &str, undo: Undo) -> Result<(), JournalError>;
+}
+
+impl UndoRecorder for Journal {
+    fn record(&mut self, owner: &str, undo: Undo) -> Result<(), JournalError> {
+        Journal::record(self, owner, undo)
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct ThermalStageOpts {
@@ -146,6 +158,11 @@ impl ThermalStage {
     /// first) and attaches the tracepoint. A tracepoint that cannot attach is not an error:
     /// `feed` still works; see `attached_to_tracepoint`.
     pub fn load(opts: ThermalStageOpts, journal: Option<&mut Journal>) -> Result<ThermalStage, BpfError> {
+        Self::load_with(opts, journal.map(|j| j as &mut dyn UndoRecorder))
+    }
+
+    /// [`Self::load`] with any [`UndoRecorder`] in place of the journal.
+    pub fn load_with(opts: ThermalStageOpts, journal: Option<&mut dyn UndoRecorder>) -> Result<ThermalStage, BpfError> {
         let cfg = validate(&opts)?;
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
@@ -177,7 +194,7 @@ impl ThermalStage {
         Ok(me)
     }
 
-    fn pin_all(&mut self, dir: &Path, mut journal: Option<&mut Journal>) -> Result<(), BpfError> {
+    fn pin_all(&mut self, dir: &Path, mut journal: Option<&mut dyn UndoRecorder>) -> Result<(), BpfError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| BpfError::Io { path, source }

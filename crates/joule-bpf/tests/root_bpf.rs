@@ -358,6 +358,23 @@ fn root_task_waits_cost_with_2000_threads() {
     assert!(per_call_ns < 20_000_000, "{per_call_ns} ns per call");
 }
 
+/// The real journal, checking at each record that what the undo removes does not exist yet.
+struct CheckedJournal {
+    journal: Journal,
+    /// Paths that already existed when their undo was recorded.
+    existed: Vec<PathBuf>,
+}
+
+impl joule_bpf::thermal::UndoRecorder for CheckedJournal {
+    fn record(&mut self, owner: &str, undo: Undo) -> Result<(), journal::JournalError> {
+        match &undo {
+            Undo::RemoveDir { path, .. } | Undo::RemoveFile { path } if path.exists() => self.existed.push(path.clone()),
+            _ => {}
+        }
+        self.journal.record(owner, undo)
+    }
+}
+
 fn feed_and_read(ts: &ThermalStage, temp_mc: i64) -> StageReading {
     ts.feed(MODEL_ZONE, temp_mc, TempSource::Model).unwrap_or_else(|e| panic!("feed {temp_mc}: {e}"));
     ts.read()
@@ -369,14 +386,16 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
     require_root!();
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id()));
     let jdir = tempfile::tempdir().unwrap();
-    let mut journal = Journal::open(jdir.path()).unwrap();
+    let mut journal = CheckedJournal { journal: Journal::open(jdir.path()).unwrap(), existed: vec![] };
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
-    let ts = ThermalStage::load(opts, Some(&mut journal)).expect("loading the thermal stage");
+    let ts = ThermalStage::load_with(opts, Some(&mut journal)).expect("loading the thermal stage");
 
     let undos: Vec<Undo> = journal::entries(jdir.path()).unwrap().into_iter().map(|e| e.undo).collect();
     let mut expect = vec![Undo::RemoveDir { path: pin_dir.clone(), evacuate_to: None }];
     expect.extend([PIN_STAGE, PIN_ZONES, PIN_CONFIG].map(|n| Undo::RemoveFile { path: pin_dir.join(n) }));
-    assert_eq!(undos, expect, "every pin is journaled before it exists");
+    assert_eq!(undos, expect, "the directory and every pin are journaled");
+    assert_eq!(journal.existed, Vec::<PathBuf>::new(), "each was journaled before it existed");
+    assert!(expect.iter().all(|u| matches!(u, Undo::RemoveDir { path, .. } | Undo::RemoveFile { path } if path.exists())));
 
     let steps = [(60_000, 0), (71_000, 1), (69_000, 1), (66_900, 0), (95_000, 3), (50_000, 0)];
     for (temp, want) in steps {
