@@ -19,8 +19,8 @@ enum joule_limits {
 	JOULE_MAX_ZONES = 64,
 	/* Zone id under which user space feeds its thermal model (far above real tz->id values). */
 	JOULE_MODEL_ZONE = 1000,
-	/* Zone ids of hwmon temperature sensors fed by user space: base + their index (they have no
-	 * tz->id; thermal zones use their own id, which the tracepoint reports too). */
+	/* Zone ids of hwmon temperature sensors fed by user space: hwmonX/tempY is base + 64*X + Y
+	 * (they have no tz->id; thermal_zoneN uses N, which the tracepoint reports too). */
 	JOULE_HWMON_ZONE_BASE = 2000,
 	/* Default number of cgroups the run-queue latency histogram map holds (a knob). */
 	JOULE_RUNQ_MAX_CGROUPS = 4096,
