@@ -23,6 +23,8 @@ pub(crate) fn energy_delta_uj(prev_uj: u64, cur_uj: u64, max_range_uj: u64) -> u
 struct Counter {
     last_uj: u64,
     total_joules: f64,
+    /// Time of the samples since `last_uj` whose read failed: the next delta covers them too.
+    unread_ms: u64,
 }
 
 /// What one pass over the powercap zones found.
@@ -64,11 +66,15 @@ impl Rapl {
         for (zone, dir) in zones {
             let cur_uj = match read_u64(&dir.join("energy_uj")) {
                 Ok(v) => v,
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    r.denied = true;
+                Err(e) => {
+                    r.denied |= e.kind() == io::ErrorKind::PermissionDenied;
+                    // Carry the last counter forward: a failed read must not restart the
+                    // zone's cumulative energy, and the next delta spans this interval too.
+                    if let Some(prev) = self.counters.get(&zone) {
+                        seen.insert(zone, Counter { unread_ms: prev.unread_ms + interval_ms, ..*prev });
+                    }
                     continue;
                 }
-                Err(_) => continue,
             };
             let max_uj = read_u64(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX);
             let kind = read_trimmed(&dir.join("name")).unwrap_or_default();
@@ -76,9 +82,10 @@ impl Rapl {
                 Some(prev) => {
                     let delta_uj = energy_delta_uj(prev.last_uj, cur_uj, max_uj);
                     let joules = delta_uj as f64 / 1e6;
-                    let c = Counter { last_uj: cur_uj, total_joules: prev.total_joules + joules };
+                    let c = Counter { last_uj: cur_uj, total_joules: prev.total_joules + joules, unread_ms: 0 };
+                    let span_ms = interval_ms + prev.unread_ms;
                     if interval_ms > 0 {
-                        let watts = joules / (interval_ms as f64 / 1000.0);
+                        let watts = joules / (span_ms as f64 / 1000.0);
                         if zone.matches(':').count() == 1 {
                             top_w += watts;
                             if kind.starts_with("package") {
@@ -97,7 +104,7 @@ impl Rapl {
                     c
                 }
                 // Cumulative energy starts at the counter's own value, as the kernel shows it.
-                None => Counter { last_uj: cur_uj, total_joules: cur_uj as f64 / 1e6 },
+                None => Counter { last_uj: cur_uj, total_joules: cur_uj as f64 / 1e6, unread_ms: 0 },
             };
             seen.insert(zone, counter);
         }
@@ -116,6 +123,41 @@ impl Rapl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn zone(root: &Path, uj: Option<u64>) {
+        let dir = root.join("class/powercap/intel-rapl:0");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("name"), "package-0\n").unwrap();
+        fs::write(dir.join("max_energy_range_uj"), "262143328850\n").unwrap();
+        let f = dir.join("energy_uj");
+        let _ = fs::remove_file(&f).or_else(|_| fs::remove_dir(&f));
+        match uj {
+            Some(v) => fs::write(&f, format!("{v}\n")).unwrap(),
+            None => fs::create_dir(&f).unwrap(), // reading a directory fails (EISDIR)
+        }
+    }
+
+    #[test]
+    fn a_failed_read_carries_the_counter_forward() {
+        let t = tempfile::tempdir().unwrap();
+        let mut rapl = Rapl::default();
+        zone(t.path(), Some(5_000_000));
+        assert!(rapl.read(t.path(), 0).domains.is_empty());
+        zone(t.path(), Some(6_000_000));
+        assert_eq!(rapl.read(t.path(), 100).domains[0].energy_joules_total, 6.0);
+        zone(t.path(), None);
+        let failed = rapl.read(t.path(), 100);
+        assert!(failed.domains.is_empty() && failed.machine_watts.is_none());
+        // 2 J since the last good reading, over the 200 ms since it: not a restart at 8 J,
+        // not 2 J charged to the last 100 ms only.
+        zone(t.path(), Some(8_000_000));
+        let r = rapl.read(t.path(), 100);
+        assert_eq!(r.domains[0].energy_joules_total, 8.0);
+        assert_eq!(r.domains[0].watts, 10.0);
+        assert_eq!(r.machine_watts, Some(10.0));
+        zone(t.path(), Some(9_000_000));
+        assert_eq!(rapl.read(t.path(), 100).domains[0].watts, 10.0, "back to one interval");
+    }
 
     #[test]
     fn wrap_counts_the_tail_and_the_head() {
