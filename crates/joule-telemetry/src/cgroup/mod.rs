@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 /// Where each hierarchy with CPU accounting sits under the cgroup root.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Layout {
-    /// v1 hierarchy with `cpuacct.usage` (may be the same directory as `v1_cpu`).
+    /// v1 hierarchy with `cpuacct.usage`, canonical (so that it equals `v1_cpu` when both are
+    /// one co-mounted `cpu,cpuacct` hierarchy, also reached through `cpu`/`cpuacct` symlinks).
     pub v1_cpuacct: Option<PathBuf>,
-    /// v1 hierarchy with `cpu.stat` (throttling).
+    /// v1 hierarchy with `cpu.stat` (throttling), canonical.
     pub v1_cpu: Option<PathBuf>,
     /// v2 hierarchy: the root itself on a pure-v2 machine, or `unified/` on a hybrid one.
     pub v2: Option<PathBuf>,
@@ -25,7 +26,10 @@ pub(crate) fn detect(root: &Path) -> Layout {
     if root.join("cgroup.controllers").exists() {
         return Layout { v2: Some(root.to_path_buf()), ..Layout::default() };
     }
-    let first_with = |names: &[&str], file: &str| names.iter().map(|n| root.join(n)).find(|d| d.join(file).exists());
+    let first_with = |names: &[&str], file: &str| {
+        let dir = names.iter().map(|n| root.join(n)).find(|d| d.join(file).exists())?;
+        Some(std::fs::canonicalize(&dir).unwrap_or(dir))
+    };
     Layout {
         v1_cpuacct: first_with(&["cpuacct", "cpu,cpuacct", "cpuacct,cpu"], "cpuacct.usage"),
         v1_cpu: first_with(&["cpu", "cpu,cpuacct", "cpuacct,cpu"], "cpu.stat"),
@@ -54,29 +58,42 @@ impl CgroupSource {
         Some(&self.buf)
     }
 
+    /// `cpuacct.usage` of the cgroup at `dir` into its record.
+    fn read_cpuacct(&mut self, dir: &Path, rel: &str, out: &mut BTreeMap<String, CgroupCpu>) {
+        let Some(ns) = self.read(&dir.join("cpuacct.usage")).and_then(|s| s.trim().parse::<u64>().ok()) else { return };
+        v1_entry(out, rel).usage_us = ns / 1000;
+    }
+
+    /// The throttling of v1 `cpu.stat` of the cgroup at `dir` into its record.
+    fn read_cpu_stat(&mut self, dir: &Path, rel: &str, out: &mut BTreeMap<String, CgroupCpu>) {
+        let Some(text) = self.read(&dir.join("cpu.stat")) else { return };
+        let nr = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
+        let ns = crate::fsread::keyed_u64(text, "throttled_time").unwrap_or(0);
+        let e = v1_entry(out, rel);
+        e.nr_throttled = nr;
+        e.throttled_us = ns / 1000;
+    }
+
     fn read_v1(&mut self, layout: &Layout, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
         let mut out: BTreeMap<String, CgroupCpu> = BTreeMap::new();
+        // One co-mounted hierarchy: walk it once and read both files of each cgroup.
+        let shared = layout.v1_cpuacct.is_some() && layout.v1_cpuacct == layout.v1_cpu;
         if let Some(dir) = &layout.v1_cpuacct {
             let (paths, truncated) = walk::walk(dir);
             note_truncated(truncated, dir, notes);
-            for rel in paths {
-                let file = dir.join(rel.trim_start_matches('/')).join("cpuacct.usage");
-                let Some(ns) = self.read(&file).and_then(|s| s.trim().parse::<u64>().ok()) else { continue };
-                v1_entry(&mut out, rel).usage_us = ns / 1000;
+            for rel in &paths {
+                let cg = dir.join(rel.trim_start_matches('/'));
+                self.read_cpuacct(&cg, rel, &mut out);
+                if shared {
+                    self.read_cpu_stat(&cg, rel, &mut out);
+                }
             }
         }
-        if let Some(dir) = &layout.v1_cpu {
+        if let Some(dir) = layout.v1_cpu.as_ref().filter(|_| !shared) {
             let (paths, truncated) = walk::walk(dir);
-            if layout.v1_cpuacct.as_ref() != Some(dir) {
-                note_truncated(truncated, dir, notes);
-            }
-            for rel in paths {
-                let Some(text) = self.read(&dir.join(rel.trim_start_matches('/')).join("cpu.stat")) else { continue };
-                let nr = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
-                let ns = crate::fsread::keyed_u64(text, "throttled_time").unwrap_or(0);
-                let e = v1_entry(&mut out, rel);
-                e.nr_throttled = nr;
-                e.throttled_us = ns / 1000;
+            note_truncated(truncated, dir, notes);
+            for rel in &paths {
+                self.read_cpu_stat(&dir.join(rel.trim_start_matches('/')), rel, &mut out);
             }
         }
         out
@@ -100,8 +117,11 @@ impl CgroupSource {
 
 /// The v1 record of `rel`: the cpuacct and cpu hierarchies are separate trees (or one, when
 /// co-mounted) and a cgroup may exist in only one of them.
-fn v1_entry(out: &mut BTreeMap<String, CgroupCpu>, rel: String) -> &mut CgroupCpu {
-    out.entry(rel.clone()).or_insert_with(|| CgroupCpu { path: rel, hierarchy: "v1".into(), ..Default::default() })
+fn v1_entry<'o>(out: &'o mut BTreeMap<String, CgroupCpu>, rel: &str) -> &'o mut CgroupCpu {
+    if !out.contains_key(rel) {
+        out.insert(rel.to_string(), CgroupCpu { path: rel.to_string(), hierarchy: "v1".into(), ..Default::default() });
+    }
+    out.get_mut(rel).expect("inserted above")
 }
 
 fn note_truncated(truncated: bool, dir: &Path, notes: &mut Vec<String>) {
@@ -150,5 +170,25 @@ impl Source for CgroupSource {
         self.prev = next;
         snap.cgroups = all;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_and_cpuacct_symlinks_to_one_hierarchy_detect_as_one_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let shared = t.path().join("cpu,cpuacct");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::write(shared.join("cpuacct.usage"), "1\n").unwrap();
+        std::fs::write(shared.join("cpu.stat"), "nr_throttled 0\n").unwrap();
+        std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpu")).unwrap();
+        std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpuacct")).unwrap();
+        let layout = detect(t.path());
+        let canonical = std::fs::canonicalize(&shared).unwrap();
+        assert_eq!(layout.v1_cpuacct.as_deref(), Some(canonical.as_path()));
+        assert_eq!(layout.v1_cpu, layout.v1_cpuacct);
     }
 }

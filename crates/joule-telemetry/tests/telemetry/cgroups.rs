@@ -63,3 +63,30 @@ fn no_cgroup_hierarchy_is_a_note() {
     assert!(snap.cgroups.is_empty());
     assert!(snap.notes.iter().any(|n| n.starts_with("no cgroup CPU accounting")));
 }
+
+#[test]
+fn v1_cpu_and_cpuacct_symlinked_to_one_comounted_hierarchy() {
+    // The usual systemd v1 layout: `cpu` and `cpuacct` are symlinks to `cpu,cpuacct`.
+    let t = tempfile::tempdir().unwrap();
+    let shared = t.path().join("cpu,cpuacct");
+    let write = |usage_root: u64, usage_app: u64, nr: u64| {
+        for (dir, usage) in [(shared.clone(), usage_root), (shared.join("app"), usage_app)] {
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("cpuacct.usage"), format!("{usage}\n")).unwrap();
+            fs::write(dir.join("cpu.stat"), format!("nr_periods 10\nnr_throttled {nr}\nthrottled_time {}\n", nr * 1_000_000)).unwrap();
+        }
+    };
+    write(1_000_000_000, 400_000_000, 1);
+    std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpu")).unwrap();
+    std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpuacct")).unwrap();
+    let mut src = CgroupSource::new(t.path());
+    sample(&mut src, 0);
+    write(1_150_000_000, 450_000_000, 3);
+    let snap = sample(&mut src, 100);
+    let paths: Vec<(&str, &str)> = snap.cgroups.iter().map(|c| (c.hierarchy.as_str(), c.path.as_str())).collect();
+    assert_eq!(paths, [("v1", "/"), ("v1", "/app")], "each cgroup once");
+    let app = find(&snap.cgroups, "v1", "/app");
+    assert_close(app.usage_cpus.unwrap(), 0.5);
+    assert_eq!((app.usage_us, app.nr_throttled, app.throttled_us), (450_000, 3, 3000));
+    assert_close(find(&snap.cgroups, "v1", "/").usage_cpus.unwrap(), 1.5);
+}
