@@ -2,7 +2,7 @@
 //! tree) and which files a plan writes, in an order the kernel accepts. Pure given the reads
 //! it does through `Effects`; the controller executes the steps.
 
-use crate::admission::{ClassPlan, Plan};
+use crate::admission::Plan;
 use joule_core::effects::Effects;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -175,21 +175,20 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
     let w = |out: &mut Vec<Step>, path: PathBuf, value: String, what: &str| {
         out.push(Step::Write { path, value, what: what.into(), undo: None })
     };
-    let mut ordered: Vec<&ClassPlan> = Vec::new();
     // plan.classes is already parents-first (admission visits in topological order).
-    ordered.extend(plan.classes.iter());
     for (h, m) in &layout.hiers {
         let (h, m) = (*h, m.as_path());
         let root_procs = m.join("cgroup.procs");
         let jd = layout.top_dir(m);
         if h == Hier::Unified {
             let mut want = Vec::new();
-            if ordered.iter().any(|c| c.cfs.is_some() || c.weight.is_some()) {
+            if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some()) {
                 want.push("cpu");
             }
-            if ordered.iter().any(|c| c.cpus != plan.env.cpus) {
+            if plan.classes.iter().any(|c| c.cpus != plan.env.cpus) {
                 want.push("cpuset");
             }
+            let plus = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
             let enabled = first_line(fx, &m.join("cgroup.subtree_control")).unwrap_or_default();
             for c in &want {
                 if !enabled.split_whitespace().any(|e| e == *c) {
@@ -203,11 +202,10 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
             }
             out.push(Step::Mkdir { path: jd.clone(), evacuate_to: root_procs.clone() });
             if !want.is_empty() {
-                let v = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
-                w(&mut out, jd.join("cgroup.subtree_control"), v, "let classes use the controllers");
+                w(&mut out, jd.join("cgroup.subtree_control"), plus.clone(), "let classes use the controllers");
             }
             out.push(Step::Barrier { path: jd.clone(), evacuate_to: root_procs.clone() });
-            for c in &ordered {
+            for c in &plan.classes {
                 let d = layout.class_dir(m, plan, &c.name);
                 out.push(Step::Mkdir { path: d.clone(), evacuate_to: root_procs.clone() });
                 if c.cpus != plan.env.cpus {
@@ -222,11 +220,10 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                 if let Some(wt) = c.weight {
                     w(&mut out, d.join("cpu.weight"), wt.to_string(), "CPU weight");
                 }
-                let has_kids = ordered.iter().any(|k| k.parent.as_deref() == Some(c.name.as_str()));
+                let has_kids = plan.classes.iter().any(|k| k.parent.as_deref() == Some(c.name.as_str()));
                 if has_kids {
                     if !want.is_empty() {
-                        let v = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
-                        w(&mut out, d.join("cgroup.subtree_control"), v, "let child classes use the controllers");
+                        w(&mut out, d.join("cgroup.subtree_control"), plus.clone(), "let child classes use the controllers");
                     }
                     out.push(Step::Mkdir { path: d.join("self"), evacuate_to: root_procs.clone() });
                     out.push(Step::Barrier { path: d.join("self"), evacuate_to: root_procs.clone() });
@@ -245,7 +242,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         }
         if h == Hier::Cpu && layout.rt_group_sched {
             let period = first_line(fx, &jd.join("cpu.rt_period_us")).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1_000_000);
-            let need: u128 = ordered
+            let need: u128 = plan.classes
                 .iter()
                 .filter(|c| c.parent.is_none())
                 .filter_map(|c| c.rt)
@@ -256,7 +253,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
             }
         }
         out.push(Step::Barrier { path: jd.clone(), evacuate_to: root_procs.clone() });
-        for c in &ordered {
+        for c in &plan.classes {
             let d = layout.class_dir(m, plan, &c.name);
             out.push(Step::Mkdir { path: d.clone(), evacuate_to: root_procs.clone() });
             match h {

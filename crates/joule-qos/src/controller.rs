@@ -453,7 +453,7 @@ impl QosController {
     /// any left by a crashed one — and leaves other mechanisms' records alone.
     pub fn release(&mut self, journal_dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
-        crate::release::release_owner(journal_dir, &self.opts.owner, fx)
+        Ok(joule_core::journal::restore_owner(journal_dir, &self.opts.owner, fx)?)
     }
 }
 

@@ -11,13 +11,11 @@ pub mod backend;
 pub mod controller;
 pub mod cpulist;
 pub mod matching;
-pub mod release;
 pub mod seed;
 
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassStatus, QosController, QosOpts, ReconcileReport};
-pub use release::release_owner;
 
 use std::path::PathBuf;
 
@@ -44,8 +42,6 @@ pub enum QosError {
     Io { what: String, path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Journal(#[from] joule_core::journal::JournalError),
-    #[error("{0}")]
-    Config(String),
 }
 
 impl QosError {

@@ -10,8 +10,7 @@ pub struct SeedRow {
     pub period_us: u64,
     /// rt_runtime_us of cg0, cg1, cgA.
     pub runtime_us: [u64; 3],
-    /// Seed Table 2: CoreMark in cgA (% of the 1 s-period score), and top % of cg0, cg1, cgA.
-    pub seed_coremark_pct: f64,
+    /// Seed Table 2: top % of cg0, cg1, cgA.
     pub seed_top_pct: [f64; 3],
 }
 
@@ -19,14 +18,14 @@ pub const GROUPS: [&str; 3] = ["cg0", "cg1", "cgA"];
 pub const GROUP_CPUS: [&str; 3] = ["0", "1", "1"];
 
 pub const TABLE1: [SeedRow; 8] = [
-    SeedRow { no: 1, period_us: 1_000_000, runtime_us: [425_000, 425_000, 100_000], seed_coremark_pct: 15.2, seed_top_pct: [84.0, 82.0, 19.0] },
-    SeedRow { no: 2, period_us: 1_000_000, runtime_us: [300_000, 300_000, 350_000], seed_coremark_pct: 58.3, seed_top_pct: [60.0, 43.0, 57.0] },
-    SeedRow { no: 3, period_us: 1_000_000, runtime_us: [225_000, 225_000, 500_000], seed_coremark_pct: 81.7, seed_top_pct: [45.0, 19.0, 81.0] },
-    SeedRow { no: 4, period_us: 1_000_000, runtime_us: [25_000, 25_000, 900_000], seed_coremark_pct: 100.0, seed_top_pct: [5.0, 1.0, 100.0] },
-    SeedRow { no: 5, period_us: 100_000, runtime_us: [2_500, 2_500, 90_000], seed_coremark_pct: 100.0, seed_top_pct: [5.0, 0.0, 100.0] },
-    SeedRow { no: 6, period_us: 10_000, runtime_us: [250, 250, 9_000], seed_coremark_pct: 99.8, seed_top_pct: [5.0, 0.0, 100.0] },
-    SeedRow { no: 7, period_us: 2_000, runtime_us: [50, 50, 1_800], seed_coremark_pct: 99.4, seed_top_pct: [5.0, 0.0, 100.0] },
-    SeedRow { no: 8, period_us: 1_000, runtime_us: [25, 25, 900], seed_coremark_pct: 98.8, seed_top_pct: [5.0, 0.0, 100.0] },
+    SeedRow { no: 1, period_us: 1_000_000, runtime_us: [425_000, 425_000, 100_000], seed_top_pct: [84.0, 82.0, 19.0] },
+    SeedRow { no: 2, period_us: 1_000_000, runtime_us: [300_000, 300_000, 350_000], seed_top_pct: [60.0, 43.0, 57.0] },
+    SeedRow { no: 3, period_us: 1_000_000, runtime_us: [225_000, 225_000, 500_000], seed_top_pct: [45.0, 19.0, 81.0] },
+    SeedRow { no: 4, period_us: 1_000_000, runtime_us: [25_000, 25_000, 900_000], seed_top_pct: [5.0, 1.0, 100.0] },
+    SeedRow { no: 5, period_us: 100_000, runtime_us: [2_500, 2_500, 90_000], seed_top_pct: [5.0, 0.0, 100.0] },
+    SeedRow { no: 6, period_us: 10_000, runtime_us: [250, 250, 9_000], seed_top_pct: [5.0, 0.0, 100.0] },
+    SeedRow { no: 7, period_us: 2_000, runtime_us: [50, 50, 1_800], seed_top_pct: [5.0, 0.0, 100.0] },
+    SeedRow { no: 8, period_us: 1_000, runtime_us: [25, 25, 900], seed_top_pct: [5.0, 0.0, 100.0] },
 ];
 
 /// Classes cg0 (CPU 0), cg1 and cgA (CPU 1) with the given RT runtimes and period.

@@ -10,7 +10,7 @@ use joule_core::effects::{Effects, RealEffects, SchedAttr};
 use joule_core::journal::{self, Journal};
 use joule_core::testing::{is_root, require};
 use joule_qos::{BackendKind, QosController, QosOpts};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -43,7 +43,7 @@ impl Drop for Guard {
             c.kill().ok();
             c.wait().ok();
         }
-        let r = joule_qos::release_owner(self.dir.path(), OWNER, &RealEffects).unwrap();
+        let r = journal::restore_owner(self.dir.path(), OWNER, &RealEffects).unwrap();
         assert!(r.failed.is_empty(), "cleanup failed: {:?}", r.failed);
         assert_eq!(std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap().trim(), "950000");
     }
@@ -237,5 +237,4 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     sleeper.kill().ok();
     sleeper.wait().ok();
     g.children.clear();
-    let _: PathBuf = g.dir.path().into();
 }

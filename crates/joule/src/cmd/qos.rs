@@ -165,7 +165,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
             if !force {
                 super::refuse_under_live_agent(&journal_dir, "qos release")?;
             }
-            let r = joule_qos::release_owner(&journal_dir, joule_qos::OWNER, &fx)?;
+            let r = joule_core::journal::restore_owner(&journal_dir, joule_qos::OWNER, &fx)?;
             println!("released: {} change(s) undone, {} already gone, {} failed", r.undone, r.already_gone, r.failed.len());
             for f in &r.failed {
                 eprintln!("  failed (kept in the journal for a retry): {f}");
