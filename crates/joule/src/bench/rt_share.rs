@@ -15,7 +15,8 @@ use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects, SchedAttr};
 use joule_core::journal::{self, Journal, Undo};
 use joule_qos::seed::{self, GROUPS};
-use joule_qos::{admit, AdmissionEnv, QosController, QosOpts};
+use joule_qos::controller::machine_env;
+use joule_qos::{admit, AdmissionEnv, Layout, QosController, QosOpts};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -169,6 +170,19 @@ impl Drop for Running {
     }
 }
 
+/// The controller options of every configuration: the bench's own top group and owner, and
+/// admission reported but not enforced (refused rows run anyway, to show what they do).
+fn bench_opts(args: &RtShareArgs) -> QosOpts {
+    QosOpts {
+        cgroup_root: args.cgroup_root.clone(),
+        min_period_us: args.min_period_us,
+        enforce_admission: false,
+        group_name: "joule-bench".into(),
+        owner: BENCH_OWNER.into(),
+        ..Default::default()
+    }
+}
+
 /// Undoes every bench record in the journal when the run ends, whichever way it ends.
 struct Cleanup {
     journal_dir: PathBuf,
@@ -205,15 +219,7 @@ struct Measured {
 fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &AtomicBool) -> anyhow::Result<Measured> {
     let fx = RealEffects;
     let classes = seed::classes(c.period_us, c.runtime_us);
-    let opts = QosOpts {
-        cgroup_root: args.cgroup_root.clone(),
-        min_period_us: args.min_period_us,
-        enforce_admission: false,
-        group_name: "joule-bench".into(),
-        owner: BENCH_OWNER.into(),
-        ..Default::default()
-    };
-    let mut ctl = QosController::new(&classes, opts)?;
+    let mut ctl = QosController::new(&classes, bench_opts(args))?;
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -289,8 +295,9 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     let mut cleanup = Cleanup { journal_dir: args.journal_dir.clone(), done: false };
 
     let confs: Vec<Conf> = configurations().into_iter().filter(|c| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(&c.id))).collect();
-    let probe = QosController::new(&[], QosOpts { cgroup_root: args.cgroup_root.clone(), min_period_us: args.min_period_us, enforce_admission: false, ..Default::default() })?;
-    let env = probe.plan().env.clone();
+    let opts = bench_opts(args);
+    let layout = Layout::detect(&opts.cgroup_root, &RealEffects, opts.backend, &opts.group_name)?;
+    let env = machine_env(&layout, &opts, &RealEffects);
     let seed_env = AdmissionEnv { rt_borrowing: true, ..env.clone() };
     let bar = indicatif::ProgressBar::new((confs.len() * args.runs) as u64)
         .with_style(indicatif::ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"));
