@@ -150,11 +150,20 @@ fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
     assert!(pos("write /cg/cpu/joule/cpu.rt_runtime_us 950000") < pos("write /cg/cpu/joule/cgA/cpu.rt_runtime_us 100000"));
     assert!(pos("write /cg/cpuset/joule/cpuset.mems 0") < pos("mkdir /cg/cpuset/joule/cg0"));
     assert_eq!(f.fx.file("/cg/cpuset/joule/cgA/cpuset.cpus").as_deref(), Some("1"));
+    // The journal can undo the RT budget: the joule group's old runtime, and its removal
+    // recorded after its knobs (so a replay evacuates and removes it before resetting them).
+    let undos: Vec<Undo> = journal::entries(jd.path()).unwrap().into_iter().map(|e| e.undo).collect();
+    let budget = undos.iter().position(|u| *u == Undo::Write { path: "/cg/cpu/joule/cpu.rt_runtime_us".into(), old: "0".into() });
+    let barrier = undos.iter().rposition(|u| matches!(u, Undo::RemoveDir { path, evacuate_to: Some(e) } if path == Path::new("/cg/cpu/joule") && e == Path::new("/cg/cpu/cgroup.procs")));
+    assert!(budget.is_some() && barrier > budget, "{undos:#?}");
     let rep = c.release(jd.path(), &f).unwrap();
     assert!(rep.failed.is_empty(), "{:?}", rep.failed);
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
+    assert_eq!(f.fx.file("/cg/cpu/joule/cpu.rt_runtime_us"), None, "the joule group and its RT budget are gone");
     assert!(journal::entries(jd.path()).unwrap().is_empty());
-    assert_eq!(f.fx.file("/cg/cpu/cpu.rt_runtime_us").as_deref(), Some("950000"));
+    // joule takes RT budget by creating groups, never by writing the root's or the global one.
+    let l = log(&f);
+    assert!(!l.iter().any(|x| x.starts_with("write /cg/cpu/cpu.rt_runtime_us") || x.contains("sched_rt_runtime_us")), "{l:#?}");
 }
 
 #[test]

@@ -44,7 +44,15 @@ impl Drop for Guard {
             c.wait().ok();
         }
         let r = journal::restore_owner(self.dir.path(), OWNER, &RealEffects).unwrap();
+        if std::thread::panicking() {
+            return; // cleaned up; the test's own failure is the one to report
+        }
         assert!(r.failed.is_empty(), "cleanup failed: {:?}", r.failed);
+        // What the code could get wrong: a group (and its RT budget) or a record left behind.
+        no_leftovers();
+        let left = journal::entries(self.dir.path()).unwrap();
+        assert!(left.is_empty(), "records left in the journal: {left:#?}");
+        // Nothing writes the global limit; checked anyway, the machine's RT budget is shared.
         assert_eq!(std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap().trim(), "950000");
     }
 }
@@ -138,6 +146,8 @@ fn root_v1_refusal_by_the_kernel_rolls_back_everything() {
         let e = c.apply(&mut j, &RealEffects).unwrap_err().to_string();
         assert!(e.contains("cpu.rt_runtime_us") && e.contains("Invalid argument"), "{e}");
         no_leftovers();
+        let left = journal::entries(g.dir.path()).unwrap();
+        assert!(left.is_empty(), "the rollback left records for a later restore: {left:#?}");
     }
     no_leftovers();
 }
@@ -230,9 +240,13 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     // What `joule restore` does: replay the whole journal.
     let r = journal::restore(g.dir.path(), &RealEffects).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert!(r.undone > 0, "{r:?}");
     no_leftovers();
+    assert!(!Path::new(&format!("/sys/fs/cgroup/cpu/{GROUP}/main/cpu.rt_runtime_us")).exists(), "the class's RT budget is still there");
+    assert!(journal::entries(g.dir.path()).unwrap().is_empty(), "restore left records in the journal");
     let after = std::fs::read_to_string(format!("/proc/{}/cgroup", sleeper.id())).unwrap();
     assert_eq!(before, after, "the sleeper is back where it was");
+    // Nothing writes the root's RT budget; checked anyway, as an extra.
     assert_eq!(std::fs::read_to_string("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").unwrap().trim(), "950000");
     sleeper.kill().ok();
     sleeper.wait().ok();
