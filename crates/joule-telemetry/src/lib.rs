@@ -12,6 +12,7 @@ mod fsread;
 pub mod model;
 mod power;
 mod psi;
+mod rediscover;
 mod sampler;
 mod source;
 mod task_wait;

@@ -1,9 +1,10 @@
 //! CPU accounting of cgroups: v1 `cpuacct.usage` + `cpu.stat` and v2 `cpu.stat`, turned into
-//! CPUs used over the interval. The layout is detected from what is present under the root on
-//! every sample (hybrid machines have both), so a remount is picked up. Labelled `kernel`.
+//! CPUs used over the interval. The layout is detected from what is present under the root
+//! (hybrid machines have both) on the first sample and every ~10 s, so a remount is picked up. Labelled `kernel`.
 
 mod walk;
 
+use crate::rediscover::Rediscover;
 use crate::{Source, SourceError};
 use joule_core::snapshot::CgroupCpu;
 use joule_core::Snapshot;
@@ -39,8 +40,13 @@ pub(crate) fn detect(root: &Path) -> Layout {
 
 /// Walks the detected hierarchies and reports each cgroup's usage and throttling.
 /// `usage_cpus` is Δusage / interval, `None` on a cgroup's first sample.
+/// The layout (which hierarchies, where) is detected on the first sample and again every ~10 s
+/// or after a hierarchy's root cgroup could not be read (unmounted); the cgroups under it are
+/// walked on every sample, since they come and go all the time.
 pub struct CgroupSource {
     root: PathBuf,
+    layout: Layout,
+    rediscover: Rediscover,
     /// Previous usage (µs) by (hierarchy, path).
     prev: HashMap<(&'static str, String), u64>,
     buf: String,
@@ -48,7 +54,7 @@ pub struct CgroupSource {
 
 impl CgroupSource {
     pub fn new(cgroup_root: impl Into<PathBuf>) -> Self {
-        Self { root: cgroup_root.into(), prev: HashMap::new(), buf: String::new() }
+        Self { root: cgroup_root.into(), layout: Layout::default(), rediscover: Rediscover::default(), prev: HashMap::new(), buf: String::new() }
     }
 
     /// Reads a small file into the shared buffer; `None` when it is gone (the cgroup raced
@@ -60,18 +66,32 @@ impl CgroupSource {
 
     /// `cpuacct.usage` of the cgroup at `dir` into its record.
     fn read_cpuacct(&mut self, dir: &Path, rel: &str, out: &mut BTreeMap<String, CgroupCpu>) {
-        let Some(ns) = self.read(&dir.join("cpuacct.usage")).and_then(|s| s.trim().parse::<u64>().ok()) else { return };
+        let Some(ns) = self.read(&dir.join("cpuacct.usage")).and_then(|s| s.trim().parse::<u64>().ok()) else {
+            self.root_gone(rel);
+            return;
+        };
         v1_entry(out, rel).usage_us = ns / 1000;
     }
 
     /// The throttling of v1 `cpu.stat` of the cgroup at `dir` into its record.
     fn read_cpu_stat(&mut self, dir: &Path, rel: &str, out: &mut BTreeMap<String, CgroupCpu>) {
-        let Some(text) = self.read(&dir.join("cpu.stat")) else { return };
+        let Some(text) = self.read(&dir.join("cpu.stat")) else {
+            self.root_gone(rel);
+            return;
+        };
         let nr = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
         let ns = crate::fsread::keyed_u64(text, "throttled_time").unwrap_or(0);
         let e = v1_entry(out, rel);
         e.nr_throttled = nr;
         e.throttled_us = ns / 1000;
+    }
+
+    /// A cgroup's file could not be read: a child raced away (normal), or, for the root
+    /// cgroup, the hierarchy is gone (unmounted): detect the layout again next sample.
+    fn root_gone(&mut self, rel: &str) {
+        if rel == "/" {
+            self.rediscover.invalidate();
+        }
     }
 
     fn read_v1(&mut self, layout: &Layout, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
@@ -104,7 +124,10 @@ impl CgroupSource {
         let (paths, truncated) = walk::walk(dir);
         note_truncated(truncated, dir, notes);
         for rel in paths {
-            let Some(text) = self.read(&dir.join(rel.trim_start_matches('/')).join("cpu.stat")) else { continue };
+            let Some(text) = self.read(&dir.join(rel.trim_start_matches('/')).join("cpu.stat")) else {
+                self.root_gone(&rel);
+                continue;
+            };
             let Some(usage_us) = crate::fsread::keyed_u64(text, "usage_usec") else { continue };
             // throttled_* appear only where the cpu controller is enabled.
             let throttled_us = crate::fsread::keyed_u64(text, "throttled_usec").unwrap_or(0);
@@ -141,15 +164,26 @@ impl Source for CgroupSource {
     }
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
-        let layout = detect(&self.root);
-        if layout == Layout::default() {
+        if self.rediscover.due(snap.interval_ms) {
+            self.layout = detect(&self.root);
+        }
+        let layout = std::mem::take(&mut self.layout);
+        let result = self.sample_layout(&layout, snap);
+        self.layout = layout;
+        result
+    }
+}
+
+impl CgroupSource {
+    fn sample_layout(&mut self, layout: &Layout, snap: &mut Snapshot) -> Result<(), SourceError> {
+        if *layout == Layout::default() {
             snap.notes.push(format!("no cgroup CPU accounting under {} (no cpuacct, cpu or cgroup2 hierarchy)", self.root.display()));
             self.prev.clear();
             return Ok(());
         }
         let mut all = Vec::new();
         if layout.v1_cpuacct.is_some() || layout.v1_cpu.is_some() {
-            all.extend(self.read_v1(&layout, &mut snap.notes).into_values());
+            all.extend(self.read_v1(layout, &mut snap.notes).into_values());
         }
         if let Some(dir) = &layout.v2 {
             all.extend(self.read_v2(dir, &mut snap.notes).into_values());

@@ -2,11 +2,12 @@
 //! energy integrated over each interval since hwmon gives no counter here.
 
 use crate::fsread::{numbered_entries, read_trimmed, read_u64};
+use crate::rediscover::gone;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What one pass over the hwmon chips found.
 #[derive(Debug, Default)]
@@ -29,14 +30,23 @@ fn is_machine_total(chip: &str, label: Option<&str>) -> bool {
     label.map(str::to_ascii_lowercase).is_some_and(|l| l.contains("system") || l.contains("total"))
 }
 
+/// A discovered channel: all but its reading.
+struct Channel {
+    name: String,
+    input: PathBuf,
+    part_of_total: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct HwmonPower {
+    channels: Vec<Channel>,
     total_joules: HashMap<String, f64>,
 }
 
 impl HwmonPower {
-    pub(crate) fn read(&mut self, sysfs_root: &Path, interval_ms: u64) -> HwmonReading {
-        let mut channels = Vec::new();
+    /// Lists every `power<N>_input` of every chip, with the chip's name and the channel's label.
+    pub(crate) fn discover(&mut self, sysfs_root: &Path) {
+        self.channels.clear();
         for (m, dir) in numbered_entries(&sysfs_root.join("class/hwmon"), "hwmon") {
             let Ok(rd) = fs::read_dir(&dir) else { continue };
             let mut inputs: Vec<u32> = rd
@@ -46,18 +56,35 @@ impl HwmonPower {
             inputs.sort_unstable();
             let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
             for n in inputs {
-                let Ok(uw) = read_u64(&dir.join(format!("power{n}_input"))) else { continue };
                 let label = read_trimmed(&dir.join(format!("power{n}_label"))).ok();
-                let name = format!("hwmon{m}/power{n}");
-                let watts = uw as f64 / 1e6;
-                let total = self.total_joules.entry(name.clone()).or_insert(0.0);
-                *total += watts * interval_ms as f64 / 1000.0;
-                let part_of_total = is_machine_total(&chip, label.as_deref());
-                channels.push(PowerDomain { name, watts, energy_joules_total: *total, source: Origin::Sensor, part_of_total });
+                self.channels.push(Channel {
+                    name: format!("hwmon{m}/power{n}"),
+                    input: dir.join(format!("power{n}_input")),
+                    part_of_total: is_machine_total(&chip, label.as_deref()),
+                });
             }
         }
-        let totals: Vec<f64> = channels.iter().filter(|d| d.part_of_total).map(|d| d.watts).collect();
-        HwmonReading { machine_watts: (!totals.is_empty()).then(|| totals.iter().sum()), domains: channels }
+    }
+
+    /// Reads every discovered channel. The flag is true when one read as gone.
+    pub(crate) fn read(&mut self, interval_ms: u64) -> (HwmonReading, bool) {
+        let mut domains = Vec::with_capacity(self.channels.len());
+        let mut stale = false;
+        for c in &self.channels {
+            let uw = match read_u64(&c.input) {
+                Ok(uw) => uw,
+                Err(e) => {
+                    stale |= gone(&e);
+                    continue;
+                }
+            };
+            let watts = uw as f64 / 1e6;
+            let total = self.total_joules.entry(c.name.clone()).or_insert(0.0);
+            *total += watts * interval_ms as f64 / 1000.0;
+            domains.push(PowerDomain { name: c.name.clone(), watts, energy_joules_total: *total, source: Origin::Sensor, part_of_total: c.part_of_total });
+        }
+        let totals: Vec<f64> = domains.iter().filter(|d| d.part_of_total).map(|d| d.watts).collect();
+        (HwmonReading { machine_watts: (!totals.is_empty()).then(|| totals.iter().sum()), domains }, stale)
     }
 }
 

@@ -7,20 +7,25 @@
 mod hwmon;
 mod rapl;
 
+use crate::rediscover::Rediscover;
 use crate::{Source, SourceError};
 use joule_core::snapshot::Power;
 use joule_core::{Origin, Snapshot};
 use std::path::PathBuf;
 
+/// RAPL zones (name, `max_energy_range_uj`) and hwmon channels (chip name, label) are
+/// discovered on the first sample and again every ~10 s or after one went away; each sample
+/// reads only `energy_uj` and `power*_input`.
 pub struct PowerSource {
     sysfs_root: PathBuf,
     rapl: rapl::Rapl,
     hwmon: hwmon::HwmonPower,
+    rediscover: Rediscover,
 }
 
 impl PowerSource {
     pub fn new(sysfs_root: impl Into<PathBuf>) -> Self {
-        Self { sysfs_root: sysfs_root.into(), rapl: rapl::Rapl::default(), hwmon: hwmon::HwmonPower::default() }
+        Self { sysfs_root: sysfs_root.into(), rapl: rapl::Rapl::default(), hwmon: hwmon::HwmonPower::default(), rediscover: Rediscover::default() }
     }
 }
 
@@ -30,8 +35,15 @@ impl Source for PowerSource {
     }
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
-        let rapl = self.rapl.read(&self.sysfs_root, snap.interval_ms);
-        let mut hwmon = self.hwmon.read(&self.sysfs_root, snap.interval_ms);
+        if self.rediscover.due(snap.interval_ms) {
+            self.rapl.discover(&self.sysfs_root);
+            self.hwmon.discover(&self.sysfs_root);
+        }
+        let (rapl, rapl_stale) = self.rapl.read(snap.interval_ms);
+        let (mut hwmon, hwmon_stale) = self.hwmon.read(snap.interval_ms);
+        if rapl_stale || hwmon_stale {
+            self.rediscover.invalidate();
+        }
         // RAPL first: a machine with RAPL takes its total from RAPL, also on its first reading
         // (no rate yet: the model stands in), never from hwmon.
         let rapl_counts = rapl.present && !rapl.denied;

@@ -3,12 +3,13 @@
 //! that range and accumulated into a cumulative joule count.
 
 use crate::fsread::{read_trimmed, read_u64};
+use crate::rediscover::gone;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// µJ consumed between two readings of a counter that wraps to 0 after `max_range_uj`.
 pub(crate) fn energy_delta_uj(prev_uj: u64, cur_uj: u64, max_range_uj: u64) -> u64 {
@@ -42,16 +43,28 @@ pub(crate) struct RaplReading {
     pub denied: bool,
 }
 
+/// A discovered zone: all but its counter.
+#[derive(Debug)]
+struct Zone {
+    zone: String,
+    kind: String,
+    energy_uj: PathBuf,
+    max_uj: u64,
+    top_level: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct Rapl {
+    zones: Vec<Zone>,
     counters: HashMap<String, Counter>,
 }
 
 impl Rapl {
-    pub(crate) fn read(&mut self, sysfs_root: &Path, interval_ms: u64) -> RaplReading {
-        let mut r = RaplReading::default();
-        let Ok(rd) = fs::read_dir(sysfs_root.join("class/powercap")) else { return r };
-        let mut zones: Vec<(String, std::path::PathBuf)> = rd
+    /// Lists the zones with their `name` and `max_energy_range_uj`.
+    pub(crate) fn discover(&mut self, sysfs_root: &Path) {
+        self.zones.clear();
+        let Ok(rd) = fs::read_dir(sysfs_root.join("class/powercap")) else { return };
+        let mut found: Vec<(String, PathBuf)> = rd
             .flatten()
             .filter_map(|e| {
                 let n = e.file_name().to_str()?.to_string();
@@ -59,15 +72,33 @@ impl Rapl {
                 n.starts_with("intel-rapl:").then(|| (n, e.path()))
             })
             .collect();
-        zones.sort();
-        r.present = !zones.is_empty();
+        found.sort();
+        self.zones = found
+            .into_iter()
+            .map(|(zone, dir)| Zone {
+                kind: read_trimmed(&dir.join("name")).unwrap_or_default(),
+                max_uj: read_u64(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX),
+                energy_uj: dir.join("energy_uj"),
+                top_level: zone.matches(':').count() == 1,
+                zone,
+            })
+            .collect();
+    }
+
+    /// Reads every discovered zone's counter. The flag is true when a zone read as gone (the
+    /// caller discovers again).
+    pub(crate) fn read(&mut self, interval_ms: u64) -> (RaplReading, bool) {
+        let mut r = RaplReading { present: !self.zones.is_empty(), ..RaplReading::default() };
+        let mut stale = false;
         let (mut package_w, mut top_w, mut any_package) = (0.0, 0.0, false);
-        let mut seen = HashMap::with_capacity(zones.len());
-        for (zone, dir) in zones {
-            let cur_uj = match read_u64(&dir.join("energy_uj")) {
+        let mut seen = HashMap::with_capacity(self.zones.len());
+        for Zone { zone, kind, energy_uj, max_uj, top_level } in &self.zones {
+            let (zone, max_uj) = (zone.clone(), *max_uj);
+            let cur_uj = match read_u64(energy_uj) {
                 Ok(v) => v,
                 Err(e) => {
                     r.denied |= e.kind() == io::ErrorKind::PermissionDenied;
+                    stale |= gone(&e);
                     // Carry the last counter forward: a failed read must not restart the
                     // zone's cumulative energy, and the next delta spans this interval too.
                     if let Some(prev) = self.counters.get(&zone) {
@@ -76,8 +107,6 @@ impl Rapl {
                     continue;
                 }
             };
-            let max_uj = read_u64(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX);
-            let kind = read_trimmed(&dir.join("name")).unwrap_or_default();
             let counter = match self.counters.get(&zone) {
                 Some(prev) => {
                     let delta_uj = energy_delta_uj(prev.last_uj, cur_uj, max_uj);
@@ -86,7 +115,7 @@ impl Rapl {
                     let span_ms = interval_ms + prev.unread_ms;
                     if interval_ms > 0 {
                         let watts = joules / (span_ms as f64 / 1000.0);
-                        if zone.matches(':').count() == 1 {
+                        if *top_level {
                             top_w += watts;
                             if kind.starts_with("package") {
                                 package_w += watts;
@@ -116,7 +145,7 @@ impl Rapl {
                 d.part_of_total = zone.matches(':').count() == 1 && (!any_package || kind.starts_with("package"));
             }
         }
-        r
+        (r, stale)
     }
 }
 
@@ -142,21 +171,22 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let mut rapl = Rapl::default();
         zone(t.path(), Some(5_000_000));
-        assert!(rapl.read(t.path(), 0).domains.is_empty());
+        rapl.discover(t.path());
+        assert!(rapl.read(0).0.domains.is_empty());
         zone(t.path(), Some(6_000_000));
-        assert_eq!(rapl.read(t.path(), 100).domains[0].energy_joules_total, 6.0);
+        assert_eq!(rapl.read(100).0.domains[0].energy_joules_total, 6.0);
         zone(t.path(), None);
-        let failed = rapl.read(t.path(), 100);
+        let failed = rapl.read(100).0;
         assert!(failed.domains.is_empty() && failed.machine_watts.is_none());
         // 2 J since the last good reading, over the 200 ms since it: not a restart at 8 J,
         // not 2 J charged to the last 100 ms only.
         zone(t.path(), Some(8_000_000));
-        let r = rapl.read(t.path(), 100);
+        let r = rapl.read(100).0;
         assert_eq!(r.domains[0].energy_joules_total, 8.0);
         assert_eq!(r.domains[0].watts, 10.0);
         assert_eq!(r.machine_watts, Some(10.0));
         zone(t.path(), Some(9_000_000));
-        assert_eq!(rapl.read(t.path(), 100).domains[0].watts, 10.0, "back to one interval");
+        assert_eq!(rapl.read(100).0.domains[0].watts, 10.0, "back to one interval");
     }
 
     #[test]

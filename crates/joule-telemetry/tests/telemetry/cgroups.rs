@@ -90,3 +90,16 @@ fn v1_cpu_and_cpuacct_symlinked_to_one_comounted_hierarchy() {
     assert_eq!((app.usage_us, app.nr_throttled, app.throttled_us), (450_000, 3, 3000));
     assert_close(find(&snap.cgroups, "v1", "/").usage_cpus.unwrap(), 1.5);
 }
+
+#[test]
+fn layout_is_detected_once_then_every_ten_seconds() {
+    let t = tempfile::tempdir().unwrap();
+    let mut src = CgroupSource::new(t.path());
+    assert!(sample(&mut src, 0).notes.iter().any(|n| n.starts_with("no cgroup CPU accounting")));
+    // cgroup2 mounted later: picked up at the next detection, not on every sample.
+    fs::write(t.path().join("cgroup.controllers"), "cpu\n").unwrap();
+    fs::write(t.path().join("cpu.stat"), "usage_usec 1000\n").unwrap();
+    assert!(sample(&mut src, 100).cgroups.is_empty());
+    let snap = sample(&mut src, 9_900);
+    assert_eq!(find(&snap.cgroups, "v2", "/").usage_us, 1000);
+}

@@ -203,3 +203,21 @@ fn a_failing_source_becomes_a_note_and_the_rest_still_runs() {
         assert_eq!(snap.power.source, Origin::Model);
     }
 }
+
+#[test]
+fn hwmon_power_channels_are_discovered_once_then_every_ten_seconds() {
+    let t = hwmon_tree(&[("amdgpu", &[(1, None, 75_000_000)])]);
+    let mut src = PowerSource::new(t.path());
+    sample(&mut src, 0);
+    let meter = t.path().join("class/hwmon/hwmon1");
+    std::fs::create_dir_all(&meter).unwrap();
+    std::fs::write(meter.join("name"), "power_meter\n").unwrap();
+    std::fs::write(meter.join("power1_input"), "120000000\n").unwrap();
+    std::fs::write(t.path().join("class/hwmon/hwmon0/power1_input"), "80000000\n").unwrap();
+    let snap = sample(&mut src, 100);
+    assert_ne!(snap.power.source, Origin::Sensor, "the new meter is not listed before the rediscovery");
+    assert_close(snap.power.domains[0].watts, 80.0);
+    let snap = sample(&mut src, 9_900);
+    assert_eq!(snap.power.source, Origin::Sensor);
+    assert_close(snap.power.watts, 120.0);
+}

@@ -44,3 +44,35 @@ fn cpufreq_of_each_cpu() {
     let empty = tempfile::tempdir().unwrap();
     assert!(sample(&mut FreqSource::new(empty.path()), 0).notes[0].starts_with("no cpufreq"));
 }
+
+#[test]
+fn sensors_are_discovered_once_then_every_ten_seconds_or_when_one_goes_away() {
+    let root = tempfile::tempdir().unwrap();
+    crate::common::overlay(&fixture("sys-thermal"), root.path());
+    // thermal_zone2 has no temp: its read failing with ENOENT would rediscover every sample.
+    std::fs::remove_dir_all(root.path().join("class/thermal/thermal_zone2")).unwrap();
+    let mut src = ThermalSource::new(root.path());
+    let names = |s: &joule_core::Snapshot| s.thermal.zones.iter().map(|z| z.name.clone()).collect::<Vec<_>>();
+    let first = sample(&mut src, 0);
+    assert_eq!(first.thermal.zones.len(), 5);
+    assert!(first.notes.is_empty(), "{:?}", first.notes);
+    // A new chip appears; between discoveries only the known temperatures are read.
+    let chip = root.path().join("class/hwmon/hwmon2");
+    std::fs::create_dir_all(&chip).unwrap();
+    std::fs::write(chip.join("name"), "k10temp\n").unwrap();
+    std::fs::write(chip.join("temp1_input"), "61000\n").unwrap();
+    std::fs::write(root.path().join("class/thermal/thermal_zone0/temp"), "48000\n").unwrap();
+    let snap = sample(&mut src, 100);
+    assert_eq!(snap.thermal.zones.len(), 5);
+    assert_eq!(snap.thermal.zones[0].temp_celsius, 48.0, "temperatures are read every sample");
+    let snap = sample(&mut src, 9_900);
+    assert_eq!(names(&snap).last().map(String::as_str), Some("hwmon2/temp1"), "found at the 10 s rediscovery");
+    assert_eq!(snap.thermal.zones.last().unwrap().kind, "k10temp");
+    // A chip going away is noticed on its read and rediscovered on the next sample.
+    std::fs::remove_dir_all(&chip).unwrap();
+    assert_eq!(sample(&mut src, 100).thermal.zones.len(), 5);
+    std::fs::create_dir_all(&chip).unwrap();
+    std::fs::write(chip.join("name"), "k10temp\n").unwrap();
+    std::fs::write(chip.join("temp1_input"), "62000\n").unwrap();
+    assert_eq!(sample(&mut src, 100).thermal.zones.len(), 6, "rediscovered after the read that found it gone");
+}
