@@ -1,7 +1,7 @@
 //! CPU frequency from `<sysfs>/devices/system/cpu/cpu*/cpufreq/scaling_{cur,min,max}_freq`
 //! (kHz), labelled `sensor`. Virtual machines usually have no cpufreq; that is a note.
 
-use crate::fsread::{numbered_entries, read_u64};
+use crate::fsread::{numbered_files, read_num};
 use crate::{Source, SourceError};
 use joule_core::snapshot::CpuFreq;
 use joule_core::{Origin, Snapshot};
@@ -23,15 +23,15 @@ impl Source for FreqSource {
     }
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
-        snap.frequency = numbered_entries(&self.cpu_dir, "cpu")
+        snap.frequency = numbered_files(&self.cpu_dir, "cpu", "")
             .into_iter()
             .filter_map(|(cpu, dir)| {
                 let f = dir.join("cpufreq");
                 Some(CpuFreq {
                     cpu,
-                    cur_khz: read_u64(&f.join("scaling_cur_freq")).ok()?,
-                    min_khz: read_u64(&f.join("scaling_min_freq")).unwrap_or(0),
-                    max_khz: read_u64(&f.join("scaling_max_freq")).unwrap_or(0),
+                    cur_khz: read_num::<u64>(&f.join("scaling_cur_freq")).ok()?,
+                    min_khz: read_num::<u64>(&f.join("scaling_min_freq")).unwrap_or(0),
+                    max_khz: read_num::<u64>(&f.join("scaling_max_freq")).unwrap_or(0),
                     source: Origin::Sensor,
                 })
             })

@@ -1,9 +1,11 @@
 //! Small file-reading helpers shared by the sysfs/procfs sources: read into a reused buffer,
-//! parse one integer, list a directory's entries by name prefix.
+//! parse one number, list a directory's numbered entries.
 
+use std::fmt;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 /// Reads a whole file into `buf` (cleared first), reusing its allocation.
 pub(crate) fn read_into(path: &Path, buf: &mut String) -> io::Result<()> {
@@ -12,14 +14,12 @@ pub(crate) fn read_into(path: &Path, buf: &mut String) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads a file holding one unsigned integer (sysfs style, trailing newline allowed).
-pub(crate) fn read_u64(path: &Path) -> io::Result<u64> {
-    let s = fs::read_to_string(path)?;
-    s.trim().parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e}: {:?}", s.trim())))
-}
-
-/// Reads a file holding one signed integer (temperatures in m°C can be negative).
-pub(crate) fn read_i64(path: &Path) -> io::Result<i64> {
+/// Reads a file holding one number (sysfs style, trailing newline allowed): `u64` counters,
+/// `i64` temperatures in m°C (which can be negative).
+pub(crate) fn read_num<T: FromStr>(path: &Path) -> io::Result<T>
+where
+    T::Err: fmt::Display,
+{
     let s = fs::read_to_string(path)?;
     s.trim().parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e}: {:?}", s.trim())))
 }
@@ -29,15 +29,16 @@ pub(crate) fn read_trimmed(path: &Path) -> io::Result<String> {
     Ok(fs::read_to_string(path)?.trim().to_string())
 }
 
-/// Entries of `dir` named `<prefix><number>`, sorted by that number. A missing directory is an
-/// empty list: optional hardware that is not there is not an error.
-pub(crate) fn numbered_entries(dir: &Path, prefix: &str) -> Vec<(u32, PathBuf)> {
+/// Entries of `dir` named `<prefix><number><suffix>` (e.g. `hwmon3`, `temp2_input`), sorted by
+/// that number. A missing directory is an empty list: optional hardware that is not there is
+/// not an error.
+pub(crate) fn numbered_files(dir: &Path, prefix: &str, suffix: &str) -> Vec<(u32, PathBuf)> {
     let Ok(rd) = fs::read_dir(dir) else { return Vec::new() };
     let mut out: Vec<(u32, PathBuf)> = rd
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name();
-            let n = name.to_str()?.strip_prefix(prefix)?.parse::<u32>().ok()?;
+            let n = name.to_str()?.strip_prefix(prefix)?.strip_suffix(suffix)?.parse::<u32>().ok()?;
             Some((n, e.path()))
         })
         .collect();
@@ -57,6 +58,27 @@ pub(crate) fn keyed_u64(text: &str, key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbered_files_by_prefix_and_suffix_in_numeric_order() {
+        let t = tempfile::tempdir().unwrap();
+        for n in ["temp10_input", "temp2_input", "temp1_max", "temp_input", "tempx_input", "power1_input"] {
+            fs::write(t.path().join(n), "").unwrap();
+        }
+        let got: Vec<u32> = numbered_files(t.path(), "temp", "_input").into_iter().map(|(n, _)| n).collect();
+        assert_eq!(got, [2, 10]);
+        assert_eq!(numbered_files(t.path(), "temp", "_input")[0].1, t.path().join("temp2_input"));
+        assert!(numbered_files(&t.path().join("missing"), "temp", "").is_empty());
+    }
+
+    #[test]
+    fn read_num_parses_signed_and_unsigned() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("v");
+        fs::write(&f, "-1500\n").unwrap();
+        assert_eq!(read_num::<i64>(&f).unwrap(), -1500);
+        assert_eq!(read_num::<u64>(&f).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
 
     #[test]
     fn keyed_u64_finds_exact_key_only() {

@@ -5,7 +5,7 @@ use crate::model::{PowerModel, RcThermalModel};
 use crate::{CgroupSource, CpuSource, FreqSource, PowerSource, PsiSource, Source, TaskWaitSource, ThermalSource};
 use joule_core::config::TelemetryConfig;
 use joule_core::Snapshot;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Runs, in order: cpu, psi, cgroup, task_wait, thermal, power, frequency, then the power
 /// model (needs cpu, and only fills in when power gave no sensor reading) and the RC thermal
@@ -58,7 +58,7 @@ impl Sampler {
     /// Samples now. `interval_ms` is the monotonic time since the previous call (0 the first
     /// time); rates in the snapshot cover exactly that interval.
     pub fn sample(&mut self) -> Snapshot {
-        let taken_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let taken_at_ms = joule_core::journal::now_ms();
         let monotonic_ms = self.clock_base.elapsed().as_millis() as u64;
         self.sample_at(taken_at_ms, monotonic_ms)
     }

@@ -4,12 +4,11 @@
 //! trip points are discovered on the first sample and again every ~10 s (or after a sensor
 //! went away); each sample reads only the temperatures.
 
-use crate::fsread::{numbered_entries, read_i64, read_trimmed};
+use crate::fsread::{numbered_files, read_num, read_trimmed};
 use crate::rediscover::{gone, Rediscover};
 use crate::{Source, SourceError};
 use joule_core::snapshot::{ThermalZone, TripPoint};
 use joule_core::{Origin, Snapshot};
-use std::fs;
 use std::path::{Path, PathBuf};
 
 /// One discovered sensor: everything but its temperature.
@@ -35,10 +34,10 @@ impl ThermalSource {
 
     fn discover(&mut self) {
         self.sensors.clear();
-        for (n, dir) in numbered_entries(&self.sysfs_root.join("class/thermal"), "thermal_zone") {
+        for (n, dir) in numbered_files(&self.sysfs_root.join("class/thermal"), "thermal_zone", "") {
             self.sensors.push(zone(&dir, format!("thermal_zone{n}")));
         }
-        for (n, dir) in numbered_entries(&self.sysfs_root.join("class/hwmon"), "hwmon") {
+        for (n, dir) in numbered_files(&self.sysfs_root.join("class/hwmon"), "hwmon", "") {
             hwmon(&dir, &format!("hwmon{n}"), &mut self.sensors);
         }
     }
@@ -53,8 +52,8 @@ fn zone(dir: &Path, name: String) -> Sensor {
     let mut trips = Vec::new();
     for i in 0.. {
         let Ok(kind) = read_trimmed(&dir.join(format!("trip_point_{i}_type"))) else { break };
-        let Ok(t) = read_i64(&dir.join(format!("trip_point_{i}_temp"))) else { continue };
-        let hyst = read_i64(&dir.join(format!("trip_point_{i}_hyst"))).unwrap_or(0);
+        let Ok(t) = read_num::<i64>(&dir.join(format!("trip_point_{i}_temp"))) else { continue };
+        let hyst = read_num::<i64>(&dir.join(format!("trip_point_{i}_hyst"))).unwrap_or(0);
         trips.push(TripPoint { kind, temp_celsius: millis_to_celsius(t), hysteresis_celsius: millis_to_celsius(hyst) });
     }
     Sensor { name, kind: read_trimmed(&dir.join("type")).unwrap_or_default(), temp: dir.join("temp"), trips, zone: true }
@@ -64,23 +63,17 @@ fn zone(dir: &Path, name: String) -> Sensor {
 /// become `critical` and `hot` trip points.
 fn hwmon(dir: &Path, hwmon: &str, out: &mut Vec<Sensor>) {
     let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
-    let Ok(rd) = fs::read_dir(dir) else { return };
-    let mut inputs: Vec<u32> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("temp")?.strip_suffix("_input")?.parse().ok())
-        .collect();
-    inputs.sort_unstable();
-    for n in inputs {
+    for (n, temp) in numbered_files(dir, "temp", "_input") {
         let mut trips = Vec::new();
-        if let Ok(max) = read_i64(&dir.join(format!("temp{n}_max"))) {
+        if let Ok(max) = read_num::<i64>(&dir.join(format!("temp{n}_max"))) {
             trips.push(TripPoint { kind: "hot".into(), temp_celsius: millis_to_celsius(max), hysteresis_celsius: 0.0 });
         }
-        if let Ok(crit) = read_i64(&dir.join(format!("temp{n}_crit"))) {
+        if let Ok(crit) = read_num::<i64>(&dir.join(format!("temp{n}_crit"))) {
             // tempN_crit_hyst is an absolute temperature, TripPoint wants the distance.
-            let hyst = read_i64(&dir.join(format!("temp{n}_crit_hyst"))).map(|h| crit - h).unwrap_or(0);
+            let hyst = read_num::<i64>(&dir.join(format!("temp{n}_crit_hyst"))).map(|h| crit - h).unwrap_or(0);
             trips.push(TripPoint { kind: "critical".into(), temp_celsius: millis_to_celsius(crit), hysteresis_celsius: millis_to_celsius(hyst) });
         }
-        out.push(Sensor { name: format!("{hwmon}/temp{n}"), kind: chip.clone(), temp: dir.join(format!("temp{n}_input")), trips, zone: false });
+        out.push(Sensor { name: format!("{hwmon}/temp{n}"), kind: chip.clone(), temp, trips, zone: false });
     }
 }
 
@@ -95,7 +88,7 @@ impl Source for ThermalSource {
         }
         let mut zones = Vec::with_capacity(self.sensors.len());
         for s in &self.sensors {
-            match read_i64(&s.temp) {
+            match read_num::<i64>(&s.temp) {
                 Ok(t) => zones.push(ThermalZone {
                     name: s.name.clone(),
                     kind: s.kind.clone(),

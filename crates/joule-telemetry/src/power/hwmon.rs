@@ -1,12 +1,11 @@
 //! hwmon power meters: `<sysfs>/class/hwmon/hwmon*/power*_input` (µW, instantaneous), with
 //! energy integrated over each interval since hwmon gives no counter here.
 
-use crate::fsread::{numbered_entries, read_trimmed, read_u64};
+use crate::fsread::{numbered_files, read_num, read_trimmed};
 use crate::rediscover::gone;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 /// What one pass over the hwmon chips found.
@@ -47,19 +46,13 @@ impl HwmonPower {
     /// Lists every `power<N>_input` of every chip, with the chip's name and the channel's label.
     pub(crate) fn discover(&mut self, sysfs_root: &Path) {
         self.channels.clear();
-        for (m, dir) in numbered_entries(&sysfs_root.join("class/hwmon"), "hwmon") {
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
-            let mut inputs: Vec<u32> = rd
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_prefix("power")?.strip_suffix("_input")?.parse().ok())
-                .collect();
-            inputs.sort_unstable();
+        for (m, dir) in numbered_files(&sysfs_root.join("class/hwmon"), "hwmon", "") {
             let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
-            for n in inputs {
+            for (n, input) in numbered_files(&dir, "power", "_input") {
                 let label = read_trimmed(&dir.join(format!("power{n}_label"))).ok();
                 self.channels.push(Channel {
                     name: format!("hwmon{m}/power{n}"),
-                    input: dir.join(format!("power{n}_input")),
+                    input,
                     part_of_total: is_machine_total(&chip, label.as_deref()),
                 });
             }
@@ -71,7 +64,7 @@ impl HwmonPower {
         let mut domains = Vec::with_capacity(self.channels.len());
         let mut stale = false;
         for c in &self.channels {
-            let uw = match read_u64(&c.input) {
+            let uw = match read_num::<u64>(&c.input) {
                 Ok(uw) => uw,
                 Err(e) => {
                     stale |= gone(&e);

@@ -2,7 +2,7 @@
 //! `intel-rapl:N:M`): `energy_uj` wraps at `max_energy_range_uj`, so each delta is taken modulo
 //! that range and accumulated into a cumulative joule count.
 
-use crate::fsread::{read_trimmed, read_u64};
+use crate::fsread::{read_num, read_trimmed};
 use crate::rediscover::gone;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
@@ -77,7 +77,7 @@ impl Rapl {
             .into_iter()
             .map(|(zone, dir)| Zone {
                 kind: read_trimmed(&dir.join("name")).unwrap_or_default(),
-                max_uj: read_u64(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX),
+                max_uj: read_num::<u64>(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX),
                 energy_uj: dir.join("energy_uj"),
                 top_level: zone.matches(':').count() == 1,
                 zone,
@@ -94,7 +94,7 @@ impl Rapl {
         let mut seen = HashMap::with_capacity(self.zones.len());
         for Zone { zone, kind, energy_uj, max_uj, top_level } in &self.zones {
             let (zone, max_uj) = (zone.clone(), *max_uj);
-            let cur_uj = match read_u64(energy_uj) {
+            let cur_uj = match read_num::<u64>(energy_uj) {
                 Ok(v) => v,
                 Err(e) => {
                     r.denied |= e.kind() == io::ErrorKind::PermissionDenied;
