@@ -9,7 +9,7 @@ mod cgroup;
 mod cpu;
 mod freq;
 mod fsread;
-pub mod model;
+mod model;
 mod power;
 mod psi;
 mod rediscover;

@@ -191,14 +191,12 @@ impl CgroupSource {
         let interval_us = snap.interval_ms.saturating_mul(1000);
         let mut next = HashMap::with_capacity(all.len());
         for cg in &mut all {
-            let hier: &'static str = if cg.hierarchy == "v1" { "v1" } else { "v2" };
-            let key = (hier, std::mem::take(&mut cg.path));
+            let key = (if cg.hierarchy == "v1" { "v1" } else { "v2" }, cg.path.clone());
             if let Some(&prev) = self.prev.get(&key) {
                 if interval_us > 0 && cg.usage_us >= prev {
                     cg.usage_cpus = Some((cg.usage_us - prev) as f64 / interval_us as f64);
                 }
             }
-            cg.path = key.1.clone();
             next.insert(key, cg.usage_us);
         }
         self.prev = next;

@@ -18,7 +18,7 @@ impl PowerModel {
     }
 
     /// Power for per-CPU busy fractions (each clamped to 0..1).
-    pub fn watts(&self, utilization: &[f64]) -> f64 {
+    pub(crate) fn watts(&self, utilization: &[f64]) -> f64 {
         self.cfg.idle_watts + utilization.iter().map(|u| u.clamp(0.0, 1.0)).sum::<f64>() * self.cfg.cpu_dynamic_watts
     }
 }

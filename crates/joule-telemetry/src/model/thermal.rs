@@ -20,27 +20,29 @@ impl RcThermalModel {
     }
 
     /// A model starting at a given temperature.
-    pub fn with_initial_celsius(cfg: &ThermalModelConfig, temp_celsius: f64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_initial_celsius(cfg: &ThermalModelConfig, temp_celsius: f64) -> Self {
         Self { cfg: cfg.clone(), temp_celsius: Some(temp_celsius) }
     }
 
-    pub fn temp_celsius(&self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn temp_celsius(&self) -> Option<f64> {
         self.temp_celsius
     }
 
     /// R·C, the time to close 63% of the gap to steady state.
-    pub fn time_constant_s(&self) -> f64 {
+    pub(crate) fn time_constant_s(&self) -> f64 {
         self.cfg.resistance_celsius_per_watt * self.cfg.capacitance_joules_per_celsius
     }
 
     /// Where the temperature settles under a constant power.
-    pub fn steady_state_celsius(&self, power_watts: f64) -> f64 {
+    pub(crate) fn steady_state_celsius(&self, power_watts: f64) -> f64 {
         self.cfg.ambient_celsius + power_watts * self.cfg.resistance_celsius_per_watt
     }
 
     /// Advances the model by `dt_s` seconds of constant `power_watts`; returns the new
     /// temperature.
-    pub fn step(&mut self, power_watts: f64, dt_s: f64) -> f64 {
+    pub(crate) fn step(&mut self, power_watts: f64, dt_s: f64) -> f64 {
         let t_ss = self.steady_state_celsius(power_watts);
         let tau = self.time_constant_s();
         let t = match self.temp_celsius {
