@@ -145,7 +145,12 @@ fn sampler_on_a_machine_without_sensors_labels_the_models() {
     assert_close(snap.power.watts, watts);
     let model = snap.thermal.model.as_ref().expect("model temperature");
     assert_eq!(model.source, Origin::Model);
-    assert!(model.temp_celsius > 25.0 && model.temp_celsius < 25.0 + watts * 1.2);
+    // First sample: since-boot utilisation 1300/5400 on each CPU; the RC model starts at its
+    // steady state T_ss(P0) = 25 + P0 × 1.2, then one exact step of 0.1 s towards T_ss(P1)
+    // with τ = R·C = 1.2 × 40 = 48 s.
+    let p0 = 10.0 + 2.0 * (1300.0 / 5400.0) * 8.0;
+    let (t0, t_ss1) = (25.0 + p0 * 1.2, 25.0 + watts * 1.2);
+    assert_close(model.temp_celsius, t_ss1 + (t0 - t_ss1) * (-0.1f64 / 48.0).exp());
     assert!(snap.thermal.zones.is_empty());
     for note in ["no thermal sensor", "no power sensor", "no cpufreq"] {
         assert!(snap.notes.iter().any(|n| n.starts_with(note)), "{note} missing from {:?}", snap.notes);
