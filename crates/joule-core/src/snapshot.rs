@@ -88,7 +88,10 @@ pub struct PowerDomain {
     /// e.g. `intel-rapl:0` (package-0) or `hwmon0/power1`.
     pub name: String,
     pub watts: f64,
-    /// Cumulative energy, wrap-around already handled.
+    /// Cumulative energy, wrap-around already handled. For RAPL it is the hardware's energy
+    /// counter; for hwmon (which gives only instantaneous power) and the model it is joule's
+    /// integration of the point readings over each interval — derived from sensor power, still
+    /// labelled by `source`, and blind to what happened between two readings.
     pub energy_joules_total: f64,
     pub source: Origin,
     /// Whether `watts` is one of the terms of `Power::watts`. Domains that are inside another
@@ -101,8 +104,8 @@ pub struct PowerDomain {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Thermal {
     pub zones: Vec<ThermalZone>,
-    /// The RC-model temperature; present when the machine has no thermal sensor, or always
-    /// when the model is enabled. Always `source: "model"`.
+    /// The RC-model temperature. The Sampler runs the model on every sample, sensor or not, so
+    /// it is present whenever the `thermal_model` source ran. Always `source: "model"`.
     pub model: Option<ModelTemperature>,
 }
 

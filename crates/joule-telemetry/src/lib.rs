@@ -2,7 +2,10 @@
 //! stand in for missing sensors; they fill a Snapshot and never decide.
 //!
 //! Every source implements [`Source`] and takes its filesystem root as a parameter, so tests run
-//! on the fixture trees under `testdata/`. Every reading carries its [`joule_core::Origin`].
+//! on the fixture trees under `testdata/`. Readings whose Snapshot type has a `source` field carry
+//! their [`joule_core::Origin`] there (cpu, task waits, power and its domains, thermal zones, the
+//! model temperature, frequency); cgroup CPU accounting and PSI have no such field: both are
+//! always kernel accounting files.
 //! [`Sampler`] runs them all, in order, once per control period.
 
 mod cgroup;

@@ -1,5 +1,5 @@
 //! Pressure stall information from `<procfs>/pressure/{cpu,io,memory}`: the `some` and `full`
-//! avg10 percentages and total stall µs, labelled `kernel` (the Snapshot's PSI is kernel data).
+//! avg10 percentages and total stall µs. `Psi` has no Origin field: it is always kernel data.
 
 use crate::fsread::read_into;
 use crate::{Source, SourceError};

@@ -1,6 +1,7 @@
 //! CPU accounting of cgroups: v1 `cpuacct.usage` + `cpu.stat` and v2 `cpu.stat`, turned into
 //! CPUs used over the interval. The layout is detected from what is present under the root
-//! (hybrid machines have both) on the first sample and every ~10 s, so a remount is picked up. Labelled `kernel`.
+//! (hybrid machines have both) on the first sample and every ~10 s, so a remount is picked up.
+//! `CgroupCpu` has no Origin field: it is always kernel accounting.
 
 mod walk;
 

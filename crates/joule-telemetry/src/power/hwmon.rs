@@ -1,5 +1,8 @@
-//! hwmon power meters: `<sysfs>/class/hwmon/hwmon*/power*_input` (µW, instantaneous), with
-//! energy integrated over each interval since hwmon gives no counter here.
+//! hwmon power meters: `<sysfs>/class/hwmon/hwmon*/power*_input` (µW, instantaneous). hwmon
+//! gives no energy counter here, so `energy_joules_total` is joule's own integration of these
+//! point readings (each reading × the interval), derived from sensor power: it is labelled
+//! `sensor` like the power it comes from, but it misses whatever the power did between two
+//! readings.
 
 use crate::fsread::{numbered_files, read_num, read_trimmed};
 use crate::rediscover::gone;
