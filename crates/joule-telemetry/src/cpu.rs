@@ -19,7 +19,9 @@ pub(crate) struct CpuTicks {
 /// The first sample has no previous counters, so it reports the average since boot (counters
 /// against zero); every later sample covers exactly the time since the one before. A CPU whose
 /// counters went backwards (hot-unplug/replug, a restored VM) reports 0 for that interval and
-/// starts again from its new counters. CPUs missing from the file (offline) read 0.
+/// starts again from its new counters. CPUs missing from the file (offline) read 0, and a CPU
+/// that comes online after the first sample reads 0 for its first interval (its counters
+/// against zero would be its average since boot, not this interval).
 pub struct CpuSource {
     path: PathBuf,
     buf: String,
@@ -86,13 +88,15 @@ impl Source for CpuSource {
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
         read_into(&self.path, &mut self.buf).map_err(|e| SourceError::read(&self.path, e))?;
         parse_stat(&self.buf, &mut self.cur).map_err(|d| SourceError::parse(&self.path, d))?;
+        let first = self.prev.is_empty();
         let utilization: Vec<f64> = self
             .cur
             .iter()
             .enumerate()
             .map(|(i, cur)| match (cur, self.prev.get(i).copied().flatten()) {
                 (Some(cur), Some(prev)) => busy_fraction(prev, *cur),
-                (Some(cur), None) => busy_fraction(CpuTicks::default(), *cur),
+                (Some(cur), None) if first => busy_fraction(CpuTicks::default(), *cur),
+                (Some(_), None) => 0.0, // came online since the last sample: no interval yet
                 (None, _) => 0.0,
             })
             .collect();

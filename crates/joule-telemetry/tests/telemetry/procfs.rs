@@ -89,3 +89,19 @@ fn unreadable_threads_are_a_note_and_exited_ones_are_not() {
     let got: Vec<(i32, u64)> = snap.task_wait.iter().map(|t| (t.pid, t.wait_us)).collect();
     assert_eq!(got, vec![(101, 7000), (200, 1000)]);
 }
+
+#[test]
+fn a_cpu_coming_online_reads_zero_for_its_first_interval() {
+    let t = tempfile::tempdir().unwrap();
+    let stat = t.path().join("stat");
+    std::fs::write(&stat, "cpu  10 0 0 90 0 0 0 0\ncpu0 10 0 0 90 0 0 0 0\n").unwrap();
+    let mut cpu = CpuSource::new(t.path());
+    assert_close(sample(&mut cpu, 0).cpu.utilization[0], 0.1);
+    // cpu1 comes online with 5000 ticks since boot, 4000 of them busy: not this interval's.
+    std::fs::write(&stat, "cpu  70 0 0 130 0 0 0 0\ncpu0 60 0 0 140 0 0 0 0\ncpu1 4000 0 0 1000 0 0 0 0\n").unwrap();
+    let snap = sample(&mut cpu, 100);
+    assert_eq!(snap.cpu.utilization, vec![0.5, 0.0]);
+    std::fs::write(&stat, "cpu  70 0 0 130 0 0 0 0\ncpu0 60 0 0 240 0 0 0 0\ncpu1 4075 0 0 1025 0 0 0 0\n").unwrap();
+    let snap = sample(&mut cpu, 100);
+    assert_eq!(snap.cpu.utilization, vec![0.0, 0.75]);
+}
