@@ -7,9 +7,11 @@ use joule_core::config::TelemetryConfig;
 use joule_core::Snapshot;
 use std::time::Instant;
 
-/// Runs, in order: cpu, psi, cgroup, task_wait, thermal, power, frequency, then the power
+/// Runs, in order: cpu, power, psi, cgroup, task_wait, thermal, frequency, then the power
 /// model (needs cpu, and only fills in when power gave no sensor reading) and the RC thermal
-/// model (needs power). `stage` and `runq_latency` are left default: the agent fills them from
+/// model (needs power). power is read right after cpu, before the sources whose duration
+/// varies (the cgroup walk, task_wait's scan of every thread), so that the time between two
+/// energy readings stays close to the `interval_ms` its rates are divided by. `stage` and `runq_latency` are left default: the agent fills them from
 /// the BPF programs.
 pub struct Sampler {
     sources: Vec<Box<dyn Source + Send>>,
@@ -23,11 +25,11 @@ impl Sampler {
     pub fn new(cfg: &TelemetryConfig) -> Self {
         let sources: Vec<Box<dyn Source + Send>> = vec![
             Box::new(CpuSource::new(&cfg.procfs_root)),
+            Box::new(PowerSource::new(&cfg.sysfs_root)),
             Box::new(PsiSource::new(&cfg.procfs_root)),
             Box::new(CgroupSource::new(&cfg.cgroup_root)),
             Box::new(TaskWaitSource::new(&cfg.procfs_root, cfg.task_wait_top)),
             Box::new(ThermalSource::new(&cfg.sysfs_root)),
-            Box::new(PowerSource::new(&cfg.sysfs_root)),
             Box::new(FreqSource::new(&cfg.sysfs_root)),
             Box::new(PowerModel::new(&cfg.power_model)),
             Box::new(RcThermalModel::new(&cfg.thermal_model)),
@@ -87,6 +89,17 @@ impl Sampler {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn power_is_read_before_task_wait_and_the_models_after_what_they_need() {
+        let s = super::Sampler::new(&joule_core::config::TelemetryConfig::default());
+        let names = s.source_names();
+        let at = |n: &str| names.iter().position(|&x| x == n).unwrap();
+        assert_eq!(names.len(), 9);
+        assert!(at("power") < at("task_wait") && at("power") < at("cgroup"));
+        assert!(at("cpu") < at("power_model") && at("power") < at("power_model"));
+        assert!(at("power_model") < at("thermal_model"));
+    }
+
     #[test]
     fn remove_source_drops_only_that_source() {
         let mut s = super::Sampler::new(&joule_core::config::TelemetryConfig::default());
