@@ -47,8 +47,11 @@ fn hwmon_power_meter_in_microwatts() {
     assert!(snap.notes.is_empty(), "{:?}", snap.notes);
 }
 
-/// A hwmon tree under a fresh root: `(chip, [(channel, label, µW)])` per `hwmon<index>`.
-fn hwmon_tree(chips: &[(&str, &[(u32, Option<&str>, u64)])]) -> tempfile::TempDir {
+/// One hwmon power channel: number, `power<N>_label`, µW.
+type Channel<'a> = (u32, Option<&'a str>, u64);
+
+/// A hwmon tree under a fresh root: `(chip, channels)` per `hwmon<index>`.
+fn hwmon_tree(chips: &[(&str, &[Channel])]) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     for (m, (chip, channels)) in chips.iter().enumerate() {
         let dir = t.path().join(format!("class/hwmon/hwmon{m}"));

@@ -58,7 +58,7 @@ fn nofile_soft() -> u64 {
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the struct we own.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
-    rl.rlim_cur as u64
+    rl.rlim_cur
 }
 
 /// Prints the cost of one task-wait sample, of one full Sampler sample and of one without
