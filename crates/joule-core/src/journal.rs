@@ -36,9 +36,50 @@ pub enum Undo {
     /// Remove a file joule created (a pinned BPF object).
     RemoveFile { path: PathBuf },
     /// Move a task back to the cgroup it came from (`procs_file` is its old `cgroup.procs`).
-    MoveTask { pid: i32, procs_file: PathBuf },
-    /// Put a thread back to its old scheduling policy.
-    Sched { tid: i32, old: SchedAttr },
+    /// `started` is the task's start time (clock ticks after boot, /proc/PID/stat field 22)
+    /// when it was recorded: a pid that has since exited and been reused by another task is
+    /// left alone. Build it with `Undo::move_task`.
+    MoveTask {
+        pid: i32,
+        procs_file: PathBuf,
+        #[serde(default)]
+        started: Option<u64>,
+    },
+    /// Put a thread back to its old scheduling policy; `started` as for MoveTask. Build it
+    /// with `Undo::sched`.
+    Sched {
+        tid: i32,
+        old: SchedAttr,
+        #[serde(default)]
+        started: Option<u64>,
+    },
+}
+
+impl Undo {
+    /// The undo of moving `pid` out of the cgroup whose `cgroup.procs` (or `tasks`) is
+    /// `procs_file`, pinned to this incarnation of the pid.
+    pub fn move_task(fx: &dyn Effects, pid: i32, procs_file: PathBuf) -> Undo {
+        Undo::MoveTask { pid, procs_file, started: start_time(fx, pid) }
+    }
+
+    /// The undo of changing thread `tid`'s policy away from `old`, pinned to this incarnation.
+    pub fn sched(fx: &dyn Effects, tid: i32, old: SchedAttr) -> Undo {
+        Undo::Sched { tid, old, started: start_time(fx, tid) }
+    }
+}
+
+/// Start time of a task (field 22 of /proc/PID/stat, after the parenthesised comm, which may
+/// itself contain spaces and parentheses). Works for thread ids too.
+pub fn start_time(fx: &dyn Effects, pid: i32) -> Option<u64> {
+    let stat = fx.read(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // after_comm starts with field 3 (state); field 22 is the 20th from there.
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `pid` is still the task a record was made for (unknown start time: assume so).
+fn same_task(fx: &dyn Effects, pid: i32, started: Option<u64>) -> bool {
+    started.is_none() || start_time(fx, pid) == started
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,8 +269,11 @@ fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
     match undo {
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
-        Undo::MoveTask { pid, procs_file } => gone_ok(fx.write(procs_file, &pid.to_string())),
-        Undo::Sched { tid, old } => gone_ok(fx.set_sched(*tid, *old)),
+        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } if !same_task(fx, *pid, *started) => {
+            Ok(Outcome::Gone)
+        }
+        Undo::MoveTask { pid, procs_file, .. } => gone_ok(fx.write(procs_file, &pid.to_string())),
+        Undo::Sched { tid, old, .. } => gone_ok(fx.set_sched(*tid, *old)),
         Undo::RemoveDir { path, evacuate_to } => {
             if !fx.exists(path) {
                 return Ok(Outcome::Gone);
@@ -332,7 +376,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fx = FakeEffects::default();
         let mut j = Journal::open(dir.path()).unwrap();
-        j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER }).unwrap();
+        j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER, started: None }).unwrap();
         j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: None }).unwrap();
         let r = restore(dir.path(), &fx).unwrap();
         assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 2, 0));
@@ -401,6 +445,40 @@ mod tests {
         rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
         t.join().unwrap();
         assert_eq!(entries(dir.path()).unwrap().len(), 2);
+    }
+
+    fn stat(comm: &str, start: u64) -> String {
+        // pid (comm) state ppid ... with field 22 = start.
+        let mut f: Vec<String> = (3..=21).map(|i| i.to_string()).collect();
+        f[0] = "S".into();
+        f.push(start.to_string());
+        f.push("23".into());
+        format!("7 ({comm}) {}", f.join(" "))
+    }
+
+    #[test]
+    fn start_time_reads_field_22_even_with_a_tricky_comm() {
+        let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("a) b (c", 123456));
+        assert_eq!(start_time(&fx, 7), Some(123456));
+        assert_eq!(start_time(&fx, 8), None);
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_moved_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("worker", 100)).with_file("/cg/cgroup.procs", "");
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::move_task(&fx, 7, "/cg/cgroup.procs".into())).unwrap();
+        // pid 7 exits and a new task gets the same pid, started later.
+        fx.files.lock().unwrap().insert("/proc/7/stat".into(), stat("intruder", 999));
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.already_gone), (0, 1));
+        assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some(""), "the reused pid was moved");
+        // The same incarnation is moved back.
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::move_task(&fx, 7, "/cg/cgroup.procs".into())).unwrap();
+        assert_eq!(restore(dir.path(), &fx).unwrap().undone, 1);
+        assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some("7"));
     }
 
     #[test]

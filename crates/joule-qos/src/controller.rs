@@ -317,7 +317,7 @@ impl QosController {
             if old_dir == target && !thread {
                 continue;
             }
-            self.record(journal, Undo::MoveTask { pid, procs_file: old_dir.join(file) }).map_err(Some)?;
+            self.record(journal, Undo::move_task(fx, pid, old_dir.join(file))).map_err(Some)?;
             let dest = target.join(file);
             match fx.write(&dest, &pid.to_string()) {
                 Ok(()) => any = true,

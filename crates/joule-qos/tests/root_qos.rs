@@ -117,7 +117,7 @@ fn root_v1_rt_runtime_share_of_fifo_loop() {
         let mut j = Journal::open(g.dir.path()).unwrap();
         c.apply(&mut j, &RealEffects).unwrap();
         // Real-time only once inside a group with RT runtime (v1 refuses it elsewhere).
-        j.record(OWNER, journal::Undo::Sched { tid: pid, old: SchedAttr::OTHER }).unwrap();
+        j.record(OWNER, journal::Undo::sched(&RealEffects, pid, SchedAttr::OTHER)).unwrap();
         RealEffects.set_sched(pid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).unwrap();
         std::thread::sleep(Duration::from_millis(500));
         let got = measure(&c, "main", 4.0);

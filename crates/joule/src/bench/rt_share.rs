@@ -234,7 +234,7 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
         let tid = w.tid;
         run.workers.push(w);
         ctl.place(journal, &fx, g, tid, true).map_err(|e| anyhow::anyhow!("while placing {g}'s thread: {}", e.map(|e| e.to_string()).unwrap_or("it exited".into())))?;
-        journal.record(BENCH_OWNER, Undo::Sched { tid, old: SchedAttr::OTHER })?;
+        journal.record(BENCH_OWNER, Undo::sched(&RealEffects, tid, SchedAttr::OTHER))?;
         fx.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).with_context(|| format!("while making {g}'s thread SCHED_FIFO"))?;
     }
     go.store(true, Ordering::Release);
