@@ -21,20 +21,31 @@ run: build
 # Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: sched_ext kernel in a VM.
 # Tests build with --release so they share compiled dependencies with the release binary
 # that `make run` and the VM tier use (one build of everything instead of two).
-test: build test-unit test-root test-vm
-	@echo "make test: all three tiers passed"
+# Each tier prints how many tests ran, passed, failed and skipped (scripts/test-tier.sh); tiers 2
+# and 3 run where bpffs, tracefs and debugfs are unmounted as on a fresh machine
+# (scripts/fresh-mounts.sh), and `make test` fails when the tiers left anything behind
+# (scripts/check-leftovers.sh).
+TIER_SUMMARY ?= target/tier-summary.txt
+export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
+
+test: build vm-deps
+	@mkdir -p target && rm -f $(TIER_SUMMARY)
+	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
+	@$(MAKE) --no-print-directory test-unit test-root test-vm
+	@bash scripts/check-leftovers.sh compare target/leftovers-before.txt
+	@bash scripts/test-summary.sh $(TIER_SUMMARY)
 
 test-unit: deps
-	$(CARGO) test --release --workspace --locked
+	@bash scripts/test-tier.sh unit $(CARGO) test --release --workspace --locked
 
 test-root: deps
-	$(CARGO) test --release --workspace --locked -- --ignored root_ --test-threads=1
+	@bash scripts/test-tier.sh root bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked -- --ignored root_ --test-threads=1
 
 vm-deps: deps
 	@bash scripts/vm/setup.sh
 
 test-vm: build vm-deps
-	$(CARGO) test --release --workspace --locked -- --ignored vm_ --test-threads=1
+	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked -- --ignored vm_ --test-threads=1
 
 restore: build
 	$(JOULE) restore

@@ -5,7 +5,7 @@
 use crate::error::{bpf, BpfError};
 use crate::intf::{
     joule_feed_ctx, joule_stage, joule_thermal_config, joule_zone_state, JOULE_FEED_NO_CONFIG, JOULE_FEED_OK,
-    JOULE_FEED_ZONES_FULL, JOULE_MAX_STAGES, JOULE_TEMP_MODEL, JOULE_TEMP_SENSOR,
+    JOULE_FEED_ZONES_FULL, JOULE_MAX_STAGES, JOULE_TEMP_MODEL, JOULE_TEMP_NONE, JOULE_TEMP_SENSOR,
 };
 use crate::pod::{as_bytes, from_bytes};
 use crate::storage::ObjectStorage;
@@ -60,6 +60,8 @@ pub struct ThermalStageOpts {
 pub enum TempSource {
     Sensor,
     Model,
+    /// No reading has reached this entry yet (or it holds a value this joule does not know).
+    None,
 }
 
 impl TempSource {
@@ -67,10 +69,15 @@ impl TempSource {
         match self {
             TempSource::Sensor => JOULE_TEMP_SENSOR,
             TempSource::Model => JOULE_TEMP_MODEL,
+            TempSource::None => JOULE_TEMP_NONE,
         }
     }
     fn from_raw(raw: u32) -> Self {
-        if raw == JOULE_TEMP_MODEL { TempSource::Model } else { TempSource::Sensor }
+        match raw {
+            JOULE_TEMP_SENSOR => TempSource::Sensor,
+            JOULE_TEMP_MODEL => TempSource::Model,
+            _ => TempSource::None,
+        }
     }
 }
 
@@ -250,6 +257,9 @@ impl ThermalStage {
     /// Feeds one temperature through the same stage rule as the tracepoint (BPF_PROG_TEST_RUN
     /// of the `feed` syscall program). This is how the thermal model reaches the kernel.
     pub fn feed(&self, zone: u32, temp_mc: i64, source: TempSource) -> Result<(), BpfError> {
+        if source == TempSource::None {
+            return Err(BpfError::Feed("a reading must say where it came from (sensor or model)"));
+        }
         let mut ctx = joule_feed_ctx { zone, source: source.to_raw(), temp_mc };
         // SAFETY: joule_feed_ctx is Pod; the kernel reads ctx_size_in bytes of it.
         let bytes = unsafe {
@@ -380,5 +390,14 @@ mod tests {
         let r = StageReading::from_map_value(as_bytes(&s)).unwrap();
         assert_eq!((r.stage, r.zone, r.temp_mc, r.source, r.transitions), (2, 7, 81_500, TempSource::Model, 3));
         assert!(StageReading::from_map_value(&[0u8; 3]).is_none());
+    }
+
+    /// Regression: an all-zero entry (a stage map no one has written yet) decoded as `sensor`.
+    #[test]
+    fn an_unwritten_stage_entry_has_no_source() {
+        let r = StageReading::from_map_value(as_bytes(&joule_stage::default())).unwrap();
+        assert_eq!((r.source, r.updated_ns), (TempSource::None, 0));
+        assert_eq!(TempSource::from_raw(TempSource::Sensor.to_raw()), TempSource::Sensor);
+        assert_eq!(TempSource::from_raw(99), TempSource::None);
     }
 }

@@ -4,7 +4,7 @@
 use joule_bpf::thermal::{MODEL_ZONE, PIN_CONFIG, PIN_STAGE, PIN_ZONES};
 use joule_bpf::{Hierarchy, RunqLat, RunqLatOpts, StageReading, TempSource, ThermalStage, ThermalStageOpts};
 use joule_core::journal::{self, Journal, Undo};
-use joule_core::testing::{is_root, require};
+use joule_core::testing::{is_root, require, TempBpffs};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -384,7 +384,8 @@ fn feed_and_read(ts: &ThermalStage, temp_mc: i64) -> StageReading {
 #[ignore = "tier 2: root"]
 fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
     require_root!();
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id()));
+    let bpffs = TempBpffs::new().expect("mounting a bpffs of the test's own");
+    let pin_dir = bpffs.path().join("joule-test");
     let jdir = tempfile::tempdir().unwrap();
     let mut journal = CheckedJournal { journal: Journal::open(jdir.path()).unwrap(), existed: vec![] };
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
@@ -493,7 +494,8 @@ fn root_thermal_a_zone_beyond_the_map_is_refused() {
 #[ignore = "tier 2: root"]
 fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {
     require_root!();
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-tp-{}", std::process::id()));
+    let bpffs = TempBpffs::new().expect("mounting a bpffs of the test's own");
+    let pin_dir = bpffs.path().join("joule-test-tp");
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![80_000], hysteresis_mc: 0 };
     let before = prog_ids("joule_thermal");
     let ts = ThermalStage::load(opts.clone(), None).expect("loading the thermal stage");
@@ -539,7 +541,8 @@ fn root_thermal_private_stage_works_without_pins() {
 #[ignore = "tier 2: root"]
 fn root_journal_replay_removes_the_pins_of_a_loader_that_never_dropped() {
     require_root!();
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-crash-{}", std::process::id()));
+    let bpffs = TempBpffs::new().expect("mounting a bpffs of the test's own");
+    let pin_dir = bpffs.path().join("joule-test-crash");
     let jdir = tempfile::tempdir().unwrap();
     let mut journal = Journal::open(jdir.path()).unwrap();
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000], hysteresis_mc: 0 };

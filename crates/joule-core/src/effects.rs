@@ -30,7 +30,34 @@ pub trait Effects {
     fn exists(&self, path: &Path) -> bool;
     fn get_sched(&self, tid: i32) -> io::Result<SchedAttr>;
     fn set_sched(&self, tid: i32, attr: SchedAttr) -> io::Result<()>;
+    // Mounts. Test doubles of one concern (a cgroup fake) keep these defaults, which refuse.
+
+    /// The type of the filesystem `path` is on (statfs `f_type`, e.g. [`BPF_FS_MAGIC`]).
+    fn fs_magic(&self, path: &Path) -> io::Result<i64> {
+        Err(unsupported("statfs", path))
+    }
+    /// Names of the entries of directory `path`.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        Err(unsupported("readdir", path))
+    }
+    /// Mounts a fresh, source-less filesystem of `fstype` (`bpf`, `tracefs`) at `target`.
+    fn mount(&self, _fstype: &str, target: &Path) -> io::Result<()> {
+        Err(unsupported("mount", target))
+    }
+    /// Unmounts whatever is mounted at `target` (not lazily: a busy mount stays and says so).
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        Err(unsupported("umount", target))
+    }
 }
+
+fn unsupported(what: &str, path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, format!("{what} {}: not supported by these effects", path.display()))
+}
+
+/// statfs `f_type` of bpffs.
+pub const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// statfs `f_type` of tracefs.
+pub const TRACEFS_MAGIC: i64 = 0x7472_6163;
 
 /// The real system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -79,6 +106,23 @@ impl Effects for RealEffects {
         }
         Ok(())
     }
+    fn fs_magic(&self, path: &Path) -> io::Result<i64> {
+        let st = nix::sys::statfs::statfs(path)?;
+        Ok(st.filesystem_type().0 as i64)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        std::fs::read_dir(path)?.map(|e| Ok(e?.file_name().to_string_lossy().into_owned())).collect()
+    }
+    fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
+        use nix::mount::MsFlags;
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        nix::mount::mount(Some(fstype), target, Some(fstype), flags, None::<&str>)?;
+        Ok(())
+    }
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        nix::mount::umount(target)?;
+        Ok(())
+    }
 }
 
 /// An in-memory system for unit tests: files, directories and thread policies.
@@ -91,6 +135,9 @@ pub struct FakeEffects {
     pub log: Mutex<Vec<String>>,
     /// Writes to these paths fail with EACCES (a read-only cgroupfs, a locked knob).
     pub read_only: Mutex<Vec<PathBuf>>,
+    /// Mount points and their filesystem magic; a path is on the longest mount it starts with,
+    /// else on a plain filesystem (magic 0).
+    pub mounts: Mutex<BTreeMap<PathBuf, i64>>,
 }
 
 impl FakeEffects {
@@ -167,6 +214,40 @@ impl Effects for FakeEffects {
         s.insert(tid, attr);
         drop(s);
         self.log(format!("sched {tid} {} {}", attr.policy, attr.priority));
+        Ok(())
+    }
+    fn fs_magic(&self, path: &Path) -> io::Result<i64> {
+        if !self.exists(path) {
+            return Err(not_found(path));
+        }
+        let mounts = self.mounts.lock().unwrap();
+        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(0, |(_, t)| *t))
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        if !self.dirs.lock().unwrap().contains_key(path) {
+            return Err(not_found(path));
+        }
+        let name = |p: &PathBuf| (p.parent() == Some(path)).then(|| p.file_name().unwrap_or_default().to_string_lossy().into_owned());
+        let mut names: Vec<String> = self.files.lock().unwrap().keys().filter_map(name).collect();
+        names.extend(self.dirs.lock().unwrap().keys().filter_map(name));
+        Ok(names)
+    }
+    fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
+        if !self.dirs.lock().unwrap().contains_key(target) {
+            return Err(not_found(target));
+        }
+        let magic = match fstype {
+            "bpf" => BPF_FS_MAGIC,
+            "tracefs" => TRACEFS_MAGIC,
+            _ => return Err(io::Error::from_raw_os_error(libc::ENODEV)),
+        };
+        self.mounts.lock().unwrap().insert(target.to_path_buf(), magic);
+        self.log(format!("mount {fstype} {}", target.display()));
+        Ok(())
+    }
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        self.mounts.lock().unwrap().remove(target).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.log(format!("umount {}", target.display()));
         Ok(())
     }
 }

@@ -45,6 +45,9 @@ pub enum Undo {
         #[serde(default)]
         started: Option<u64>,
     },
+    /// Unmount a pseudo-filesystem joule mounted (bpffs on a fresh machine), if the filesystem
+    /// of type `magic` is still there and empty: see `mounts::ensure`.
+    Unmount { path: PathBuf, magic: i64 },
     /// Put a thread back to its old scheduling policy; `started` as for MoveTask. Build it
     /// with `Undo::sched`.
     Sched {
@@ -269,6 +272,7 @@ fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
     match undo {
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
+        Undo::Unmount { path, magic } => Ok(if crate::mounts::undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
         Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } if !same_task(fx, *pid, *started) => {
             Ok(Outcome::Gone)
         }

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod effects;
 pub mod journal;
+pub mod mounts;
 pub mod origin;
 pub mod policy;
 pub mod snapshot;

@@ -1,5 +1,5 @@
 //! Where a reading came from. joule never shows an estimate as a measurement, so every value
-//! that reaches a user carries one of these labels.
+//! that reaches a user carries one of these labels, and a value nobody labelled says `unknown`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -13,9 +13,13 @@ pub enum Origin {
     Ebpf,
     /// Computed by a model (power from utilisation, temperature from an RC circuit).
     Model,
-    /// Read from kernel accounting files (/proc/stat, cpu.stat, PSI): measured, not a sensor.
-    #[default]
+    /// Read from kernel accounting files (/proc/stat, cpu.stat, PSI, cpufreq's
+    /// `scaling_cur_freq`): measured by the kernel, not a hardware sensor.
     Kernel,
+    /// Nothing has been read yet (a stage map no one wrote, a value never filled in). The
+    /// default, so a value nobody labelled can never pass for a measurement.
+    #[default]
+    Unknown,
 }
 
 impl Origin {
@@ -25,6 +29,7 @@ impl Origin {
             Origin::Ebpf => "ebpf",
             Origin::Model => "model",
             Origin::Kernel => "kernel",
+            Origin::Unknown => "unknown",
         }
     }
 }

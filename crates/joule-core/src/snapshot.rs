@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub stage: Stage,
     pub frequency: Vec<CpuFreq>,
     pub runq_latency: Vec<RunqLatency>,
+    /// Whether joule's eBPF programs are running, and if not, why.
+    pub bpf: BpfStatus,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
 }
@@ -139,19 +141,24 @@ pub struct ModelTemperature {
 pub struct Stage {
     pub value: u32,
     pub temp_celsius: f64,
-    /// Who computed the stage: `ebpf` when the in-kernel program did, `userspace` when BPF
-    /// is unavailable and the agent's fallback policy did.
+    /// Who computed the stage: `ebpf` when the in-kernel program did, `userspace` when eBPF
+    /// is off and the agent's fallback policy did, `none` when there was no temperature to
+    /// compute it from (the value is then a placeholder 0).
     pub computed_by: StageEngine,
-    /// Where the temperature behind it came from (`sensor` or `model`).
+    /// Where the temperature behind it came from: `sensor`, `model`, or `unknown` when no
+    /// reading has reached the stage yet.
     pub temp_source: Origin,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StageEngine {
-    #[default]
     Ebpf,
     Userspace,
+    /// Nothing computed it: no temperature yet. The default, so an unset stage never reads as
+    /// computed in the kernel.
+    #[default]
+    None,
 }
 
 impl StageEngine {
@@ -159,8 +166,22 @@ impl StageEngine {
         match self {
             StageEngine::Ebpf => "ebpf",
             StageEngine::Userspace => "userspace",
+            StageEngine::None => "none",
         }
     }
+}
+
+/// Whether joule's eBPF programs run in this process, and why not when they do not. Shown in
+/// the JSON, `joule monitor` and `/metrics`, so "eBPF is off" is never silent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BpfStatus {
+    /// True when the programs are loaded (run-queue latency, per-task wait, thermal stage).
+    pub enabled: bool,
+    /// Why eBPF is off: `flag` (--no-bpf), `config` (telemetry.bpf = false) or `not_root`.
+    /// Empty when enabled.
+    pub off_reason: String,
+    /// Where the stage map is pinned, when it is (the agent).
+    pub pin_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -33,7 +33,6 @@ pub struct AgentStats {
     pub cpu_seconds_total: f64,
     pub last_loop_seconds: f64,
     pub stage_transitions_total: u64,
-    pub bpf_loaded: bool,
 }
 
 fn l(pairs: &[(&str, &str)]) -> Labels {
@@ -128,7 +127,10 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     push(def!("joule_agent_samples", Counter, "Control-loop iterations the agent has run."), vec![(vec![], a.samples_total as f64)]);
     push(def!("joule_agent_cpu_seconds", Counter, "CPU time (user + system) the agent process has used."), vec![(vec![], a.cpu_seconds_total)]);
     push(def!("joule_agent_loop_duration_seconds", Gauge, "Wall time of the last control-loop iteration."), vec![(vec![], a.last_loop_seconds)]);
-    push(def!("joule_agent_bpf_loaded", Gauge, "1 when the agent's eBPF programs are loaded."), vec![(vec![], a.bpf_loaded as u8 as f64)]);
+    push(
+        def!("joule_bpf_enabled", Gauge, "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
+        vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)],
+    );
     out
 }
 
@@ -140,7 +142,7 @@ mod tests {
 
     #[test]
     fn every_name_is_joule_prefixed_and_unit_suffixed_or_a_plain_count() {
-        let plain = ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_agent_bpf_loaded"];
+        let plain = ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled"];
         for f in families(&Snapshot::default(), &AgentStats::default()) {
             assert!(f.def.name.starts_with("joule_"), "{}", f.def.name);
             assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);

@@ -2,7 +2,8 @@
 //! machine itself (no agent needed); with root it loads the eBPF programs privately (nothing
 //! pinned) so run-queue latency and the in-kernel stage are real.
 
-use crate::snapshotter::{Bpf, Snapshotter};
+use crate::snapshotter::{Bpf, BpfOff, Snapshotter};
+use anyhow::Context;
 use crate::ConfigArg;
 use joule_core::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +23,9 @@ pub struct MonitorArgs {
     /// Time between samples. Shorter refreshes faster; rates over short windows are noisier.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub interval_ms: u64,
-    /// Do not load eBPF programs (no run-queue latency; stage computed in user space).
+    /// Do not load eBPF programs (no run-queue latency; stage computed in user space). Without
+    /// it, a root user whose eBPF cannot load gets an error with the reason; a non-root user
+    /// gets the view without eBPF, marked "eBPF OFF (not_root)".
     #[arg(long)]
     pub no_bpf: bool,
 }
@@ -30,8 +33,18 @@ pub struct MonitorArgs {
 pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
     anyhow::ensure!((10..=600_000).contains(&a.interval_ms), crate::UsageError(format!("--interval-ms {} is outside 10..=600000", a.interval_ms)));
-    let bpf = if a.no_bpf || !cfg.telemetry.bpf || !joule_core::testing::is_root() { Bpf::Off } else { Bpf::Private };
-    let mut snapper = Snapshotter::new(&cfg, bpf)?;
+    // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
+    // as root, eBPF that was not turned off must load, or the command fails with the reason.
+    let bpf = if a.no_bpf {
+        Bpf::Off(BpfOff::Flag)
+    } else if !cfg.telemetry.bpf {
+        Bpf::Off(BpfOff::Config)
+    } else if !joule_core::testing::is_root() {
+        Bpf::Off(BpfOff::NotRoot)
+    } else {
+        Bpf::Private
+    };
+    let mut snapper = Snapshotter::new(&cfg, bpf).context("eBPF is on (pass --no-bpf to run without it)")?;
     let interval = Duration::from_millis(a.interval_ms);
     snapper.sample(); // primes counters and histograms
     if a.once {
@@ -105,6 +118,9 @@ fn bar(frac: f64, width: usize) -> String {
 /// The human view of a snapshot, shared by `--once` and the live view.
 pub fn render_text(s: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
+    if !s.bpf.enabled {
+        out.push(format!("eBPF  OFF ({}): no run-queue latency, stage computed in user space", s.bpf.off_reason));
+    }
     out.push(format!("CPU   total {:5.1}%  (source: {})", s.cpu.total_utilization * 100.0, s.cpu.source));
     for (i, u) in s.cpu.utilization.iter().enumerate() {
         out.push(format!("  cpu{i:<3} {} {:5.1}%", bar(*u, 30), u * 100.0));
@@ -131,7 +147,9 @@ pub fn render_text(s: &Snapshot) -> Vec<String> {
         let f: Vec<String> = s.frequency.iter().map(|f| format!("cpu{} {} MHz", f.cpu, f.cur_khz / 1000)).collect();
         out.push(format!("FREQ  {}", f.join("  ")));
     }
-    out.push("RUNQ  wake-up to run latency per cgroup (ebpf):".into());
+    if s.bpf.enabled {
+        out.push("RUNQ  wake-up to run latency per cgroup (ebpf):".into());
+    }
     let mut rq = s.runq_latency.clone();
     rq.sort_by(|a, b| b.p99_us.total_cmp(&a.p99_us));
     for r in rq.iter().take(8) {

@@ -2,22 +2,53 @@
 //! programs: run-queue latency per cgroup, and the thermal stage computed in the kernel from
 //! the sensor temperature or — on machines without a sensor — the model temperature that user
 //! space feeds through the same in-kernel rule. Shared by `joule agent` and `joule monitor`.
+//! eBPF is on unless the user turned it off; when it was asked for and cannot run, that is an
+//! error, and every snapshot says whether it is on (`bpf`).
 
+use anyhow::Context;
 use joule_bpf::{RunqLat, ThermalStage};
 use joule_core::config::Config;
+use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
-use joule_core::snapshot::{StageEngine, Stage};
+use joule_core::mounts::{self, PseudoFs};
+use joule_core::snapshot::{BpfStatus, Stage, StageEngine};
 use joule_core::{Origin, Snapshot};
 
 /// What to do with BPF.
 pub enum Bpf<'a> {
-    /// Do not load anything (not root, or disabled in the config).
-    Off,
-    /// Load for this process only; nothing pinned (monitor).
+    /// Do not load anything, for the reason given; the snapshot says so.
+    Off(BpfOff),
+    /// Load for this process only; nothing pinned, no bpffs needed (monitor).
     Private,
-    /// Load and pin the stage map under the config's pin dir, recording pins in the journal
-    /// (agent).
+    /// Load and pin the stage map under the config's pin dir, mounting bpffs there first when
+    /// it is missing; pins and mount recorded in the journal (agent).
     Pinned(&'a mut Journal),
+}
+
+/// Why eBPF is off. Only the user's choice (`--no-bpf`, `telemetry.bpf = false`) turns it off
+/// in the agent; `joule monitor` run by a non-root user also runs without it, and says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BpfOff {
+    Flag,
+    Config,
+    NotRoot,
+}
+
+impl BpfOff {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BpfOff::Flag => "flag",
+            BpfOff::Config => "config",
+            BpfOff::NotRoot => "not_root",
+        }
+    }
+    fn explain(self) -> &'static str {
+        match self {
+            BpfOff::Flag => "--no-bpf",
+            BpfOff::Config => "telemetry.bpf = false",
+            BpfOff::NotRoot => "not root; run as root for it",
+        }
+    }
 }
 
 pub struct Snapshotter {
@@ -29,7 +60,8 @@ pub struct Snapshotter {
     /// Per-zone stages of the user-space fallback (only without the in-kernel program).
     fallback_stages: std::collections::HashMap<u32, u32>,
     task_wait_top: usize,
-    /// Why BPF parts are missing, repeated in every snapshot's notes.
+    status: BpfStatus,
+    /// What is missing or degraded about eBPF, repeated in every snapshot's notes.
     bpf_notes: Vec<String>,
 }
 
@@ -49,50 +81,55 @@ fn mc(celsius: f64) -> i64 {
 }
 
 impl Snapshotter {
+    /// Loads what `bpf` asks for. When eBPF was asked for and cannot run, this is an error that
+    /// says why and what to do (`--no-bpf` is the way to run without it), never a quiet fallback.
     pub fn new(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
         let t = &cfg.telemetry;
         let sampler = joule_telemetry::Sampler::new(t);
         let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
-        let mut me = Self { sampler, runq: None, thermal: None, thresholds_mc, hysteresis_mc, fallback_stages: Default::default(), task_wait_top: t.task_wait_top, bpf_notes: vec![] };
+        let mut me = Self {
+            sampler,
+            runq: None,
+            thermal: None,
+            thresholds_mc,
+            hysteresis_mc,
+            fallback_stages: Default::default(),
+            task_wait_top: t.task_wait_top,
+            status: BpfStatus::default(),
+            bpf_notes: vec![],
+        };
         let (pin_dir, journal) = match bpf {
-            Bpf::Off => {
-                me.bpf_notes.push("eBPF off: no run-queue latency; thermal stage computed in user space".into());
+            Bpf::Off(why) => {
+                me.status.off_reason = why.as_str().into();
+                me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
                 return Ok(me);
             }
             Bpf::Private => (None, None),
             Bpf::Pinned(j) => (Some(t.bpf_pin_dir.clone()), Some(j)),
         };
-        if let Err(e) = joule_bpf::probe() {
-            tracing::warn!("eBPF unavailable, continuing without it: {e}");
-            me.bpf_notes.push(format!("eBPF unavailable ({e}): no run-queue latency; thermal stage computed in user space"));
-            return Ok(me);
+        joule_bpf::probe()?;
+        let mut journal = journal;
+        if let Some(dir) = &pin_dir {
+            mounts::ensure(PseudoFs::Bpf, dir, &RealEffects, journal.as_deref_mut()).context("while making sure the BPF pin directory is on bpffs")?;
         }
-        match RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)) {
-            Ok(r) => {
-                // The kernel now accounts CPU wait per task as it happens, at a cost that
-                // grows with the tasks that run, not with every thread on the machine.
-                me.sampler.remove_source("task_wait");
-                me.runq = Some(r);
-            }
-            Err(e) => {
-                tracing::warn!("run-queue latency program failed to load: {e}");
-                me.bpf_notes.push(format!("run-queue latency unavailable: {e}"));
-            }
+        let r = RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)).context("while loading the run-queue latency program")?;
+        // The kernel now accounts CPU wait per task as it happens, at a cost that grows with
+        // the tasks that run, not with every thread on the machine.
+        me.sampler.remove_source("task_wait");
+        me.runq = Some(r);
+        let opts = joule_bpf::ThermalStageOpts { pin_dir: pin_dir.clone(), thresholds_mc: me.thresholds_mc.clone(), hysteresis_mc };
+        let ts = ThermalStage::load(opts, journal).context("while loading the in-kernel thermal stage")?;
+        if let Some(e) = ts.tracepoint_error() {
+            me.bpf_notes.push(format!("thermal/thermal_temperature did not attach ({e}): only the temperatures joule reads and feeds move the stage"));
         }
-        let opts = joule_bpf::ThermalStageOpts { pin_dir, thresholds_mc: me.thresholds_mc.clone(), hysteresis_mc };
-        match ThermalStage::load(opts, journal) {
-            Ok(ts) => me.thermal = Some(ts),
-            Err(e) => {
-                tracing::warn!("thermal stage program failed to load: {e}");
-                me.bpf_notes.push(format!("in-kernel thermal stage unavailable ({e}): computed in user space"));
-            }
-        }
+        me.thermal = Some(ts);
+        me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
         Ok(me)
     }
 
-    pub fn bpf_loaded(&self) -> bool {
-        self.runq.is_some() || self.thermal.is_some()
+    pub fn bpf_status(&self) -> &BpfStatus {
+        &self.status
     }
 
     pub fn sample(&mut self) -> Snapshot {
@@ -102,6 +139,7 @@ impl Snapshotter {
             snap.task_wait = r.task_waits(self.task_wait_top);
         }
         snap.stage = self.stage(&snap);
+        snap.bpf = self.status.clone();
         snap.notes.extend(self.bpf_notes.iter().cloned());
         snap
     }
@@ -144,7 +182,11 @@ impl Snapshotter {
                         value: r.stage,
                         temp_celsius: r.temp_mc as f64 / 1000.0,
                         computed_by: StageEngine::Ebpf,
-                        temp_source: if r.source == joule_bpf::TempSource::Sensor { Origin::Sensor } else { Origin::Model },
+                        temp_source: match r.source {
+                            joule_bpf::TempSource::Sensor => Origin::Sensor,
+                            joule_bpf::TempSource::Model => Origin::Model,
+                            joule_bpf::TempSource::None => Origin::Unknown,
+                        },
                     };
                 }
                 Err(e) => tracing::warn!("feeding the in-kernel thermal stage failed: {e}"),
@@ -186,10 +228,22 @@ mod tests {
         assert_eq!(ids, vec![3, joule_bpf::HWMON_ZONE_BASE + 64 + 2]);
     }
 
+    /// Regression: a stage computed from nothing read as `computed_by: ebpf`.
+    #[test]
+    fn with_no_temperature_the_stage_says_nobody_computed_it() {
+        let cfg = joule_core::config::Config::default();
+        let mut sn = Snapshotter::new(&cfg, Bpf::Off(BpfOff::Config)).unwrap();
+        let st = sn.stage(&Snapshot::default());
+        assert_eq!((st.value, st.computed_by, st.temp_source), (0, StageEngine::None, Origin::Unknown));
+        let snap = sn.sample();
+        assert_eq!((snap.bpf.enabled, snap.bpf.off_reason.as_str()), (false, "config"));
+        assert!(snap.notes.iter().any(|n| n.starts_with("eBPF off (telemetry.bpf = false)")), "{:?}", snap.notes);
+    }
+
     #[test]
     fn fallback_keeps_a_stage_per_zone_like_the_kernel_program() {
         let cfg = joule_core::config::Config::default(); // thresholds 70/80/90, hysteresis 3
-        let mut sn = Snapshotter::new(&cfg, Bpf::Off).unwrap();
+        let mut sn = Snapshotter::new(&cfg, Bpf::Off(BpfOff::Flag)).unwrap();
         let mut s = Snapshot::default();
         s.thermal.zones = vec![zone("thermal_zone0", 71.0), zone("thermal_zone1", 40.0)];
         assert_eq!(sn.stage(&s).value, 1);

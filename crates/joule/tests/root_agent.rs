@@ -17,9 +17,13 @@ struct Agent {
 }
 
 impl Agent {
+    /// An agent that pins under /sys/fs/bpf (mounting bpffs there when it is missing).
     fn start(extra_cfg: &str) -> Agent {
+        Agent::start_pinning_at(PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id())), extra_cfg)
+    }
+
+    fn start_pinning_at(pin_dir: PathBuf, extra_cfg: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
-        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id()));
         let cfg = format!(
             "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"{p}\"\n{extra_cfg}",
             j = dir.path().join("journal").display(),
@@ -219,4 +223,91 @@ fn root_sigkilled_agent_with_a_class_then_restore_removes_its_cgroups() {
     assert_eq!(cgroup_of(), before, "task not back in its original cgroups");
     let _ = target.kill();
     let _ = target.wait();
+}
+
+fn is_bpffs(p: &Path) -> bool {
+    use joule_core::effects::{Effects, RealEffects, BPF_FS_MAGIC};
+    RealEffects.fs_magic(p).is_ok_and(|m| m == BPF_FS_MAGIC)
+}
+
+/// Issue 6: on a fresh machine bpffs is not mounted and the agent ran on without eBPF. Here the
+/// pin directory lies under a fresh temporary directory, which is no bpffs: the agent must mount
+/// one there (journalled), run with eBPF on, and unmount it again when it stops — by SIGTERM, and
+/// by `joule restore` after a SIGKILL. Nothing the machine needs is unmounted.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
+    if !require(is_root(), "root (the agent mounts bpffs)") {
+        return;
+    }
+    for kill in [false, true] {
+        let base = tempfile::tempdir().unwrap();
+        let pin_dir = base.path().join("joule");
+        assert!(!is_bpffs(base.path()));
+        let mut agent = Agent::start_pinning_at(pin_dir.clone(), "");
+        assert!(wait_for(&pin_dir.join("thermal_stage"), true), "agent never pinned its stage map at {}", pin_dir.display());
+        assert!(is_bpffs(base.path()), "the agent did not mount bpffs at {}", base.path().display());
+        let addr = agent.metrics_addr();
+        let bpf_on = |m: &str| {
+            m.lines().any(|l| l.starts_with("joule_bpf_enabled{") && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut metrics = http_get(&addr, "/metrics");
+        while !bpf_on(&metrics) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100)); // the first sample is not published yet
+            metrics = http_get(&addr, "/metrics");
+        }
+        assert!(bpf_on(&metrics), "eBPF not on: {metrics}");
+        let journal = joule_core::journal::entries(&agent.journal_dir()).unwrap();
+        assert!(journal.iter().any(|e| e.undo == joule_core::journal::Undo::Unmount { path: base.path().to_path_buf(), magic: joule_core::effects::BPF_FS_MAGIC }), "mount not journalled: {journal:?}");
+        if kill {
+            agent.child.kill().unwrap();
+            agent.child.wait().unwrap();
+            assert!(is_bpffs(base.path()), "the mount vanished without restore: the test would prove nothing");
+            let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        } else {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+            assert!(agent.child.wait().unwrap().success());
+        }
+        assert!(!is_bpffs(base.path()), "bpffs left mounted at {} (kill = {kill})", base.path().display());
+        assert!(!pin_dir.exists());
+    }
+}
+
+/// The agent runs without eBPF only when told to: as a non-root user, without --no-bpf, it
+/// refuses with the reason and what to do; with --no-bpf it runs and says eBPF is off.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_without_bpf_only_when_asked_and_says_so() {
+    if !require(is_root(), "root (to drop to another user)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let cfg = dir.path().join("joule.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n",
+            j = dir.path().join("journal").display(),
+            e = dir.path().join("events.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let as_nobody = |extra: &[&str]| {
+        let mut c = Command::new(JOULE);
+        c.args(["agent", "--config"]).arg(&cfg).args(["--duration-s", "1"]).args(extra);
+        std::os::unix::process::CommandExt::uid(&mut c, 65534);
+        std::os::unix::process::CommandExt::gid(&mut c, 65534);
+        c.output().unwrap()
+    };
+    let out = as_nobody(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs root") && err.contains("--no-bpf"), "{err}");
+    let out = as_nobody(&["--no-bpf"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("eBPF is off (flag)"), "{err}");
 }

@@ -70,10 +70,12 @@ struct joule_task_wait {
 	__u32 _pad;
 };
 
-/* Where a temperature came from. */
+/* Where a temperature came from. 0 is what an entry nobody wrote holds, so it must never
+ * mean a measurement. */
 enum joule_temp_source {
-	JOULE_TEMP_SENSOR = 0, /* a thermal zone, through tp_btf/thermal_temperature */
-	JOULE_TEMP_MODEL = 1,  /* user space's thermal model, through the `feed` syscall program */
+	JOULE_TEMP_NONE = 0,   /* no reading yet */
+	JOULE_TEMP_SENSOR = 1, /* a thermal zone, through tp_btf/thermal_temperature */
+	JOULE_TEMP_MODEL = 2,  /* user space's thermal model, through the `feed` syscall program */
 };
 
 /* thermal_config[0], written by user space before it feeds anything. Thresholds ascend.

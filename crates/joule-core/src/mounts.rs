@@ -1,0 +1,199 @@
+//! Mounts the pseudo-filesystems joule needs when a fresh machine lacks them — bpffs under the
+//! pin directory, tracefs for a program that attaches through it — as cilium-agent and systemd
+//! do, logging it once. The unmount is journalled *before* the mount, so `joule restore`, the
+//! agent's shutdown and the next start leave the machine as it was found (an unmount happens
+//! only while the filesystem is still empty: someone else's pins are never dropped).
+
+use crate::effects::{Effects, BPF_FS_MAGIC, TRACEFS_MAGIC};
+use crate::journal::{Journal, JournalError, Undo};
+use std::io;
+use std::path::{Path, PathBuf};
+
+const JOURNAL_OWNER: &str = "mount";
+
+/// A pseudo-filesystem joule may mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PseudoFs {
+    /// bpffs: where BPF maps and programs are pinned so other processes find them.
+    Bpf,
+    /// tracefs: tracepoint ids for programs attached with `tracepoint/` (not `tp_btf/`).
+    Tracefs,
+}
+
+impl PseudoFs {
+    pub fn fstype(self) -> &'static str {
+        match self {
+            PseudoFs::Bpf => "bpf",
+            PseudoFs::Tracefs => "tracefs",
+        }
+    }
+    pub fn magic(self) -> i64 {
+        match self {
+            PseudoFs::Bpf => BPF_FS_MAGIC,
+            PseudoFs::Tracefs => TRACEFS_MAGIC,
+        }
+    }
+    fn from_magic(magic: i64) -> Option<Self> {
+        [PseudoFs::Bpf, PseudoFs::Tracefs].into_iter().find(|f| f.magic() == magic)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{dir} is not an absolute path")]
+    Relative { dir: PathBuf },
+    #[error(
+        "{dir} is not on a {fs} filesystem and joule will not mount one over {at}, which is not empty: \
+         mount it yourself (`mount -t {fs} {fs} DIR` on an empty DIR) and put the directory under it"
+    )]
+    NotEmpty { dir: PathBuf, at: PathBuf, fs: &'static str },
+    #[error(
+        "{dir} is not on a {fs} filesystem and mounting one at {at} failed: {source}{hint}; \
+         mount it yourself with `mount -t {fs} {fs} {at}`"
+    )]
+    Mount { dir: PathBuf, at: PathBuf, fs: &'static str, source: io::Error, hint: &'static str },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("recording the unmount before mounting: {0}")]
+    Journal(#[from] JournalError),
+}
+
+/// Makes sure `dir` (which need not exist yet) will be on a filesystem of type `fs`. When it is
+/// not, mounts one at `dir`'s nearest existing ancestor, provided that directory is empty and not
+/// `/` (for `/sys/fs/bpf/joule` on a fresh machine: at `/sys/fs/bpf`), recording the unmount in
+/// `journal` first. Returns the mount point when it mounted something, `None` when `fs` was
+/// already there.
+pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&mut Journal>) -> Result<Option<PathBuf>, MountError> {
+    if !dir.is_absolute() {
+        return Err(MountError::Relative { dir: dir.to_path_buf() });
+    }
+    let at = dir.ancestors().find(|p| fx.exists(p)).unwrap_or(Path::new("/")).to_path_buf();
+    let io = |source| MountError::Io { path: at.clone(), source };
+    if fx.fs_magic(&at).map_err(io)? == fs.magic() {
+        return Ok(None);
+    }
+    let fstype = fs.fstype();
+    if at == Path::new("/") || !is_empty(fs, &at, fx).map_err(io)? {
+        return Err(MountError::NotEmpty { dir: dir.to_path_buf(), at, fs: fstype });
+    }
+    if let Some(j) = journal {
+        j.record(JOURNAL_OWNER, Undo::Unmount { path: at.clone(), magic: fs.magic() })?;
+    }
+    if let Err(source) = fx.mount(fstype, &at) {
+        let hint = match source.raw_os_error() {
+            Some(libc::EPERM) => " (needs root: CAP_SYS_ADMIN in the initial user namespace)",
+            Some(libc::ENODEV) => " (this kernel has no such filesystem)",
+            _ => "",
+        };
+        return Err(MountError::Mount { dir: dir.to_path_buf(), at, fs: fstype, source, hint });
+    }
+    tracing::info!("mounted {fstype} at {} (it was not mounted); it is unmounted again when joule undoes its changes, if nothing else was put there", at.display());
+    Ok(Some(at))
+}
+
+/// Entries a freshly mounted filesystem of this type has by itself: bpffs shows the kernel's
+/// preloaded iterators (CONFIG_BPF_PRELOAD) as `maps.debug` and `progs.debug`.
+fn own_entries(fs: PseudoFs) -> &'static [&'static str] {
+    match fs {
+        PseudoFs::Bpf => &["maps.debug", "progs.debug"],
+        PseudoFs::Tracefs => &[],
+    }
+}
+
+/// Whether `dir` holds nothing but what a fresh `fs` holds by itself.
+fn is_empty(fs: PseudoFs, dir: &Path, fx: &dyn Effects) -> io::Result<bool> {
+    Ok(fx.list_dir(dir)?.iter().all(|n| own_entries(fs).contains(&n.as_str())))
+}
+
+/// How the journal undoes a mount: unmount `path` if `magic` is still mounted there and it is
+/// empty. Ok(false) when there was nothing to do (already unmounted, or someone else's objects
+/// live there now, which keeps it mounted).
+pub(crate) fn undo_mount(path: &Path, magic: i64, fx: &dyn Effects) -> io::Result<bool> {
+    if !fx.exists(path) || fx.fs_magic(path)? != magic {
+        return Ok(false);
+    }
+    let fs = PseudoFs::from_magic(magic);
+    if !fs.map_or(fx.list_dir(path)?.is_empty(), |fs| is_empty(fs, path, fx).unwrap_or(false)) {
+        let fs = fs.map_or("filesystem", PseudoFs::fstype);
+        tracing::info!("leaving the {fs} joule mounted at {} in place: something else was put there since", path.display());
+        return Ok(false);
+    }
+    fx.unmount(path)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::FakeEffects;
+    use crate::journal;
+
+    fn fake_with_dirs(dirs: &[&str]) -> FakeEffects {
+        let fx = FakeEffects::default();
+        for d in dirs {
+            fx.dirs.lock().unwrap().insert(d.into(), ());
+        }
+        fx
+    }
+
+    #[test]
+    fn mounts_at_the_nearest_existing_empty_ancestor_journalled_first() {
+        let jdir = tempfile::tempdir().unwrap();
+        let fx = fake_with_dirs(&["/", "/sys", "/sys/fs", "/sys/fs/bpf"]);
+        let mut j = Journal::open(jdir.path()).unwrap();
+        let at = ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&mut j)).unwrap();
+        assert_eq!(at.as_deref(), Some(Path::new("/sys/fs/bpf")));
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf")).unwrap(), BPF_FS_MAGIC);
+        let recorded = journal::entries(jdir.path()).unwrap();
+        assert_eq!(recorded[0].undo, Undo::Unmount { path: "/sys/fs/bpf".into(), magic: BPF_FS_MAGIC });
+        // Already there: nothing more.
+        assert_eq!(ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&mut j)).unwrap(), None);
+        assert_eq!(journal::entries(jdir.path()).unwrap().len(), 1);
+        // Restore unmounts the filesystem that holds only bpffs's own preload iterators.
+        fx.files.lock().unwrap().insert("/sys/fs/bpf/progs.debug".into(), String::new());
+        fx.files.lock().unwrap().insert("/sys/fs/bpf/maps.debug".into(), String::new());
+        let r = journal::restore(jdir.path(), &fx).unwrap();
+        assert_eq!(r.undone, 1);
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf")).unwrap(), 0);
+    }
+
+    #[test]
+    fn never_mounts_over_a_directory_with_something_in_it_or_over_root() {
+        let fx = fake_with_dirs(&["/", "/tmp", "/tmp/other"]);
+        let e = ensure(PseudoFs::Bpf, Path::new("/tmp/pins/joule"), &fx, None).unwrap_err();
+        assert!(matches!(&e, MountError::NotEmpty { at, .. } if at == Path::new("/tmp")), "{e}");
+        assert!(e.to_string().contains("mount -t bpf bpf"), "{e}");
+        let fx = fake_with_dirs(&["/"]);
+        assert!(matches!(ensure(PseudoFs::Bpf, Path::new("/joule"), &fx, None), Err(MountError::NotEmpty { .. })));
+        assert!(matches!(ensure(PseudoFs::Bpf, Path::new("joule"), &fx, None), Err(MountError::Relative { .. })));
+        assert!(fx.log.lock().unwrap().is_empty(), "nothing may be mounted");
+    }
+
+    #[test]
+    fn tracefs_mounts_too_and_a_refused_mount_names_the_command_to_run() {
+        let fx = fake_with_dirs(&["/", "/t"]);
+        assert_eq!(ensure(PseudoFs::Tracefs, Path::new("/t/x"), &fx, None).unwrap().as_deref(), Some(Path::new("/t")));
+        assert_eq!(fx.fs_magic(Path::new("/t/x")).unwrap_or(-1), -1, "/t/x does not exist");
+        assert_eq!(fx.fs_magic(Path::new("/t")).unwrap(), TRACEFS_MAGIC);
+        let err = MountError::Mount {
+            dir: "/t/x".into(),
+            at: "/t".into(),
+            fs: "bpf",
+            source: io::Error::from_raw_os_error(libc::EPERM),
+            hint: " (needs root)",
+        };
+        assert!(err.to_string().contains("`mount -t bpf bpf /t`"), "{err}");
+    }
+
+    #[test]
+    fn restore_leaves_a_mount_that_holds_someone_elses_pins() {
+        let jdir = tempfile::tempdir().unwrap();
+        let fx = fake_with_dirs(&["/", "/b"]);
+        let mut j = Journal::open(jdir.path()).unwrap();
+        ensure(PseudoFs::Bpf, Path::new("/b/joule"), &fx, Some(&mut j)).unwrap();
+        fx.files.lock().unwrap().insert("/b/their_map".into(), String::new());
+        let r = journal::restore(jdir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 1, 0));
+        assert_eq!(fx.fs_magic(Path::new("/b")).unwrap(), BPF_FS_MAGIC, "their pins were dropped");
+    }
+}
