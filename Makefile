@@ -18,7 +18,8 @@ build: deps
 run: build
 	$(JOULE) agent --config $(CONFIG)
 
-# Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: sched_ext kernel in a VM.
+# Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: a VM with a newer kernel
+# (sched_ext, a real ACPI thermal zone, pure cgroup v2) for what this kernel lacks.
 # Tests build with --release so they share compiled dependencies with the release binary
 # that `make run` and the VM tier use (one build of everything instead of two).
 # Each tier prints how many tests ran, passed, failed and skipped (scripts/test-tier.sh); tiers 2
