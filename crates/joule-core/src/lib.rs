@@ -3,6 +3,7 @@
 //! every actuator reversible, and the one trait in front of privileged side effects.
 
 pub mod config;
+pub mod control;
 pub mod effects;
 pub mod journal;
 pub mod mounts;

@@ -1,4 +1,4 @@
-//! Pure policies: functions of a snapshot (or one value of it) and the config, no I/O.
+//! The thermal-stage rule shared by the user-space fallback and (in C) the kernel program.
 
 /// The thermal-stage rule, for when the in-kernel program cannot run (no BPF): the stage rises
 /// to n when `temp_mc` reaches `thresholds_mc[n-1]` and falls from n only once `temp_mc` drops

@@ -1,0 +1,56 @@
+//! The control loop's parts, as every mechanism plugs into them:
+//! sources → [`Snapshot`] → [`Policy`] (pure) → [`Plan`] → [`Actuator`] (journal first) → exporters.
+//! A mechanism is one module that implements [`Actuator`] (and a policy, and a source if it
+//! senses), added to the agent's lists of components; [`Actuators`] gives them all one lifecycle.
+
+mod lifecycle;
+mod plan;
+
+pub use lifecycle::{ActuatorStatus, Actuators};
+pub use plan::{Decision, Plan, Want};
+
+use crate::effects::Effects;
+use crate::journal::Journal;
+use crate::Snapshot;
+
+/// Decides from readings. Pure: a function of the snapshot, the config it was built with and
+/// its own state (a hysteresis, a timer); it never touches the system, so it is unit-tested
+/// with a hand-made Snapshot.
+pub trait Policy: Send {
+    fn name(&self) -> &'static str;
+    fn decide(&mut self, snap: &Snapshot, plan: &mut Plan);
+}
+
+/// Runs every policy in order on one snapshot.
+pub fn decide(policies: &mut [Box<dyn Policy>], snap: &Snapshot) -> Plan {
+    let mut plan = Plan::new(snap.taken_at_ms);
+    for p in policies.iter_mut() {
+        p.decide(snap, &mut plan);
+    }
+    plan
+}
+
+/// What an actuator gets to act with: the undo journal it records into *before* each change,
+/// the seam every side effect goes through, and the event log.
+pub struct ActCx<'a> {
+    pub journal: &'a mut Journal,
+    pub fx: &'a dyn Effects,
+    pub events: &'a mut dyn FnMut(&str, serde_json::Value),
+}
+
+pub type ActError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The only code with side effects. Never decides: it makes the machine hold what the Plan's
+/// decisions addressed to it ask for.
+pub trait Actuator: Send {
+    /// Also the `actuator` name decisions are addressed to, and its journal owner.
+    fn name(&self) -> &'static str;
+    /// Takes hold at start-up (checks, initial state, journal first). The first failing init
+    /// stops the agent: the actuators already started are shut down and the journal replayed.
+    fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError>;
+    /// Brings the machine to what `plan` asks of this actuator. An error is reported (event,
+    /// state, metrics) and the next period tries again.
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError>;
+    /// Lets go: undoes what it holds (its journal records).
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError>;
+}

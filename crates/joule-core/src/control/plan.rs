@@ -1,0 +1,67 @@
+//! The Plan: what every actuator should hold this period, and why. Policies write it from a
+//! Snapshot; actuators read the decisions addressed to them and reconcile the machine to them;
+//! exporters publish it next to the Snapshot, so a user can always see *why* joule acts.
+
+use serde::{Deserialize, Serialize};
+
+/// One period's decisions, made from the snapshot taken at `taken_at_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub taken_at_ms: u64,
+    pub decisions: Vec<Decision>,
+}
+
+/// What one policy wants one actuator to hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The policy that decided it.
+    pub policy: String,
+    /// The actuator that acts on it; `None` when no actuator acts on this yet (the decision is
+    /// published so the user sees what joule would do).
+    pub actuator: Option<String>,
+    pub want: Want,
+    /// Why, in words a user understands (values with units, where they came from).
+    pub reason: String,
+}
+
+/// The vocabulary of intents. Each mechanism adds the variants its actuators understand.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Want {
+    /// Keep these `[[class]]`es' CPU guarantees in place (cgroups created, tasks in them).
+    HoldClasses { classes: Vec<String> },
+    /// The thermal stage and the actions the config gives it.
+    ThermalStage { stage: u32, actions: Vec<String> },
+}
+
+impl Plan {
+    pub fn new(taken_at_ms: u64) -> Plan {
+        Plan { taken_at_ms, decisions: Vec::new() }
+    }
+
+    pub fn push(&mut self, policy: &str, actuator: Option<&str>, want: Want, reason: impl Into<String>) {
+        self.decisions.push(Decision { policy: policy.into(), actuator: actuator.map(Into::into), want, reason: reason.into() });
+    }
+
+    /// The decisions addressed to `actuator`, in the order the policies made them.
+    pub fn for_actuator<'a>(&'a self, actuator: &'a str) -> impl Iterator<Item = &'a Decision> + 'a {
+        self.decisions.iter().filter(move |d| d.actuator.as_deref() == Some(actuator))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actuators_see_only_their_decisions_and_json_names_the_kind() {
+        let mut p = Plan::new(7);
+        p.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["main".into()] }, "configured");
+        p.push("thermal", None, Want::ThermalStage { stage: 2, actions: vec![] }, "81.0 °C (model)");
+        assert_eq!(p.for_actuator("qos").count(), 1);
+        assert_eq!(p.for_actuator("thermal").count(), 0, "an informational decision reaches no actuator");
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["decisions"][1]["want"]["kind"], "thermal_stage");
+        assert_eq!(v["decisions"][1]["actuator"], serde_json::Value::Null);
+    }
+}

@@ -1,0 +1,11 @@
+//! Pure policies: functions of a snapshot, the config and their own state, no I/O. Each turns
+//! readings into decisions of the [`Plan`](crate::control::Plan); the agent lists them in
+//! `policies()`.
+
+mod classes;
+mod stage_rule;
+mod thermal;
+
+pub use classes::ClassPolicy;
+pub use stage_rule::thermal_stage;
+pub use thermal::ThermalPolicy;
