@@ -41,6 +41,8 @@ pub struct Psi {
     pub cpu: Option<PsiLine>,
     pub io: Option<PsiLine>,
     pub memory: Option<PsiLine>,
+    /// Always `kernel`: the kernel's own stall accounting.
+    pub source: Origin,
 }
 
 /// The `some` line of a /proc/pressure file (and `full` where the kernel gives it).
@@ -63,6 +65,8 @@ pub struct CgroupCpu {
     pub usage_cpus: Option<f64>,
     pub throttled_us: u64,
     pub nr_throttled: u64,
+    /// Always `kernel`: the cgroup's own CPU accounting files.
+    pub source: Origin,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -163,6 +167,8 @@ impl StageEngine {
     }
 }
 
+/// cpufreq's view of a CPU's clock: `scaling_cur_freq` is what the kernel (the governor, or the
+/// driver's last reading) reports, so it is `kernel` accounting, not a sensor.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CpuFreq {
     pub cpu: u32,
