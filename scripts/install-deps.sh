@@ -10,7 +10,9 @@ set -euo pipefail
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
 #   iproute2       ip netns / tc for the network tests
 #   procps         ps/sysctl used by tests and the hooks
-PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps)
+#   prometheus     ships /usr/bin/promtool, which the root tier runs on /metrics (no promtool-only
+#                  package; on a systemd host it also enables a Prometheus server on :9090)
+PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps prometheus)
 
 missing=()
 for p in "${PKGS[@]}"; do
