@@ -31,3 +31,18 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust with rustup first" >&2; exit 1; }
+
+# promtool (Prometheus's own linter, run by the root tier on /metrics) ships only in Debian's
+# `prometheus` package, whose install would also enable and start a Prometheus server. So the
+# package is downloaded and only promtool is unpacked (dpkg -x), into a cache outside the repo;
+# nothing is installed. Tests find it through $JOULE_PROMTOOL or this default path.
+TOOLS=${JOULE_TOOLS:-/var/cache/joule-tools}
+if [ ! -x "$TOOLS/bin/promtool" ] && [ "$(id -u)" = 0 ]; then
+  echo "install-deps: unpacking promtool into $TOOLS/bin (from Debian's prometheus package, not installed)"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  ( cd "$work" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } )
+  dpkg -x "$work"/prometheus_*.deb "$work/root"
+  mkdir -p "$TOOLS/bin"
+  install -m 0755 "$work/root/usr/bin/promtool" "$TOOLS/bin/promtool"
+fi

@@ -1,12 +1,13 @@
 //! Run-queue latency histograms in user space: the log-linear slot layout of intf.h (`enum
-//! joule_hist`), merging per-CPU copies, interval deltas and percentiles. Pure, so it is tested
-//! without root.
+//! joule_hist`), merging per-CPU copies, interval deltas and percentiles, and the fixed
+//! Prometheus buckets built from the slots. Pure, so it is tested without root.
 //!
 //! Error bound: a slot at or above 8 ns spans 1/8 of its lower bound and a percentile is
 //! reported as the slot's midpoint, so it is within 6.25% of the true order statistic (slots
 //! below 8 ns are exact). Values from ~69 s up share the last slot.
 
 use crate::intf::{joule_runq_hist, JOULE_HIST_SLOTS, JOULE_HIST_SUB, JOULE_HIST_SUB_BITS};
+use joule_core::snapshot::LatencyBuckets;
 
 pub(crate) const SLOTS: usize = JOULE_HIST_SLOTS as usize;
 const SUB: u64 = JOULE_HIST_SUB as u64;
@@ -38,6 +39,28 @@ pub(crate) fn slot_range_ns(slot: usize) -> (u64, u64) {
     let lo = (SUB + (slot & (SUB - 1))) << (group - 1);
     (lo, lo + width)
 }
+
+/// First and last power of two (of ns) used as a Prometheus bucket bound.
+const BUCKET_MIN_LOG2: u32 = 10;
+const BUCKET_MAX_LOG2: u32 = 30;
+
+/// Bounds of the exported histogram's buckets, ns: every power of two from 2^10 ns (1.024 µs)
+/// to 2^30 ns (1.074 s), 21 buckets plus `+Inf`. Why these: every power of two from 8 ns up
+/// starts a slot, so each bucket is an exact sum of whole slots (no interpolation inside a
+/// slot); a factor of two between bounds bounds `histogram_quantile`'s error by the bucket
+/// width, like Prometheus's own default buckets (factor 2–2.5); and a fixed set, the same on
+/// every machine, is what lets buckets be summed across a fleet. Below 1 µs is faster than any
+/// run-queue wait worth acting on; above 1 s lands in `+Inf` (the JSON's `max_us` still says
+/// how far).
+pub const BUCKET_BOUNDS_NS: [u64; (BUCKET_MAX_LOG2 - BUCKET_MIN_LOG2 + 1) as usize] = {
+    let mut b = [0; (BUCKET_MAX_LOG2 - BUCKET_MIN_LOG2 + 1) as usize];
+    let mut i = 0;
+    while i < b.len() {
+        b[i] = 1 << (BUCKET_MIN_LOG2 + i as u32);
+        i += 1;
+    }
+    b
+};
 
 /// The value reported for a slot: the midpoint of the integers it holds.
 fn slot_mid_ns(slot: usize) -> f64 {
@@ -93,6 +116,28 @@ impl Histogram {
             }
         };
         Histogram { count: slots.iter().sum(), max_ns, slots }
+    }
+
+    /// Prometheus buckets with the bounds of [`BUCKET_BOUNDS_NS`]: `counts[i]` is the number of
+    /// values below bound i (a bound is a slot boundary, so a value of exactly 2^k ns counts in
+    /// the next bucket: one nanosecond, against Prometheus's `le`), and the sum is estimated
+    /// from slot midpoints (the kernel keeps no sum; see `LatencyBuckets`).
+    pub fn buckets(&self) -> LatencyBuckets {
+        let mut counts = Vec::with_capacity(BUCKET_BOUNDS_NS.len());
+        let (mut below, mut slot) = (0u64, 0usize);
+        for &bound in &BUCKET_BOUNDS_NS {
+            while slot < SLOTS && slot_range_ns(slot).1 <= bound {
+                below += self.slots[slot];
+                slot += 1;
+            }
+            counts.push(below);
+        }
+        LatencyBuckets {
+            le_ns: BUCKET_BOUNDS_NS.to_vec(),
+            counts,
+            count: self.count,
+            estimated_sum_ns: self.slots.iter().enumerate().map(|(i, &n)| n as f64 * slot_mid_ns(i)).sum(),
+        }
     }
 
     /// The `q`-quantile (0 < q ≤ 1) in ns: the midpoint of the slot holding the value of rank
@@ -186,6 +231,39 @@ mod tests {
         later.record(9_000_000);
         assert_eq!(later.since(&after).max_ns, 9_000_000);
         assert_eq!(after.since(&after).count, 0);
+    }
+
+    #[test]
+    fn bucket_bounds_are_sorted_slot_boundaries() {
+        assert!(BUCKET_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((BUCKET_BOUNDS_NS[0], BUCKET_BOUNDS_NS[20]), (1024, 1 << 30));
+        for b in BUCKET_BOUNDS_NS {
+            assert_ne!(slot_of(b - 1), slot_of(b), "{b} ns is inside a slot");
+            assert_eq!(slot_range_ns(slot_of(b)).0, b);
+        }
+    }
+
+    #[test]
+    fn buckets_are_cumulative_exact_and_end_at_the_count() {
+        let mut h = Histogram::default();
+        let values = [500u64, 1023, 1024, 1500, 3000, 70_000, 999_999_999, 1 << 30, 5_000_000_000, 60_000_000_000];
+        for v in values {
+            h.record(v);
+        }
+        let b = h.buckets();
+        assert_eq!(b.le_ns, BUCKET_BOUNDS_NS.to_vec());
+        assert_eq!(b.counts.len(), b.le_ns.len());
+        assert!(b.counts.windows(2).all(|w| w[0] <= w[1]), "not monotone: {:?}", b.counts);
+        // Each bucket holds exactly the values below its bound.
+        for (bound, n) in b.le_ns.iter().zip(&b.counts) {
+            assert_eq!(*n, values.iter().filter(|v| *v < bound).count() as u64, "bucket < {bound} ns");
+        }
+        assert_eq!(b.count, values.len() as u64, "+Inf is the count");
+        assert!(b.count >= *b.counts.last().unwrap());
+        let true_sum: u64 = values.iter().sum();
+        assert!((b.estimated_sum_ns - true_sum as f64).abs() <= 0.0625 * true_sum as f64, "{} vs {true_sum}", b.estimated_sum_ns);
+        let empty = Histogram::default().buckets();
+        assert!(empty.counts.iter().all(|&n| n == 0) && empty.count == 0 && empty.estimated_sum_ns == 0.0);
     }
 
     #[test]

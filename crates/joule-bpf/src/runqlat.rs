@@ -1,6 +1,6 @@
 //! Loader and reader of runqlat.bpf.c: per-cgroup run-queue latency (wake-up → on CPU) as
-//! interval p50/p99/max, keyed by the cgroup of the task that waited, and the threads that
-//! waited longest for a CPU.
+//! interval p50/p99/max and cumulative histogram buckets, keyed by the cgroup of the task that
+//! waited, and the threads that waited longest for a CPU.
 
 use crate::cgroups::CgroupNames;
 use crate::error::{bpf, BpfError};
@@ -101,14 +101,16 @@ impl RunqLat {
     }
 
     /// Per-cgroup statistics of the wake-ups that reached a CPU since the previous call (the
-    /// first call covers the time since load). Only cgroups with wake-ups are listed, by path
-    /// relative to the hierarchy root, or as `id:<n>` when the id is not (or no longer) found
-    /// under it. A map that cannot be read yields fewer entries and a warning, never an error:
-    /// this is a telemetry source.
+    /// first call covers the time since load), with the cumulative buckets since load
+    /// (`since_load`). Every cgroup in the map is listed, also one without wake-ups in the
+    /// interval (count 0), so its buckets form a continuous series; by path relative to the
+    /// hierarchy root, or as `id:<n>` when the id is not (or no longer) found under it. A map
+    /// that cannot be read yields fewer entries and a warning, never an error: this is a
+    /// telemetry source.
     ///
     /// Removed cgroups are evicted: after each rescan of the hierarchy (every 10 s, or on an
     /// unknown id at most once a second; see `CgroupNames`), an id the rescan did not find has
-    /// its last interval reported once, as `id:<n>` when it had wake-ups, and its `hists` entry
+    /// its last interval (and buckets) reported once, as `id:<n>`, and its `hists` entry
     /// deleted, so a machine whose cgroups come and go never fills the map. An id that stays
     /// unresolvable while still in use gets a fresh entry and is evicted again at every rescan;
     /// only wake-ups between this read and the delete are lost.
@@ -136,9 +138,6 @@ impl RunqLat {
                     format!("id:{id}")
                 }
             };
-            if delta.count == 0 {
-                continue;
-            }
             let us = |ns: f64| ns / 1000.0;
             out.push(RunqLatency {
                 cgroup,
@@ -146,6 +145,7 @@ impl RunqLat {
                 p50_us: us(delta.quantile_ns(0.50).unwrap_or(0.0)),
                 p99_us: us(delta.quantile_ns(0.99).unwrap_or(0.0)),
                 max_us: us(delta.max_ns as f64),
+                since_load: cur.buckets(),
                 source: Origin::Ebpf,
             });
         }

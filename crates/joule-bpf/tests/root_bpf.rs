@@ -143,9 +143,15 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     assert!(mine.p99_us >= mine.p50_us, "{mine:?}");
     assert!(mine.max_us >= mine.p99_us * 0.93, "max is within a slot of p99 or above: {mine:?}");
     assert_eq!(mine.source, joule_core::Origin::Ebpf);
-    // An idle interval reports nothing for the (now empty) cgroup.
+    let total = &mine.since_load;
+    assert!(total.count >= mine.count && total.counts.windows(2).all(|w| w[0] <= w[1]), "{mine:?}");
+    assert!(total.count >= *total.counts.last().unwrap() && total.estimated_sum_ns > 0.0, "{mine:?}");
+    // An idle interval: the (now empty) cgroup is still listed, with (almost) no wake-ups in
+    // the interval and its cumulative buckets kept, so a Prometheus series does not break.
     let again = rq.sample();
-    assert!(again.iter().all(|s| s.cgroup != name || s.count < mine.count), "{again:?}");
+    let idle = again.iter().find(|s| s.cgroup == name).unwrap_or_else(|| panic!("{name} not listed while idle: {again:#?}"));
+    assert!(idle.count < mine.count, "{idle:?}");
+    assert!(idle.since_load.count >= total.count && idle.since_load.counts.iter().zip(&total.counts).all(|(a, b)| a >= b), "{idle:?}");
 
     let ours: std::collections::BTreeSet<u32> = prog_ids("joule_sched").difference(&before).copied().collect();
     assert_eq!(ours.len(), 5, "sched_wakeup, sched_wakeup_new, sched_switch, sched_process_exit, task_rename");

@@ -7,14 +7,14 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Origin {
-    /// Read from a hardware sensor through sysfs (thermal zone, hwmon, RAPL, cpufreq).
+    /// Read from a hardware sensor through sysfs (thermal zone, hwmon, RAPL).
     Sensor,
     /// Measured in the kernel by one of joule's eBPF programs.
     Ebpf,
     /// Computed by a model (power from utilisation, temperature from an RC circuit).
     Model,
-    /// Read from kernel accounting files (/proc/stat, cpu.stat, PSI, cpufreq's
-    /// `scaling_cur_freq`): measured by the kernel, not a hardware sensor.
+    /// Read from kernel accounting files (/proc/stat, cpu.stat, PSI) or the kernel's own view of
+    /// the hardware (cpufreq `scaling_cur_freq`): measured, not a sensor.
     Kernel,
     /// Nothing has been read yet (a stage map no one wrote, a value never filled in). The
     /// default, so a value nobody labelled can never pass for a measurement.

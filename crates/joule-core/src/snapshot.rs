@@ -43,6 +43,8 @@ pub struct Psi {
     pub cpu: Option<PsiLine>,
     pub io: Option<PsiLine>,
     pub memory: Option<PsiLine>,
+    /// Always `kernel`: the kernel's own stall accounting.
+    pub source: Origin,
 }
 
 /// The `some` line of a /proc/pressure file (and `full` where the kernel gives it).
@@ -65,6 +67,8 @@ pub struct CgroupCpu {
     pub usage_cpus: Option<f64>,
     pub throttled_us: u64,
     pub nr_throttled: u64,
+    /// Always `kernel`: the cgroup's own CPU accounting files.
+    pub source: Origin,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -184,6 +188,8 @@ pub struct BpfStatus {
     pub pin_dir: Option<String>,
 }
 
+/// cpufreq's view of a CPU's clock: `scaling_cur_freq` is what the kernel (the governor, or the
+/// driver's last reading) reports, so it is `kernel` accounting, not a sensor.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CpuFreq {
     pub cpu: u32,
@@ -193,14 +199,37 @@ pub struct CpuFreq {
     pub source: Origin,
 }
 
+/// Run-queue latency of one cgroup. Every cgroup the eBPF program has seen since it loaded is
+/// listed, also in an interval without wake-ups (then `count` and the percentiles are 0), so
+/// that `since_load` is a continuous counter.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunqLatency {
     /// cgroup path (relative to the hierarchy root), or `id:<n>` when it no longer exists.
     pub cgroup: String,
     /// Wake-ups that reached a CPU over the interval.
     pub count: u64,
+    /// Interval percentiles and maximum (0 when `count` is 0).
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// The same wake-ups accumulated since the program loaded, as histogram buckets.
+    #[serde(default)]
+    pub since_load: LatencyBuckets,
     pub source: Origin,
+}
+
+/// A latency histogram as Prometheus wants one: cumulative buckets with fixed bounds, counted
+/// since the program loaded (never reset per interval).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyBuckets {
+    /// Bucket bounds in ns, ascending; each is a slot boundary of the kernel's histogram, so
+    /// every bucket is an exact sum of whole slots.
+    pub le_ns: Vec<u64>,
+    /// `counts[i]`: wake-ups whose latency was below `le_ns[i]` (cumulative, so non-decreasing).
+    pub counts: Vec<u64>,
+    /// All wake-ups (the `+Inf` bucket): at least the last of `counts`.
+    pub count: u64,
+    /// Sum of the latencies, estimated: the kernel keeps no sum, so each wake-up counts at the
+    /// midpoint of its slot (within 6.25% of its true value).
+    pub estimated_sum_ns: f64,
 }

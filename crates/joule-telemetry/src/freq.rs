@@ -1,5 +1,7 @@
 //! CPU frequency from `<sysfs>/devices/system/cpu/cpu*/cpufreq/scaling_{cur,min,max}_freq`
-//! (kHz), labelled `sensor`. Virtual machines usually have no cpufreq; that is a note.
+//! (kHz), labelled `kernel`: `scaling_cur_freq` is the kernel's view (the governor's request or
+//! the driver's last reading), not a hardware sensor read on demand. Virtual machines usually
+//! have no cpufreq; that is a note.
 
 use crate::fsread::{numbered_files, read_num};
 use crate::{Source, SourceError};
@@ -32,7 +34,7 @@ impl Source for FreqSource {
                     cur_khz: read_num::<u64>(&f.join("scaling_cur_freq")).ok()?,
                     min_khz: read_num::<u64>(&f.join("scaling_min_freq")).unwrap_or(0),
                     max_khz: read_num::<u64>(&f.join("scaling_max_freq")).unwrap_or(0),
-                    source: Origin::Sensor,
+                    source: Origin::Kernel,
                 })
             })
             .collect();

@@ -1,10 +1,10 @@
 //! Pressure stall information from `<procfs>/pressure/{cpu,io,memory}`: the `some` and `full`
-//! avg10 percentages and total stall µs. `Psi` has no Origin field: it is always kernel data.
+//! avg10 percentages and total stall µs, labelled `kernel` (the kernel's own stall accounting).
 
 use crate::fsread::read_into;
 use crate::{Source, SourceError};
 use joule_core::snapshot::{Psi, PsiLine};
-use joule_core::Snapshot;
+use joule_core::{Origin, Snapshot};
 use std::io;
 use std::path::PathBuf;
 
@@ -70,7 +70,7 @@ impl Source for PsiSource {
             snap.notes.push(format!("no PSI ({} missing: kernel without CONFIG_PSI)", self.dir.display()));
             return Ok(());
         }
-        let mut psi = Psi::default();
+        let mut psi = Psi { source: Origin::Kernel, ..Psi::default() };
         for (name, slot) in [("cpu", &mut psi.cpu), ("io", &mut psi.io), ("memory", &mut psi.memory)] {
             match self.read_one(name) {
                 Ok(v) => *slot = v,

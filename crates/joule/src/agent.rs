@@ -74,7 +74,7 @@ fn cpu_seconds_self() -> f64 {
 fn status_line(s: &Snapshot, addr: &std::net::SocketAddr) -> String {
     let cpus: Vec<String> = s.cpu.utilization.iter().map(|u| format!("{:.0}%", u * 100.0)).collect();
     let temp_src = s.stage.temp_source;
-    let worst = s.runq_latency.iter().max_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
+    let worst = s.runq_latency.iter().filter(|r| r.count > 0).max_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
     let runq = match worst {
         Some(r) => format!("runq p99 {:.0} µs ({})", r.p99_us, r.cgroup),
         None if !s.bpf.enabled => format!("eBPF OFF ({})", s.bpf.off_reason),

@@ -1,13 +1,10 @@
-//! Serves the latest snapshot: Prometheus text at `/metrics` (rendered by prometheus-client
-//! from the table in metrics.rs) and the raw snapshot at `/snapshot.json`. The agent publishes;
-//! scrapes never block the control loop for longer than a clone.
+//! Serves the latest snapshot: `/metrics` in the format the scraper asks for (exposition.rs,
+//! both rendered from the table in metrics.rs) and the raw snapshot at `/snapshot.json`. The
+//! agent publishes; scrapes never block the control loop for longer than building the table.
 
-use crate::metrics::{self, AgentStats, Kind};
+use crate::exposition::{self, Format};
+use crate::metrics::{self, AgentStats};
 use joule_core::Snapshot;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::registry::Registry;
 use std::sync::{Arc, RwLock};
 
 #[derive(Debug, Default)]
@@ -18,37 +15,19 @@ pub struct Published {
 
 pub type Shared = Arc<RwLock<Published>>;
 
-#[derive(Debug)]
-struct SnapshotCollector(Shared);
-
-impl prometheus_client::collector::Collector for SnapshotCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let p = self.0.read().unwrap_or_else(|e| e.into_inner());
-        for fam in metrics::families(&p.snapshot, &p.agent) {
-            let kind = match fam.def.kind {
-                Kind::Gauge => prometheus_client::metrics::MetricType::Gauge,
-                Kind::Counter => prometheus_client::metrics::MetricType::Counter,
-            };
-            let mut m = enc.encode_descriptor(fam.def.name, fam.def.help, None, kind)?;
-            for (labels, v) in &fam.samples {
-                let fm = m.encode_family(labels)?;
-                match fam.def.kind {
-                    Kind::Gauge => ConstGauge::new(*v).encode(fm)?,
-                    Kind::Counter => ConstCounter::new(v.max(0.0)).encode(fm)?,
-                }
-            }
-        }
-        Ok(())
-    }
+/// Renders what is published in `format`.
+pub fn render(shared: &Shared, format: Format) -> String {
+    let families = {
+        let p = shared.read().unwrap_or_else(|e| e.into_inner());
+        metrics::families(&p.snapshot, &p.agent)
+    };
+    exposition::render(format, families)
 }
 
-/// Renders the Prometheus text exposition of what is published.
-pub fn render(shared: &Shared) -> String {
-    let mut reg = Registry::default();
-    reg.register_collector(Box::new(SnapshotCollector(shared.clone())));
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &reg).expect("writing to a String cannot fail");
-    out
+/// The request's `Accept` header, several joined as one list (RFC 9110 allows either).
+fn accept(req: &tiny_http::Request) -> Option<String> {
+    let values: Vec<&str> = req.headers().iter().filter(|h| h.field.equiv("Accept")).map(|h| h.value.as_str()).collect();
+    (!values.is_empty()).then(|| values.join(","))
 }
 
 /// Starts the HTTP server on its own thread. Returns the bound address (useful with port 0).
@@ -58,12 +37,15 @@ pub fn serve(addr: &str, shared: Shared) -> anyhow::Result<std::net::SocketAddr>
     std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
             let (body, ctype, code) = match req.url() {
-                "/metrics" => (render(&shared), "application/openmetrics-text; version=1.0.0; charset=utf-8", 200),
+                "/metrics" => {
+                    let format = exposition::negotiate(accept(&req).as_deref());
+                    (render(&shared, format), format.content_type(), 200)
+                }
                 "/snapshot.json" => {
                     let p = shared.read().unwrap_or_else(|e| e.into_inner());
                     (serde_json::to_string(&p.snapshot).unwrap_or_default(), "application/json", 200)
                 }
-                "/" => ("joule agent: /metrics (Prometheus text), /snapshot.json\n".to_string(), "text/plain", 200),
+                "/" => ("joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json\n".to_string(), "text/plain", 200),
                 _ => ("not found\n".to_string(), "text/plain", 404),
             };
             let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header is valid");

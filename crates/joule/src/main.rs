@@ -5,6 +5,7 @@ mod agent;
 mod bench;
 mod cmd;
 mod exporter;
+mod exposition;
 mod metrics;
 mod monitor;
 mod snapshotter;

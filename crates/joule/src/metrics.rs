@@ -1,18 +1,20 @@
 //! Every metric joule exports, defined once: name (with its unit), help, type, and how to read
-//! it from a Snapshot. The Prometheus endpoint renders this table; tests check that each name
-//! carries a unit and every power/thermal value a `source` label.
+//! it from a Snapshot. Both text formats of `/metrics` (exposition.rs) render this one table;
+//! tests check that each name carries a unit and every measured value a `source` label.
 
-use joule_core::Snapshot;
+use joule_core::snapshot::LatencyBuckets;
+use joule_core::{Origin, Snapshot};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Gauge,
     Counter,
+    Histogram,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct MetricDef {
-    /// Full name without the `_total` suffix a counter gets on the wire.
+    /// Family name without the `_total` a counter's samples get on the wire.
     pub name: &'static str,
     pub help: &'static str,
     pub kind: Kind,
@@ -20,10 +22,36 @@ pub struct MetricDef {
 
 pub type Labels = Vec<(String, String)>;
 
+/// A histogram in the metric's unit: cumulative buckets with finite, ascending bounds (`+Inf`
+/// is implicit and equals `count`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// (upper bound `le`, cumulative count up to it), ascending.
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// From nanosecond buckets to seconds, the unit of `_seconds` histograms.
+    fn from_ns(b: &LatencyBuckets) -> Histogram {
+        let buckets = b.le_ns.iter().zip(&b.counts).map(|(le, n)| (*le as f64 / 1e9, *n)).collect();
+        Histogram { buckets, count: b.count, sum: b.estimated_sum_ns / 1e9 }
+    }
+}
+
+/// One sample's value: a number for gauges and counters, a histogram for histograms.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Number(f64),
+    Histogram(Histogram),
+}
+
 /// One metric family filled from a snapshot.
+#[derive(Debug)]
 pub struct Family {
     pub def: MetricDef,
-    pub samples: Vec<(Labels, f64)>,
+    pub samples: Vec<(Labels, Value)>,
 }
 
 /// Counters about the agent itself, kept next to the snapshot.
@@ -39,6 +67,11 @@ fn l(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+/// The `source` label every measured or estimated value carries.
+fn src(o: Origin) -> (&'static str, &'static str) {
+    ("source", o.as_str())
+}
+
 macro_rules! def {
     ($name:literal, $kind:ident, $help:literal) => {
         MetricDef { name: $name, help: $help, kind: Kind::$kind }
@@ -47,89 +80,95 @@ macro_rules! def {
 
 pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     let mut out = Vec::new();
-    let mut push = |def: MetricDef, samples: Vec<(Labels, f64)>| out.push(Family { def, samples });
+    let mut push = |def: MetricDef, samples: Vec<(Labels, Value)>| out.push(Family { def, samples });
+    let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
 
+    let cpu_src = src(s.cpu.source);
     push(
         def!("joule_cpu_utilization_ratio", Gauge, "Busy fraction of each CPU over the last sampling interval (from /proc/stat)."),
-        s.cpu.utilization.iter().enumerate().map(|(i, u)| (l(&[("cpu", &i.to_string())]), *u)).collect(),
+        num(s.cpu.utilization.iter().enumerate().map(|(i, u)| (l(&[("cpu", &i.to_string()), cpu_src]), *u)).collect()),
     );
     if let Some(psi) = &s.psi {
         let lines = [("cpu", &psi.cpu), ("io", &psi.io), ("memory", &psi.memory)];
+        let per_resource = |f: fn(&joule_core::snapshot::PsiLine) -> f64| -> Vec<(Labels, f64)> {
+            lines.iter().filter_map(|(r, p)| p.as_ref().map(|p| (l(&[("resource", r), src(psi.source)]), f(p)))).collect()
+        };
         push(
             def!("joule_psi_some_avg10_ratio", Gauge, "Share of the last 10 s in which some task stalled on the resource (PSI)."),
-            lines.iter().filter_map(|(r, p)| p.as_ref().map(|p| (l(&[("resource", r)]), p.some_avg10 / 100.0))).collect(),
+            num(per_resource(|p| p.some_avg10 / 100.0)),
         );
         push(
             def!("joule_psi_some_stall_seconds", Counter, "Time some task stalled on the resource since boot (PSI)."),
-            lines.iter().filter_map(|(r, p)| p.as_ref().map(|p| (l(&[("resource", r)]), p.some_total_us as f64 / 1e6))).collect(),
+            num(per_resource(|p| p.some_total_us as f64 / 1e6)),
         );
     }
+    let per_cgroup = |f: fn(&joule_core::snapshot::CgroupCpu) -> u64| -> Vec<(Labels, f64)> {
+        s.cgroups.iter().map(|c| (l(&[("cgroup", &c.path), ("hierarchy", &c.hierarchy), src(c.source)]), f(c) as f64 / 1e6)).collect()
+    };
     push(
         def!("joule_cgroup_cpu_usage_seconds", Counter, "CPU time used by the cgroup (cpuacct.usage or cpu.stat usage_usec)."),
-        s.cgroups.iter().map(|c| (l(&[("cgroup", &c.path), ("hierarchy", &c.hierarchy)]), c.usage_us as f64 / 1e6)).collect(),
+        num(per_cgroup(|c| c.usage_us)),
     );
     push(
         def!("joule_cgroup_cpu_throttled_seconds", Counter, "Time the cgroup was throttled by CPU bandwidth control."),
-        s.cgroups.iter().map(|c| (l(&[("cgroup", &c.path), ("hierarchy", &c.hierarchy)]), c.throttled_us as f64 / 1e6)).collect(),
+        num(per_cgroup(|c| c.throttled_us)),
     );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!("joule_task_cpu_wait_ratio", Gauge, "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."),
-        s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), ("source", t.source.as_str())]), t.wait_us as f64 / iv)).collect(),
+        num(s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), src(t.source)]), t.wait_us as f64 / iv)).collect()),
     );
     push(
         def!("joule_power_watts", Gauge, "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."),
-        vec![(l(&[("source", s.power.source.as_str())]), s.power.watts)],
+        num(vec![(l(&[src(s.power.source)]), s.power.watts)]),
     );
     push(
         def!("joule_power_domain_watts", Gauge, "Power of one measured domain (RAPL zone, hwmon channel)."),
-        s.power.domains.iter().map(|d| (l(&[("domain", &d.name), ("source", d.source.as_str())]), d.watts)).collect(),
+        num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.watts)).collect()),
     );
     push(
         def!("joule_energy_joules", Counter, "Energy of one power domain since joule started reading it (wrap-around handled); source=model domains are estimates."),
-        s.power.domains.iter().map(|d| (l(&[("domain", &d.name), ("source", d.source.as_str())]), d.energy_joules_total)).collect(),
+        num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.energy_joules_total)).collect()),
     );
     push(
         def!("joule_thermal_zone_temperature_celsius", Gauge, "Temperature of a thermal zone or hwmon sensor."),
-        s.thermal.zones.iter().map(|z| (l(&[("zone", &z.name), ("type", &z.kind), ("source", z.source.as_str())]), z.temp_celsius)).collect(),
+        num(s.thermal.zones.iter().map(|z| (l(&[("zone", &z.name), ("type", &z.kind), src(z.source)]), z.temp_celsius)).collect()),
     );
     push(
         def!("joule_model_temperature_celsius", Gauge, "Temperature estimated by the RC thermal model (an estimate, never a measurement)."),
-        s.thermal.model.iter().map(|m| (l(&[("source", m.source.as_str())]), m.temp_celsius)).collect(),
+        num(s.thermal.model.iter().map(|m| (l(&[src(m.source)]), m.temp_celsius)).collect()),
     );
     let st = &s.stage;
     push(
-        def!("joule_thermal_stage", Gauge, "Thermal stage (0 = cool); computed_by=ebpf when the in-kernel program computed it."),
-        vec![(l(&[("computed_by", st.computed_by.as_str()), ("temp_source", st.temp_source.as_str())]), st.value as f64)],
+        def!("joule_thermal_stage", Gauge, "Thermal stage (0 = cool); computed_by=ebpf when the in-kernel program computed it, temp_source is the origin of the temperature it was computed from."),
+        num(vec![(l(&[("computed_by", st.computed_by.as_str()), ("temp_source", st.temp_source.as_str())]), st.value as f64)]),
     );
     push(
         def!("joule_thermal_stage_temperature_celsius", Gauge, "The temperature the current thermal stage was computed from."),
-        vec![(l(&[("source", st.temp_source.as_str())]), st.temp_celsius)],
+        num(vec![(l(&[src(st.temp_source)]), st.temp_celsius)]),
     );
     push(
-        def!("joule_cpu_frequency_hertz", Gauge, "Current CPU frequency (cpufreq scaling_cur_freq)."),
-        s.frequency.iter().map(|f| (l(&[("cpu", &f.cpu.to_string()), ("source", f.source.as_str())]), f.cur_khz as f64 * 1e3)).collect(),
+        def!("joule_cpu_frequency_hertz", Gauge, "Current CPU frequency as the kernel reports it (cpufreq scaling_cur_freq)."),
+        num(s.frequency.iter().map(|f| (l(&[("cpu", &f.cpu.to_string()), src(f.source)]), f.cur_khz as f64 * 1e3)).collect()),
     );
-    let q = |quantile: &str, f: fn(&joule_core::snapshot::RunqLatency) -> f64| -> Vec<(Labels, f64)> {
-        s.runq_latency
-            .iter()
-            .map(|r| (l(&[("cgroup", &r.cgroup), ("quantile", quantile), ("source", r.source.as_str())]), f(r) / 1e6))
-            .collect()
-    };
-    let mut rq = q("0.5", |r| r.p50_us);
-    rq.extend(q("0.99", |r| r.p99_us));
-    rq.extend(q("1", |r| r.max_us));
-    push(def!("joule_runq_latency_seconds", Gauge, "Wake-up-to-run latency per cgroup over the last interval (eBPF sched tracepoints)."), rq);
+    push(
+        def!(
+            "joule_runq_latency_seconds",
+            Histogram,
+            "Wake-up-to-run latency per cgroup since the eBPF program loaded (sched tracepoints). Buckets: powers of two of ns, 1.024 us to 1.07 s. _sum is an estimate (each wake-up at its kernel histogram slot's midpoint, within 6.25%); _count and buckets are exact."
+        ),
+        s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), Value::Histogram(Histogram::from_ns(&r.since_load)))).collect(),
+    );
     push(
         def!("joule_runq_wakeups", Gauge, "Wake-ups that reached a CPU over the last interval, per cgroup."),
-        s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), ("source", r.source.as_str())]), r.count as f64)).collect(),
+        num(s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.count as f64)).collect()),
     );
-    push(def!("joule_agent_samples", Counter, "Control-loop iterations the agent has run."), vec![(vec![], a.samples_total as f64)]);
-    push(def!("joule_agent_cpu_seconds", Counter, "CPU time (user + system) the agent process has used."), vec![(vec![], a.cpu_seconds_total)]);
-    push(def!("joule_agent_loop_duration_seconds", Gauge, "Wall time of the last control-loop iteration."), vec![(vec![], a.last_loop_seconds)]);
+    push(def!("joule_agent_samples", Counter, "Control-loop iterations the agent has run."), num(vec![(vec![], a.samples_total as f64)]));
+    push(def!("joule_agent_cpu_seconds", Counter, "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
+    push(def!("joule_agent_loop_duration_seconds", Gauge, "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
     push(
         def!("joule_bpf_enabled", Gauge, "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
-        vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)],
+        num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
     out
 }
@@ -137,30 +176,87 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use joule_core::snapshot::*;
 
     const UNITS: [&str; 6] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz"];
+
+    /// Families that carry no measured value, and why they have no `source` label.
+    const NO_SOURCE: [(&str, &str); 5] = [
+        ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
+        ("joule_agent_samples", "the agent's own bookkeeping"),
+        ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
+        ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
+        ("joule_bpf_enabled", "whether joule's own programs run, not a reading of the machine"),
+    ];
+
+    /// A snapshot in which every list has an entry, so every family has samples.
+    fn full_snapshot() -> Snapshot {
+        let psi_line = PsiLine { some_avg10: 1.5, some_total_us: 2_000_000, ..Default::default() };
+        let mut s = Snapshot { interval_ms: 100, ..Default::default() };
+        s.cpu = Cpu { utilization: vec![0.25, 0.5], total_utilization: 0.375, source: Origin::Kernel };
+        s.psi = Some(Psi { cpu: Some(psi_line.clone()), io: Some(psi_line.clone()), memory: Some(psi_line), source: Origin::Kernel });
+        s.cgroups = vec![CgroupCpu { path: "/app".into(), hierarchy: "v2".into(), usage_us: 5, source: Origin::Kernel, ..Default::default() }];
+        s.task_wait = vec![TaskWait { pid: 7, comm: "w".into(), wait_us: 10, source: Origin::Ebpf }];
+        s.power = Power {
+            watts: 12.0,
+            source: Origin::Model,
+            domains: vec![PowerDomain { name: "model".into(), watts: 12.0, energy_joules_total: 3.0, source: Origin::Model, part_of_total: true }],
+        };
+        s.thermal.zones = vec![ThermalZone { name: "thermal_zone0".into(), kind: "acpitz".into(), temp_celsius: 40.0, trips: vec![], source: Origin::Sensor }];
+        s.thermal.model = Some(ModelTemperature { temp_celsius: 40.0, source: Origin::Model });
+        s.frequency = vec![CpuFreq { cpu: 0, cur_khz: 2_000_000, min_khz: 0, max_khz: 0, source: Origin::Kernel }];
+        let since_load = LatencyBuckets { le_ns: vec![1024, 2048], counts: vec![1, 3], count: 4, estimated_sum_ns: 9000.0 };
+        s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
+        s
+    }
 
     #[test]
     fn every_name_is_joule_prefixed_and_unit_suffixed_or_a_plain_count() {
         let plain = ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled"];
         for f in families(&Snapshot::default(), &AgentStats::default()) {
             assert!(f.def.name.starts_with("joule_"), "{}", f.def.name);
+            assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);
             assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);
             assert!(!f.def.help.is_empty());
         }
     }
 
     #[test]
-    fn power_and_temperature_always_say_where_they_came_from() {
-        let mut s = Snapshot::default();
-        s.power.source = joule_core::Origin::Model;
-        s.thermal.model = Some(joule_core::snapshot::ModelTemperature { temp_celsius: 40.0, source: joule_core::Origin::Model });
-        for f in families(&s, &AgentStats::default()) {
-            if f.def.name.contains("watts") || f.def.name.contains("celsius") || f.def.name.contains("joules") {
-                for (labels, _) in &f.samples {
-                    assert!(labels.iter().any(|(k, _)| k == "source"), "{} lacks a source label", f.def.name);
-                }
+    fn every_measured_value_says_where_it_came_from() {
+        let fams = families(&full_snapshot(), &AgentStats::default());
+        let origins = ["sensor", "kernel", "ebpf", "model"];
+        for f in &fams {
+            if NO_SOURCE.iter().any(|(n, _)| *n == f.def.name) {
+                continue;
+            }
+            assert!(!f.samples.is_empty(), "{}: no sample, so nothing was checked", f.def.name);
+            for (labels, _) in &f.samples {
+                let source = labels.iter().find(|(k, _)| k == "source").map(|(_, v)| v.as_str());
+                assert!(source.is_some_and(|v| origins.contains(&v)), "{} {labels:?} lacks a source label", f.def.name);
             }
         }
+        for (name, _) in NO_SOURCE {
+            assert!(fams.iter().any(|f| f.def.name == name), "exemption for {name}, which does not exist");
+        }
+    }
+
+    #[test]
+    fn samples_match_their_kind_and_use_no_reserved_label() {
+        for f in families(&full_snapshot(), &AgentStats::default()) {
+            for (labels, v) in &f.samples {
+                assert_eq!(matches!(v, Value::Histogram(_)), f.def.kind == Kind::Histogram, "{}", f.def.name);
+                // `le` belongs to histogram buckets, `quantile` to summaries: joule has none.
+                assert!(!labels.iter().any(|(k, _)| k == "le" || k == "quantile"), "{} {labels:?}", f.def.name);
+            }
+        }
+    }
+
+    #[test]
+    fn runq_histogram_is_in_seconds_from_the_cumulative_buckets() {
+        let fams = families(&full_snapshot(), &AgentStats::default());
+        let f = fams.iter().find(|f| f.def.name == "joule_runq_latency_seconds").unwrap();
+        assert_eq!(f.def.kind, Kind::Histogram);
+        let Value::Histogram(h) = &f.samples[0].1 else { panic!("not a histogram") };
+        assert_eq!(h, &Histogram { buckets: vec![(1.024e-6, 1), (2.048e-6, 3)], count: 4, sum: 9e-6 });
     }
 }

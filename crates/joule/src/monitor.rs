@@ -150,7 +150,8 @@ pub fn render_text(s: &Snapshot) -> Vec<String> {
     if s.bpf.enabled {
         out.push("RUNQ  wake-up to run latency per cgroup (ebpf):".into());
     }
-    let mut rq = s.runq_latency.clone();
+    // Cgroups without wake-ups in the interval are listed too (for their cumulative buckets).
+    let mut rq: Vec<_> = s.runq_latency.iter().filter(|r| r.count > 0).collect();
     rq.sort_by(|a, b| b.p99_us.total_cmp(&a.p99_us));
     for r in rq.iter().take(8) {
         out.push(format!("  {:<40} n={:<7} p50 {:8.1} µs  p99 {:8.1} µs  max {:8.1} µs", r.cgroup, r.count, r.p50_us, r.p99_us, r.max_us));

@@ -1,6 +1,7 @@
 //! Tier 2 (root, this kernel): the agent end to end — eBPF loaded, metrics parse as Prometheus
-//! text, the monitor's JSON carries real eBPF run-queue latency, and a SIGKILLed agent leaves
-//! nothing behind once `joule restore` runs.
+//! text and pass `promtool check metrics` (OpenMetrics on request), the monitor's JSON carries
+//! real eBPF run-queue latency, and a SIGKILLed agent leaves nothing behind once `joule
+//! restore` runs.
 
 use joule_core::testing::{is_root, require};
 use std::io::{Read, Write};
@@ -73,14 +74,45 @@ impl Drop for Agent {
     }
 }
 
-fn http_get(addr: &str, path: &str) -> String {
+/// A GET with an optional `Accept` header: (Content-Type, body).
+fn http_get(addr: &str, path: &str, accept: Option<&str>) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     let (head, body) = body.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
-    body.to_string()
+    let ctype = head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.trim()));
+    (ctype.unwrap_or_default().to_string(), body.to_string())
+}
+
+const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const RUNQ: &str = "joule_runq_latency_seconds";
+
+/// Families whose samples carry no measured value, so no `source` label: the agent's own
+/// bookkeeping, whether eBPF runs, and the stage (a decision, labelled computed_by and
+/// temp_source).
+fn exempt_from_source(metric: &str) -> bool {
+    metric.starts_with("joule_agent_") || metric == "joule_thermal_stage" || metric == "joule_bpf_enabled"
+}
+
+/// `_count` of every run-queue latency series, by its labels.
+fn runq_counts(scrape: &prometheus_parse::Scrape) -> std::collections::BTreeMap<String, f64> {
+    let counts = scrape.samples.iter().filter(|s| s.metric == format!("{RUNQ}_count"));
+    counts.map(|s| (format!("{:?}", s.labels.iter().collect::<std::collections::BTreeMap<_, _>>()), value_of(s))).collect()
+}
+
+fn value_of(s: &prometheus_parse::Sample) -> f64 {
+    match s.value {
+        prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+        _ => panic!("{} is not a number", s.metric),
+    }
+}
+
+fn parse(text: &str) -> prometheus_parse::Scrape {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text")
 }
 
 #[test]
@@ -92,22 +124,106 @@ fn root_agent_metrics_parse_as_prometheus_text_with_units_and_help() {
     let agent = Agent::start("");
     let addr = agent.metrics_addr();
     std::thread::sleep(Duration::from_millis(1500));
-    let text = http_get(&addr, "/metrics");
-    let lines: Vec<String> = text.lines().map(str::to_string).collect();
-    let scrape = prometheus_parse::Scrape::parse(lines.clone().into_iter().map(Ok)).expect("valid Prometheus text");
+    let (ctype, text) = http_get(&addr, "/metrics", None);
+    assert_eq!(ctype, TEXT_004, "no Accept header: the classic text format");
+    let lines: Vec<&str> = text.lines().collect();
+    let scrape = parse(&text);
     assert!(!scrape.samples.is_empty());
     for s in &scrape.samples {
         assert!(s.metric.starts_with("joule_"), "{}", s.metric);
+        let origin = s.labels.get("source");
+        assert!(
+            exempt_from_source(&s.metric) || origin.is_some_and(|o| ["sensor", "kernel", "ebpf", "model"].contains(&o)),
+            "{} {:?} does not say where it came from",
+            s.metric,
+            s.labels
+        );
     }
-    for name in ["joule_cpu_utilization_ratio", "joule_power_watts", "joule_thermal_stage", "joule_runq_latency_seconds"] {
+    for name in ["joule_cpu_utilization_ratio", "joule_power_watts", "joule_thermal_stage", RUNQ] {
         assert!(lines.iter().any(|l| l.starts_with(&format!("# HELP {name} "))), "no HELP for {name}");
         assert!(lines.iter().any(|l| l.starts_with(&format!("# TYPE {name} "))), "no TYPE for {name}");
         assert!(scrape.samples.iter().any(|s| s.metric == name), "no sample of {name}");
     }
+    assert!(lines.contains(&"# TYPE joule_runq_latency_seconds histogram"));
+    assert!(!text.contains("quantile="), "no summary-style quantile label on a histogram");
     let stage = scrape.samples.iter().find(|s| s.metric == "joule_thermal_stage").unwrap();
     assert_eq!(stage.labels.get("computed_by"), Some("ebpf"), "stage not computed in the kernel");
-    let rq = scrape.samples.iter().filter(|s| s.metric == "joule_runq_latency_seconds").count();
-    assert!(rq > 0, "no run-queue latency samples");
+
+    let counts = runq_counts(&scrape);
+    let mut histograms = 0;
+    for s in scrape.samples.iter().filter(|s| s.metric == RUNQ) {
+        let prometheus_parse::Value::Histogram(buckets) = &s.value else { panic!("{RUNQ} is not a histogram: {s:?}") };
+        histograms += 1;
+        assert_eq!(s.labels.get("source"), Some("ebpf"));
+        let bounds: Vec<f64> = buckets.iter().map(|b| b.less_than).collect();
+        let expected: Vec<f64> = (10..=30).map(|k| (1u64 << k) as f64 / 1e9).chain([f64::INFINITY]).collect();
+        assert_eq!(bounds, expected, "le bounds: powers of two of ns, 2^10..2^30, then +Inf");
+        assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count), "buckets not cumulative: {buckets:?}");
+        let key = format!("{:?}", s.labels.iter().collect::<std::collections::BTreeMap<_, _>>());
+        assert_eq!(Some(buckets.last().unwrap().count), counts.get(&key).copied(), "+Inf bucket is not _count for {key}");
+    }
+    assert!(histograms > 0, "no run-queue latency histogram");
+
+    // A histogram is a counter: a second scrape never counts fewer wake-ups, and the machine
+    // woke something up in between.
+    std::thread::sleep(Duration::from_millis(1000));
+    let later = runq_counts(&parse(&http_get(&addr, "/metrics", None).1));
+    for (key, before) in &counts {
+        if let Some(after) = later.get(key) {
+            assert!(after >= before, "{key}: _count went from {before} to {after}");
+        }
+    }
+    assert!(later.values().sum::<f64>() > counts.values().sum::<f64>(), "no wake-up counted in 1 s");
+}
+
+/// `# TYPE` lines: family name → type.
+fn types(text: &str) -> std::collections::BTreeMap<String, String> {
+    let ty = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' '));
+    ty.map(|(n, t)| (n.to_string(), t.to_string())).collect()
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_metrics_pass_promtool_check_in_both_formats() {
+    if !require(is_root(), "root (the agent loads eBPF)") {
+        return;
+    }
+    // scripts/install-deps.sh unpacks it there (installing Debian's package would start a server).
+    let promtool = std::env::var("JOULE_PROMTOOL").unwrap_or_else(|_| {
+        let cached = format!("{}/bin/promtool", std::env::var("JOULE_TOOLS").unwrap_or_else(|_| "/var/cache/joule-tools".into()));
+        if Path::new(&cached).exists() { cached } else { "promtool".into() }
+    });
+    let found = Command::new(&promtool).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !require(found, "promtool (scripts/install-deps.sh unpacks it into /var/cache/joule-tools/bin)") {
+        return;
+    }
+    let agent = Agent::start("");
+    let addr = agent.metrics_addr();
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let (ctype, text) = http_get(&addr, "/metrics", None);
+    assert_eq!(ctype, TEXT_004);
+    assert!(text.contains(&format!("{RUNQ}_bucket{{")), "no histogram for promtool to check:\n{text}");
+    let mut child = Command::new(&promtool).args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {:?}\n{said}\n--- scraped:\n{text}", out.status);
+
+    let (ctype, om) = http_get(&addr, "/metrics", Some("application/openmetrics-text;version=1.0.0"));
+    assert_eq!(ctype, OPENMETRICS);
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    assert!(!text.contains("# EOF"), "the classic text has no # EOF");
+    // The same families in both, counters named the way each format wants: OpenMetrics names
+    // the family without `_total` (its samples have it), the classic text names both with it.
+    let (om_types, text_types) = (types(&om), types(&text));
+    let om_as_text: std::collections::BTreeMap<String, String> = om_types
+        .iter()
+        .map(|(n, t)| (if t == "counter" { format!("{n}_total") } else { n.clone() }, t.clone()))
+        .collect();
+    assert_eq!(om_as_text, text_types);
+    assert_eq!(om_types.get(RUNQ).map(String::as_str), Some("histogram"));
+    assert!(om.contains(&format!("{RUNQ}_bucket{{")) && om.contains("\njoule_agent_samples_total"), "{om}");
 }
 
 #[test]
@@ -135,6 +251,17 @@ fn root_monitor_once_json_has_ebpf_runq_latency_and_labelled_values() {
         assert_eq!(r["source"], "ebpf");
         let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
         assert!(p50 >= 0.0 && p99 >= p50, "{r}");
+        // The cumulative buckets include this interval's wake-ups.
+        let total = &r["since_load"];
+        assert_eq!(total["le_ns"].as_array().unwrap().len(), 21, "{r}");
+        assert!(total["count"].as_u64().unwrap() >= r["count"].as_u64().unwrap(), "{r}");
+    }
+    assert!(rq.iter().any(|r| r["count"].as_u64().unwrap() > 0), "no cgroup had a wake-up in 500 ms: {v}");
+    if !v["psi"].is_null() {
+        assert_eq!(v["psi"]["source"], "kernel");
+    }
+    for c in v["cgroups"].as_array().unwrap() {
+        assert_eq!(c["source"], "kernel", "{c}");
     }
     assert_eq!(v["stage"]["computed_by"], "ebpf");
     for t in v["task_wait"].as_array().unwrap() {
@@ -252,10 +379,10 @@ fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
             m.lines().any(|l| l.starts_with("joule_bpf_enabled{") && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0))
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut metrics = http_get(&addr, "/metrics");
+        let mut metrics = http_get(&addr, "/metrics", None).1;
         while !bpf_on(&metrics) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100)); // the first sample is not published yet
-            metrics = http_get(&addr, "/metrics");
+            metrics = http_get(&addr, "/metrics", None).1;
         }
         assert!(bpf_on(&metrics), "eBPF not on: {metrics}");
         let journal = joule_core::journal::entries(&agent.journal_dir()).unwrap();

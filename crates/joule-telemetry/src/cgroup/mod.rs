@@ -1,14 +1,14 @@
 //! CPU accounting of cgroups: v1 `cpuacct.usage` + `cpu.stat` and v2 `cpu.stat`, turned into
 //! CPUs used over the interval. The layout is detected from what is present under the root
 //! (hybrid machines have both) on the first sample and every ~10 s, so a remount is picked up.
-//! `CgroupCpu` has no Origin field: it is always kernel accounting.
+//! Every record is labelled `kernel`: it is the cgroup's own accounting.
 
 mod walk;
 
 use crate::rediscover::Rediscover;
 use crate::{Source, SourceError};
 use joule_core::snapshot::CgroupCpu;
-use joule_core::Snapshot;
+use joule_core::{Origin, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -133,7 +133,8 @@ impl CgroupSource {
             // throttled_* appear only where the cpu controller is enabled.
             let throttled_us = crate::fsread::keyed_u64(text, "throttled_usec").unwrap_or(0);
             let nr_throttled = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
-            out.insert(rel.clone(), CgroupCpu { path: rel, hierarchy: "v2".into(), usage_us, usage_cpus: None, throttled_us, nr_throttled });
+            let cg = CgroupCpu { path: rel.clone(), hierarchy: "v2".into(), usage_us, usage_cpus: None, throttled_us, nr_throttled, source: Origin::Kernel };
+            out.insert(rel, cg);
         }
         out
     }
@@ -143,7 +144,7 @@ impl CgroupSource {
 /// co-mounted) and a cgroup may exist in only one of them.
 fn v1_entry<'o>(out: &'o mut BTreeMap<String, CgroupCpu>, rel: &str) -> &'o mut CgroupCpu {
     if !out.contains_key(rel) {
-        out.insert(rel.to_string(), CgroupCpu { path: rel.to_string(), hierarchy: "v1".into(), ..Default::default() });
+        out.insert(rel.to_string(), CgroupCpu { path: rel.to_string(), hierarchy: "v1".into(), source: Origin::Kernel, ..Default::default() });
     }
     out.get_mut(rel).expect("inserted above")
 }

@@ -3,6 +3,7 @@
 
 use crate::common::{assert_close, sample, Staged};
 use joule_core::snapshot::CgroupCpu;
+use joule_core::Origin;
 use joule_telemetry::CgroupSource;
 use std::fs;
 
@@ -35,6 +36,7 @@ fn v1_usage_and_throttling_with_hybrid_unified() {
     assert_close(find(cg, "v2", "/").usage_cpus.unwrap(), 1.0);
     assert_close(find(cg, "v2", "/app").usage_cpus.unwrap(), 0.2);
     assert!(!cg.iter().any(|c| c.path.contains("memory")));
+    assert!(cg.iter().all(|c| c.source == Origin::Kernel), "cgroup CPU is kernel accounting: {cg:#?}");
 }
 
 #[test]

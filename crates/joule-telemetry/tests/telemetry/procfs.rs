@@ -39,6 +39,7 @@ fn cpu_counter_reset_reads_zero_then_recovers() {
 fn psi_reads_some_and_full_of_each_resource() {
     let snap = sample(&mut PsiSource::new(fixture("proc-psi")), 0);
     let psi = snap.psi.expect("psi present");
+    assert_eq!(psi.source, Origin::Kernel);
     let cpu = psi.cpu.unwrap();
     assert_eq!((cpu.some_avg10, cpu.some_total_us), (1.47, 4309132));
     assert_eq!((cpu.full_avg10, cpu.full_total_us), (Some(0.0), Some(0)));
