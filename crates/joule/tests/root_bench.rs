@@ -33,8 +33,9 @@ fn root_bench_overhead_waking_load_drives_the_sched_switch_program() {
     let wakeups = sc[2]["load_wakeups_per_s_median"].as_f64().unwrap();
     assert!(wakeups > 1000.0, "4 threads sleeping 1 ms woke only {wakeups}/s");
     let switches = |i: usize| prog(i, "joule_sched_switch")["runs_per_s_median"].as_f64().unwrap();
-    // Each wake-up is a switch to the thread and one away from it; other load on the machine
-    // varies, so ask for the wake-ups once, not twice.
-    assert!(switches(2) - switches(0) > wakeups, "sched_switch {}/s idle vs {}/s waking, {wakeups} wake-ups/s", switches(0), switches(2));
+    // Each wake-up ends in at least one switch into the woken thread (the switch away may go
+    // straight to another woken one); half of that leaves room for the rest of the machine's
+    // switches to vary between the two scenarios.
+    assert!(switches(2) - switches(0) > wakeups / 2.0, "sched_switch {}/s idle vs {}/s waking, {wakeups} wake-ups/s", switches(0), switches(2));
     assert!(sc[2]["bpf_cpu_pct_median"].as_f64().unwrap() > 0.0, "{}", sc[2]);
 }
