@@ -5,7 +5,7 @@ CONFIG ?= deploy/joule.toml
 JOULE := target/release/joule
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build run test test-unit test-root test-vm vm-deps restore clean
+.PHONY: all deps build run test test-unit test-root test-vm vm-deps restore image clean
 
 all: build
 
@@ -50,6 +50,12 @@ test-vm: build vm-deps
 
 restore: build
 	$(JOULE) restore
+
+# The DaemonSet's image, localhost/joule:<crate version>, built offline from the release binary
+# (deploy/Containerfile, FROM scratch) with buildah, which it installs if missing; also writes
+# the OCI archive target/joule-image.tar. Not part of `make test`.
+image: build
+	@bash scripts/image.sh
 
 clean:
 	$(CARGO) clean

@@ -9,6 +9,7 @@ pub mod hist;
 mod pod;
 mod probe;
 pub mod runqlat;
+pub mod stats;
 mod storage;
 mod task_wait;
 pub mod thermal;

@@ -120,3 +120,38 @@ fn qos_plan_refuses_runtime_above_period_naming_the_values_and_exits_2() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("REFUSED") && text.contains("2000") && text.contains("1000"), "{text}");
 }
+
+#[test]
+fn bench_overhead_refuses_out_of_range_arguments_with_exit_2() {
+    let out = joule(&["bench", "overhead", "--runs", "0", "--wakers", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--runs") && err.contains("--wakers"), "{err}");
+}
+
+/// A short real run without eBPF (no root needed): the thread counts appear as given, the
+/// eBPF cost is absent rather than zero, and the waking load's rate is measured.
+#[test]
+fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("o.json");
+    let out = joule(&[
+        "bench", "overhead", "--no-bpf", "--runs", "1", "--seconds", "0.5", "--warmup-s", "0.3", "--threads", "7", "--wakers", "2",
+        "--json", json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("eBPF off (--no-bpf)") && stdout.contains("+7 sleeping threads"), "{stdout}");
+    assert!(!stdout.contains("1000 sleeping"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!((v["bpf"].clone(), v["threads"].clone(), v["wakers"].clone()), (false.into(), 7.into(), 2.into()));
+    let sc = v["scenarios"].as_array().unwrap();
+    assert_eq!(sc.len(), 3);
+    for s in sc {
+        assert!(s["bpf_cpu_pct_median"].is_null() && s["bpf_programs"].is_null(), "{s}");
+        assert!(s["agent_cpu_pct_median"].as_f64().unwrap() > 0.0, "{s}");
+    }
+    assert_eq!(sc[1]["load_wakeups_per_s_median"], 0.0, "sleeping threads woke: {}", sc[1]);
+    // 2 threads sleeping 1 ms each: ~1,800/s on an idle machine; far fewer only if starved.
+    assert!(sc[2]["load_wakeups_per_s_median"].as_f64().unwrap() > 200.0, "{}", sc[2]);
+}

@@ -8,8 +8,9 @@ pub mod rt_share;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
-    /// Agent CPU cost at 10 Hz with 1,000 extra sleeping threads vs an idle machine (target <1%
-    /// of one CPU), plus the in-kernel cost of its eBPF programs.
+    /// Agent CPU cost at 10 Hz on an idle machine (the baseline), with many extra sleeping
+    /// threads (target <1% of one CPU) and with threads that wake thousands of times a second,
+    /// plus the in-kernel cost of its eBPF programs per program.
     Overhead(overhead::OverheadArgs),
     /// The seed's cgroup RT-bandwidth study (Tables 1 and 2) on this machine: expected vs
     /// achieved CPU share per group for each configuration, joule's admission verdict, and the

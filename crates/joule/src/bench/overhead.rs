@@ -1,36 +1,54 @@
 //! `joule bench overhead`: how much CPU the agent costs. For each run it starts a real agent
-//! (10 Hz, eBPF on when root) twice — on the machine as it is (the baseline) and with 1,000
-//! extra sleeping threads, which every per-task source must walk — and measures the agent's CPU
-//! time per second of wall time from the kernel's per-thread accounting
+//! (eBPF on when root, unless `--no-bpf`) three times — on the machine as it is (the baseline),
+//! with `--threads` extra threads that sleep throughout (every per-task source must walk them)
+//! and with `--wakers` threads that wake every `--wake-period-us` (thousands of context
+//! switches a second, which the eBPF sched_switch path must handle) — and measures the agent's
+//! CPU time per second of wall time from the kernel's per-thread accounting
 //! (/proc/PID/task/*/schedstat, ns). The in-kernel cost of the eBPF programs is charged to
 //! whatever task was running when they fired, not to the agent, so it is measured separately
-//! with the kernel's BPF run-time statistics (BPF_ENABLE_STATS: on only while the fd is open).
+//! per program with the kernel's BPF run-time statistics (BPF_ENABLE_STATS: on only while the
+//! bench holds the fd). The wake-up rate the load achieved is measured, not assumed.
+
+mod load;
+mod summary;
 
 use super::report;
+use crate::UsageError;
 use anyhow::Context;
-use std::os::fd::{FromRawFd, OwnedFd};
+use load::{Behaviour, LoadThreads};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use summary::{BpfMode, ProgRate, Sample, Summary};
 
 #[derive(clap::Args)]
 pub struct OverheadArgs {
-    /// Measured seconds per scenario and run (after a warm-up).
+    /// Measured seconds per scenario and run (after a warm-up). Each run has three scenarios.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     /// Warm-up seconds before measuring (BPF load, first samples).
     #[arg(long, default_value_t = 2.0)]
     pub warmup_s: f64,
-    /// Repetitions of the whole pair; medians are reported.
+    /// Repetitions of the three scenarios; medians are reported.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Extra sleeping threads in the loaded scenario.
+    /// Extra threads in the sleeping scenario: they exist throughout and never wake, which
+    /// costs a source that walks every task, not one that follows scheduling events.
     #[arg(long, default_value_t = 1000)]
     pub threads: usize,
+    /// Threads in the waking scenario. Each sleeps --wake-period-us in a loop, so the machine
+    /// sees about wakers × 1 s / period wake-ups (and twice as many context switches) a second
+    /// while using little CPU itself; the rate achieved is measured and reported.
+    #[arg(long, default_value_t = 8)]
+    pub wakers: usize,
+    /// Sleep of each waking thread per loop, µs (the kernel adds its timer slack, ~50 µs).
+    #[arg(long, default_value_t = 1000)]
+    pub wake_period_us: u64,
     /// Agent period (100 ms = 10 Hz).
     #[arg(long, default_value_t = 100)]
     pub period_ms: u64,
-    /// Run the agent without eBPF.
+    /// Run the agent without eBPF (what a machine without root or bpffs gets); the in-kernel
+    /// cost is then reported as absent.
     #[arg(long)]
     pub no_bpf: bool,
     /// Write the results as JSON here.
@@ -41,9 +59,30 @@ pub struct OverheadArgs {
     pub plot: Option<PathBuf>,
 }
 
-struct Sample {
-    agent_cpu_pct: f64,
-    bpf_cpu_pct: Option<f64>,
+/// Bounds that keep a run finite and its load meaningful; the user's to fix (exit 2).
+fn validate(a: &OverheadArgs) -> Result<(), UsageError> {
+    let problems: Vec<&str> = [
+        (a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0, "--seconds must be in (0, 3600]"),
+        (a.warmup_s.is_finite() && (0.0..=600.0).contains(&a.warmup_s), "--warmup-s must be in [0, 600]"),
+        ((1..=100).contains(&a.runs), "--runs must be 1 to 100"),
+        ((1..=20_000).contains(&a.threads), "--threads must be 1 to 20000"),
+        ((1..=256).contains(&a.wakers), "--wakers must be 1 to 256"),
+        ((100..=1_000_000).contains(&a.wake_period_us), "--wake-period-us must be 100 to 1000000"),
+    ]
+    .into_iter()
+    .filter_map(|(ok, msg)| (!ok).then_some(msg))
+    .collect();
+    if problems.is_empty() { Ok(()) } else { Err(UsageError(problems.join("; "))) }
+}
+
+fn bpf_mode(a: &OverheadArgs, root: bool) -> BpfMode {
+    if a.no_bpf {
+        BpfMode::Off("--no-bpf".into())
+    } else if !root {
+        BpfMode::Off("not root: the agent cannot load eBPF programs".into())
+    } else {
+        BpfMode::On
+    }
 }
 
 /// CPU time of every thread of `pid`, in ns (sum of the first schedstat field).
@@ -58,43 +97,33 @@ fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
     Ok(total)
 }
 
-/// Sum of run_time_ns over the BPF programs `pid` holds open (needs BPF stats enabled).
-fn bpf_run_ns(pid: u32) -> Option<u64> {
-    let mut total = None;
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
-        let link = std::fs::read_link(fd.path()).ok()?;
-        if link.to_string_lossy() != "anon_inode:bpf-prog" {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).ok()?;
-        let ns = info.lines().find_map(|l| l.strip_prefix("run_time_ns:")).and_then(|v| v.trim().parse::<u64>().ok());
-        if let Some(ns) = ns {
-            total = Some(total.unwrap_or(0) + ns);
+/// Ids of the BPF programs `pid` holds open (from /proc/PID/fdinfo).
+fn bpf_prog_ids(pid: u32) -> Vec<u32> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    let mut ids = Vec::new();
+    for fd in fds.flatten() {
+        if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf-prog") {
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).unwrap_or_default();
+            ids.extend(info.lines().find_map(|l| l.strip_prefix("prog_id:")).and_then(|v| v.trim().parse::<u32>().ok()));
         }
     }
-    total
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
-/// Turns on the kernel's BPF run-time statistics for as long as the returned fd lives.
-fn enable_bpf_stats() -> Option<OwnedFd> {
-    const BPF_ENABLE_STATS: libc::c_long = 32;
-    let mut attr = [0u8; 8]; // union bpf_attr { struct { __u32 type; } enable_stats; }, type 0 = RUN_TIME
-    // SAFETY: bpf(2) with a zeroed attr of the size we pass; returns an fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_ENABLE_STATS, attr.as_mut_ptr(), attr.len() as u32) };
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn write_config(dir: &Path, a: &OverheadArgs) -> anyhow::Result<PathBuf> {
+fn write_config(dir: &Path, a: &OverheadArgs, bpf: bool) -> anyhow::Result<PathBuf> {
     let pin = format!("/sys/fs/bpf/joule-bench-{}", std::process::id());
     let cfg = format!(
-        "[agent]\nperiod_ms = {}\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{}\"\nevent_log = \"{}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf = {}\nbpf_pin_dir = \"{pin}\"\n",
+        "[agent]\nperiod_ms = {}\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{}\"\nevent_log = \"{}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf = {bpf}\nbpf_pin_dir = \"{pin}\"\n",
         a.period_ms,
         dir.join("journal").display(),
         dir.join("events.jsonl").display(),
-        !a.no_bpf
     );
     let p = dir.join("joule.toml");
     std::fs::write(&p, cfg)?;
+    // The agent would refuse a bad config after the bench had started; refuse it here instead.
+    joule_core::config::Config::load(&p).map_err(UsageError::from_display)?;
     Ok(p)
 }
 
@@ -116,131 +145,191 @@ impl Drop for AgentProc {
     }
 }
 
-fn measure(cfg: &Path, a: &OverheadArgs) -> anyhow::Result<Sample> {
-    let exe = std::env::current_exe()?;
-    let child = Command::new(exe)
+/// Everything read at one instant of a measurement.
+struct Reading {
+    at: Instant,
+    agent_ns: u64,
+    progs: Vec<joule_bpf::stats::ProgRunStats>,
+    load: Option<load::Switches>,
+    machine_ctxt: Option<u64>,
+}
+
+fn read(pid: u32, prog_ids: &[u32], load: Option<&LoadThreads>) -> anyhow::Result<Reading> {
+    Ok(Reading {
+        agent_ns: cpu_ns(pid)?,
+        progs: if prog_ids.is_empty() { Vec::new() } else { joule_bpf::stats::prog_run_stats(prog_ids) },
+        load: load.map(LoadThreads::switches),
+        machine_ctxt: load::machine_ctxt(),
+        at: Instant::now(),
+    })
+}
+
+fn sample(r0: &Reading, r1: &Reading, bpf: bool) -> Sample {
+    let wall = r1.at.duration_since(r0.at).as_secs_f64();
+    let per_s = |x: u64, y: u64| y.saturating_sub(x) as f64 / wall;
+    let progs = r1.progs.iter().filter_map(|p1| {
+        let p0 = r0.progs.iter().find(|p| p.id == p1.id)?;
+        let (ns, cnt) = (p1.run_time_ns.saturating_sub(p0.run_time_ns), p1.run_cnt.saturating_sub(p0.run_cnt));
+        Some(ProgRate { name: p1.name.clone(), cpu_pct: ns as f64 / 1e9 / wall * 100.0, runs_per_s: cnt as f64 / wall, ns_per_run: (cnt > 0).then(|| ns as f64 / cnt as f64) })
+    });
+    Sample {
+        agent_cpu_pct: per_s(r0.agent_ns, r1.agent_ns) / 1e9 * 100.0,
+        bpf: bpf.then(|| progs.collect()),
+        load_wakeups_per_s: r0.load.zip(r1.load).map(|(a, b)| per_s(a.voluntary, b.voluntary)),
+        load_preemptions_per_s: r0.load.zip(r1.load).map(|(a, b)| per_s(a.nonvoluntary, b.nonvoluntary)),
+        machine_ctxt_per_s: r0.machine_ctxt.zip(r1.machine_ctxt).map(|(a, b)| per_s(a, b)),
+    }
+}
+
+fn measure(cfg: &Path, a: &OverheadArgs, bpf: bool, load: Option<&LoadThreads>) -> anyhow::Result<Sample> {
+    let log_path = cfg.with_file_name("agent.log");
+    let child = Command::new(std::env::current_exe()?)
         .args(["agent", "--config"])
         .arg(cfg)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
         .spawn()
         .context("while starting the agent")?;
     let agent = AgentProc(child);
     let pid = agent.0.id();
     std::thread::sleep(Duration::from_secs_f64(a.warmup_s));
-    let (c0, b0, t0) = (cpu_ns(pid)?, bpf_run_ns(pid), Instant::now());
+    let prog_ids = if bpf { bpf_prog_ids(pid) } else { Vec::new() };
+    if bpf && prog_ids.is_empty() {
+        drop(agent);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        anyhow::bail!(
+            "the agent holds no eBPF program after {} s of warm-up (bpffs at /sys/fs/bpf? kernel BTF?); measure without eBPF with --no-bpf. Agent log:\n{}",
+            a.warmup_s,
+            log.trim_end()
+        );
+    }
+    let r0 = read(pid, &prog_ids, load)?;
     std::thread::sleep(Duration::from_secs_f64(a.seconds));
-    let (c1, b1, wall) = (cpu_ns(pid)?, bpf_run_ns(pid), t0.elapsed().as_secs_f64());
+    let r1 = read(pid, &prog_ids, load)?;
     drop(agent);
-    Ok(Sample {
-        agent_cpu_pct: (c1 - c0) as f64 / 1e9 / wall * 100.0,
-        bpf_cpu_pct: b0.zip(b1).map(|(x, y)| y.saturating_sub(x) as f64 / 1e9 / wall * 100.0),
+    Ok(sample(&r0, &r1, bpf))
+}
+
+/// Starts the load of scenario `key`, bounded: the waking threads stop by themselves after
+/// the scenario's time even if the bench were stuck.
+fn start_load(key: &str, a: &OverheadArgs) -> anyhow::Result<Option<LoadThreads>> {
+    Ok(match key {
+        "sleeping" => Some(LoadThreads::start(a.threads, Behaviour::Sleep)?),
+        "waking" => {
+            let deadline = Instant::now() + Duration::from_secs_f64(a.warmup_s + a.seconds + 30.0);
+            Some(LoadThreads::start(a.wakers, Behaviour::Wake { period: Duration::from_micros(a.wake_period_us), deadline })?)
+        }
+        _ => None,
     })
 }
 
-/// 1,000 threads that sleep until told to stop.
-struct Sleepers {
-    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-    handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Sleepers {
-    fn start(n: usize) -> anyhow::Result<Self> {
-        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-        let mut handles = Vec::with_capacity(n);
-        for _ in 0..n {
-            let s = stop.clone();
-            handles.push(std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
-                let (m, cv) = &*s;
-                let mut g = m.lock().unwrap();
-                while !*g {
-                    g = cv.wait(g).unwrap();
-                }
-            })?);
-        }
-        Ok(Self { stop, handles })
-    }
-}
-
-impl Drop for Sleepers {
-    fn drop(&mut self) {
-        *self.stop.0.lock().unwrap() = true;
-        self.stop.1.notify_all();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
-        }
-    }
+fn loadavg() -> Option<String> {
+    std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string())
 }
 
 pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.seconds > 0.0 && a.runs > 0, crate::UsageError("--seconds and --runs must be positive".into()));
-    let root = joule_core::testing::is_root();
-    let _stats = if root && !a.no_bpf { enable_bpf_stats() } else { None };
-    let tmp = tempfile_dir()?;
-    let cfg = write_config(tmp.path(), &a)?;
-    let scenarios = ["idle machine (baseline)", "+1000 sleeping threads"];
-    let total = (a.runs * 2) as u64;
-    let bar = indicatif::ProgressBar::new(total).with_style(
-        indicatif::ProgressStyle::with_template("{msg:32} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"),
+    validate(&a)?;
+    let bpf = bpf_mode(&a, joule_core::testing::is_root());
+    let on = bpf == BpfMode::On;
+    let _stats = if on {
+        Some(joule_bpf::stats::enable_run_stats().context("while enabling BPF run-time statistics (measure without eBPF with --no-bpf)")?)
+    } else {
+        None
+    };
+    let tmp = tempfile::Builder::new().prefix("joule-bench-").tempdir().context("while creating a temp dir")?;
+    let cfg = write_config(tmp.path(), &a, on)?;
+    let scenarios = summary::scenarios(&a);
+    let bar = indicatif::ProgressBar::new((a.runs * scenarios.len()) as u64).with_style(
+        indicatif::ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"),
     );
-    let mut results: Vec<Vec<Sample>> = vec![vec![], vec![]];
+    let loadavg_before = loadavg();
+    let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
     for _ in 0..a.runs {
-        for (i, name) in scenarios.iter().enumerate() {
-            bar.set_message(name.to_string());
-            let sleepers = if i == 1 { Some(Sleepers::start(a.threads)?) } else { None };
-            results[i].push(measure(&cfg, &a)?);
-            drop(sleepers);
+        for (i, sc) in scenarios.iter().enumerate() {
+            bar.set_message(sc.name.clone());
+            let load = start_load(sc.key, &a)?;
+            results[i].push(measure(&cfg, &a, on, load.as_ref())?);
+            drop(load);
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
 
-    let med = |i: usize, f: &dyn Fn(&Sample) -> Option<f64>| report::median(&results[i].iter().filter_map(f).collect::<Vec<_>>());
-    let agent = [med(0, &|s| Some(s.agent_cpu_pct)), med(1, &|s| Some(s.agent_cpu_pct))];
-    let bpf = [med(0, &|s| s.bpf_cpu_pct), med(1, &|s| s.bpf_cpu_pct)];
-    let fmt = |v: f64| if v.is_nan() { "n/a".to_string() } else { format!("{v:.3}") };
-    let mut rows = Vec::new();
-    for i in 0..2 {
-        let runs: Vec<String> = results[i].iter().map(|s| format!("{:.3}", s.agent_cpu_pct)).collect();
-        rows.push(vec![scenarios[i].to_string(), fmt(agent[i]), fmt(bpf[i]), runs.join(" "), format!("{:.2}", agent[i] / agent[0])]);
+    let s = Summary {
+        args: &a,
+        bpf,
+        scenarios,
+        results,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        loadavg_before,
+        loadavg_after: loadavg(),
+    };
+    println!("{}", s.header());
+    report::print_table(&Summary::COLUMNS, &s.rows());
+    if on {
+        println!();
+        report::print_table(&Summary::PROG_COLUMNS, &s.prog_rows());
     }
     println!(
-        "joule bench overhead: agent at {} ms period, {} run(s) × {:.0} s, bpf {}",
-        a.period_ms,
-        a.runs,
-        a.seconds,
-        if a.no_bpf { "off" } else { "on" }
+        "target (< {}% of one CPU with {} sleeping threads): {}",
+        summary::TARGET_PCT,
+        a.threads,
+        if s.target_met() { "met" } else { "NOT met" }
     );
-    report::print_table(&["scenario", "agent CPU % of one CPU (median)", "eBPF in-kernel %", "runs", "ratio vs baseline"], &rows);
-    let target_met = agent[1] < 1.0;
-    println!("target (< 1% of one CPU with {} sleeping threads): {}", a.threads, if target_met { "met" } else { "NOT met" });
-
-    let json = serde_json::json!({
-        "bench": "overhead",
-        "period_ms": a.period_ms, "seconds": a.seconds, "runs": a.runs, "threads": a.threads, "bpf": !a.no_bpf,
-        "source": "kernel accounting (/proc/PID/task/*/schedstat) and BPF run-time stats",
-        "scenarios": (0..2).map(|i| serde_json::json!({
-            "name": scenarios[i],
-            "agent_cpu_pct_median": agent[i],
-            "bpf_cpu_pct_median": if bpf[i].is_nan() { serde_json::Value::Null } else { bpf[i].into() },
-            "agent_cpu_pct_runs": results[i].iter().map(|s| s.agent_cpu_pct).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "ratio_loaded_vs_baseline": agent[1] / agent[0],
-        "target_pct": 1.0,
-        "target_met": target_met,
-    });
+    println!("load average before / after: {} / {}", s.loadavg_before.as_deref().unwrap_or("?"), s.loadavg_after.as_deref().unwrap_or("?"));
     if let Some(p) = &a.json {
-        report::write_json(p, &json)?;
+        report::write_json(p, &s.json())?;
     }
     if let Some(p) = &a.plot {
-        let groups: Vec<(String, Vec<f64>)> =
-            (0..2).map(|i| (["baseline", "+1000 threads"][i].to_string(), results[i].iter().map(|s| s.agent_cpu_pct).collect())).collect();
-        report::bar_plot(p, "joule agent CPU cost at 10 Hz", "% of one CPU", &groups)?;
+        report::bar_plot(p, &s.plot_title(), "% of one CPU", &s.plot_groups())?;
     }
     Ok(())
 }
 
-fn tempfile_dir() -> anyhow::Result<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("joule-bench-").tempdir().context("while creating a temp dir")
+/// `OverheadArgs` as clap parses `joule bench overhead <extra>`, for the unit tests.
+#[cfg(test)]
+fn parse_args(extra: &[&str]) -> OverheadArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: OverheadArgs,
+    }
+    <Cli as clap::Parser>::parse_from(std::iter::once("overhead").chain(extra.iter().copied())).a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parse_args as args;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(validate(&args(&[])).is_ok());
+    }
+
+    #[test]
+    fn out_of_bounds_arguments_are_usage_errors_naming_each_flag() {
+        let e = validate(&args(&["--runs", "0", "--seconds", "0", "--threads", "0", "--wakers", "0", "--wake-period-us", "10"])).unwrap_err();
+        for flag in ["--runs", "--seconds", "--threads", "--wakers", "--wake-period-us"] {
+            assert!(e.0.contains(flag), "{flag} missing in: {e}");
+        }
+        assert!(validate(&args(&["--seconds", "NaN"])).is_err());
+        assert!(validate(&args(&["--warmup-s=-1"])).is_err());
+    }
+
+    #[test]
+    fn ebpf_is_off_when_asked_or_without_root() {
+        assert_eq!(bpf_mode(&args(&["--no-bpf"]), true), BpfMode::Off("--no-bpf".into()));
+        assert!(matches!(bpf_mode(&args(&[]), false), BpfMode::Off(why) if why.contains("root")));
+        assert_eq!(bpf_mode(&args(&[]), true), BpfMode::On);
+    }
+
+    #[test]
+    fn a_period_the_agent_would_refuse_is_refused_before_any_run() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(write_config(dir.path(), &args(&[]), true).is_ok());
+        let e = write_config(dir.path(), &args(&["--period-ms", "1"]), true).unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+    }
 }

@@ -44,7 +44,8 @@ pub fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> 
 pub fn bar_plot(path: &Path, title: &str, y_label: &str, groups: &[(String, Vec<f64>)]) -> anyhow::Result<()> {
     use plotters::prelude::*;
     let ymax = groups.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9) * 1.25;
-    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    let width = (130 * groups.len() as u32).max(720); // room for each group's label
+    let root = SVGBackend::new(path, (width, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let n = groups.len();
     let mut chart = ChartBuilder::on(&root)
@@ -58,8 +59,12 @@ pub fn bar_plot(path: &Path, title: &str, y_label: &str, groups: &[(String, Vec<
         .configure_mesh()
         .disable_x_mesh()
         .y_desc(y_label)
-        .x_labels(n)
-        .x_label_formatter(&|x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+        // Ticks every 0.5 (2n+1 asked for); a name under each bar's centre (i + 0.5) only.
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&|x| {
+            let centred = (x - x.floor() - 0.5).abs() < 1e-6;
+            if centred { names.get(x.floor() as usize).cloned().unwrap_or_default() } else { String::new() }
+        })
         .draw()?;
     for (i, (_, vals)) in groups.iter().enumerate() {
         let m = median(vals);
