@@ -419,3 +419,41 @@ fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
     let (_, _, failed) = c.rollback(jd.path(), &f);
     assert!(failed.is_empty() && f.joule_dirs().is_empty(), "{failed:?} {:?}", f.joule_dirs());
 }
+
+/// The controller as the loop's actuator, through the one lifecycle: init applies, reconcile
+/// moves a task that starts matching while the plan holds the classes (and nothing when it
+/// does not), shutdown releases everything through the journal.
+#[test]
+fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
+    use joule_core::control::{ActCx, Actuators, Plan, Want};
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
+    cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
+    let ctl = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl, cs.len()))]);
+    let mut journal = Journal::open(jd.path()).unwrap();
+    let mut events = Vec::new();
+    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
+    let mut cx = ActCx { journal: &mut journal, fx: &f, events: &mut sink };
+    acts.init_all(&mut cx).unwrap();
+    assert!(f.fx.dirs.lock().unwrap().contains_key(Path::new("/cg/cpu/joule/cgA")));
+    proc_fixture(pd.path(), 600, "thirdparty");
+    std::thread::sleep(opts(pd.path()).reconcile_interval); // reconcile is rate-limited
+    acts.reconcile_all(&Plan::default(), &mut cx);
+    assert_eq!(acts.status()[0].state["holding"], false);
+    assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
+    let mut plan = Plan::default();
+    plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["cgA".into()] }, "configured");
+    std::thread::sleep(opts(pd.path()).reconcile_interval); // reconcile is rate-limited
+    acts.reconcile_all(&plan, &mut cx);
+    let st = &acts.status()[0];
+    assert!(st.ok, "{:?}", st.last_error);
+    assert_eq!((st.state["holding"].clone(), st.state["moved_total"].clone()), (true.into(), 1.into()));
+    assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some("600"));
+    assert!(acts.shutdown_all(&mut cx).is_empty());
+    assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
+    assert_eq!(events, ["qos_applied", "actuator_started", "qos_reconciled"]);
+}

@@ -5,7 +5,9 @@
 //! [`Plan`] → [`QosController::apply`] (cgroup v1 or v2 writes through `Effects`, every change
 //! recorded in the undo journal first, rolled back as a whole on failure) → `reconcile` keeps
 //! newly matching tasks in place → `status` reports achieved shares → `release` undoes it.
+//! In the agent, [`ClassActuator`] runs that flow as one actuator of the control loop.
 
+pub mod actuator;
 pub mod admission;
 pub mod backend;
 pub mod controller;
@@ -13,6 +15,7 @@ pub mod cpulist;
 pub mod matching;
 pub mod seed;
 
+pub use actuator::ClassActuator;
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassStatus, QosController, QosOpts, ReconcileReport};

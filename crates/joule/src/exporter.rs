@@ -1,15 +1,21 @@
-//! Serves the latest snapshot: `/metrics` in the format the scraper asks for (exposition.rs,
-//! both rendered from the table in metrics.rs) and the raw snapshot at `/snapshot.json`. The
+//! Serves what the agent published last: `/metrics` in the format the scraper asks for
+//! (exposition.rs, both rendered from the table in metrics.rs), the snapshot at
+//! `/snapshot.json`, and the plan with the actuators' state at `/plan.json`. The
 //! agent publishes; scrapes never block the control loop for longer than building the table.
 
 use crate::exposition::{self, Format};
 use crate::metrics::{self, AgentStats};
+use joule_core::control::{ActuatorStatus, Plan};
 use joule_core::Snapshot;
 use std::sync::{Arc, RwLock};
 
+/// What the agent publishes each period: what it read, what it decided, what its actuators
+/// did, and its own counters.
 #[derive(Debug, Default)]
 pub struct Published {
     pub snapshot: Snapshot,
+    pub plan: Plan,
+    pub actuators: Vec<ActuatorStatus>,
     pub agent: AgentStats,
 }
 
@@ -19,7 +25,9 @@ pub type Shared = Arc<RwLock<Published>>;
 pub fn render(shared: &Shared, format: Format) -> String {
     let families = {
         let p = shared.read().unwrap_or_else(|e| e.into_inner());
-        metrics::families(&p.snapshot, &p.agent)
+        let mut f = metrics::families(&p.snapshot, &p.agent);
+        f.extend(metrics::control_families(&p.plan, &p.actuators));
+        f
     };
     exposition::render(format, families)
 }
@@ -45,7 +53,12 @@ pub fn serve(addr: &str, shared: Shared) -> anyhow::Result<std::net::SocketAddr>
                     let p = shared.read().unwrap_or_else(|e| e.into_inner());
                     (serde_json::to_string(&p.snapshot).unwrap_or_default(), "application/json", 200)
                 }
-                "/" => ("joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json\n".to_string(), "text/plain", 200),
+                "/plan.json" => {
+                    let p = shared.read().unwrap_or_else(|e| e.into_inner());
+                    let body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
+                    (body.to_string(), "application/json", 200)
+                }
+                "/" => ("joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n".to_string(), "text/plain", 200),
                 _ => ("not found\n".to_string(), "text/plain", 404),
             };
             let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header is valid");

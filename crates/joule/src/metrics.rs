@@ -2,6 +2,7 @@
 //! it from a Snapshot. Both text formats of `/metrics` (exposition.rs) render this one table;
 //! tests check that each name carries a unit and every measured value a `source` label.
 
+use joule_core::control::{ActuatorStatus, Plan};
 use joule_core::snapshot::LatencyBuckets;
 use joule_core::{Origin, Snapshot};
 
@@ -173,6 +174,31 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     out
 }
 
+/// The decisions of the last plan and the state of each actuator. Labels stay bounded: one
+/// series per (policy, actuator, kind) and per actuator.
+pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family> {
+    let mut per: std::collections::BTreeMap<(String, String, String), f64> = Default::default();
+    for d in &plan.decisions {
+        let kind = serde_json::to_value(&d.want).ok().and_then(|v| v["kind"].as_str().map(str::to_string)).unwrap_or_default();
+        *per.entry((d.policy.clone(), d.actuator.clone().unwrap_or_default(), kind)).or_default() += 1.0;
+    }
+    let num = |v: f64| Value::Number(v);
+    vec![
+        Family {
+            def: def!("joule_plan_decisions", Gauge, "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
+            samples: per.into_iter().map(|((p, a, k), n)| (l(&[("policy", &p), ("actuator", &a), ("kind", &k)]), num(n))).collect(),
+        },
+        Family {
+            def: def!("joule_actuator_up", Gauge, "1 when the actuator's last start or reconcile succeeded."),
+            samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(f64::from(u8::from(a.ok))))).collect(),
+        },
+        Family {
+            def: def!("joule_actuator_errors", Counter, "Reconciles of the actuator that failed (each retried the next period)."),
+            samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(a.errors_total as f64))).collect(),
+        },
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +233,7 @@ mod tests {
         s.frequency = vec![CpuFreq { cpu: 0, cur_khz: 2_000_000, min_khz: 0, max_khz: 0, source: Origin::Kernel }];
         let since_load = LatencyBuckets { le_ns: vec![1024, 2048], counts: vec![1, 3], count: 4, estimated_sum_ns: 9000.0 };
         s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
+        s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor };
         s
     }
 
@@ -218,6 +245,25 @@ mod tests {
             assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);
             assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);
             assert!(!f.def.help.is_empty());
+        }
+    }
+
+    #[test]
+    fn control_families_count_decisions_per_policy_and_report_each_actuator() {
+        use joule_core::control::Want;
+        let mut plan = Plan::default();
+        plan.push("thermal", None, Want::ThermalStage { stage: 1, actions: vec![] }, "r");
+        plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["a".into()] }, "r");
+        let acts = [ActuatorStatus { name: "qos".into(), ok: false, errors_total: 3, ..Default::default() }];
+        let fams = control_families(&plan, &acts);
+        let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap();
+        let d = &get("joule_plan_decisions").samples;
+        assert_eq!(d.len(), 2);
+        assert!(d.iter().any(|(l, v)| l.contains(&("kind".into(), "thermal_stage".into())) && l.contains(&("actuator".into(), String::new())) && *v == Value::Number(1.0)));
+        assert_eq!(get("joule_actuator_up").samples[0].1, Value::Number(0.0));
+        assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
+        for f in &fams {
+            assert!(f.def.name.starts_with("joule_") && !f.def.name.ends_with("_total"), "{}", f.def.name);
         }
     }
 

@@ -6,6 +6,6 @@ mod classes;
 mod stage_rule;
 mod thermal;
 
-pub use classes::ClassPolicy;
+pub use classes::{ClassPolicy, QOS_ACTUATOR};
 pub use stage_rule::thermal_stage;
 pub use thermal::ThermalPolicy;

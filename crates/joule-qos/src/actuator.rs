@@ -1,0 +1,72 @@
+//! The class guarantees as the control loop's first actuator: `init` applies every class
+//! (admission control already ran when it was built, so a refused config never starts),
+//! `reconcile` keeps the classes in place while the plan asks to hold them (new matching tasks
+//! moved in, deleted cgroups recreated), `shutdown` releases them through the journal.
+
+use crate::{QosController, QosError, QosOpts};
+use joule_core::config::ClassConfig;
+use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
+use joule_core::policy::QOS_ACTUATOR;
+use std::path::{Path, PathBuf};
+
+pub struct ClassActuator {
+    ctl: QosController,
+    classes: usize,
+    moved_total: u64,
+    recreated_total: u64,
+}
+
+impl ClassActuator {
+    /// Runs admission control on `classes` (nothing is written yet): a refusal is the user's
+    /// to fix, with the arithmetic in the error.
+    pub fn new(classes: &[ClassConfig], opts: QosOpts) -> Result<ClassActuator, QosError> {
+        Ok(Self::with_controller(QosController::new(classes, opts)?, classes.len()))
+    }
+
+    pub fn with_controller(ctl: QosController, classes: usize) -> ClassActuator {
+        ClassActuator { ctl, classes, moved_total: 0, recreated_total: 0 }
+    }
+}
+
+fn journal_dir(cx: &ActCx<'_>) -> PathBuf {
+    cx.journal.path().parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+impl Actuator for ClassActuator {
+    fn name(&self) -> &'static str {
+        QOS_ACTUATOR
+    }
+
+    fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let report = self.ctl.apply(cx.journal, cx.fx)?;
+        tracing::info!("classes applied: {} cgroup(s) created, {} task(s) moved", report.created.len(), report.moved.len());
+        (cx.events)("qos_applied", serde_json::to_value(&report).unwrap_or_default());
+        Ok(())
+    }
+
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
+        let hold = plan.for_actuator(QOS_ACTUATOR).any(|d| matches!(d.want, Want::HoldClasses { .. }));
+        if hold {
+            let r = self.ctl.reconcile(cx.journal, cx.fx)?;
+            if !r.moved.is_empty() || !r.recreated.is_empty() {
+                self.moved_total += r.moved.len() as u64;
+                self.recreated_total += r.recreated.len() as u64;
+                (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());
+            }
+        }
+        Ok(serde_json::json!({
+            "classes": self.classes,
+            "holding": hold,
+            "moved_total": self.moved_total,
+            "recreated_total": self.recreated_total,
+        }))
+    }
+
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let r = self.ctl.release(&journal_dir(cx), cx.fx)?;
+        if !r.failed.is_empty() {
+            return Err(format!("could not undo {} class change(s): {:?}", r.failed.len(), r.failed).into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+//! The agent's JSON-lines event log: one object per line with `ts_ms` and `event`.
+
+use anyhow::Context;
+use joule_core::journal;
+use std::io::Write;
+use std::path::Path;
+
+pub struct Events(Box<dyn Write + Send>);
+
+impl Events {
+    /// Appends to `path` (created with its directory), or writes to stdout for `-`.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        if path.as_os_str() == "-" {
+            return Ok(Events(Box::new(std::io::stdout())));
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("while creating {}", dir.display()))?;
+        }
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("while opening event log {}", path.display()))?;
+        Ok(Events(Box::new(f)))
+    }
+
+    pub fn emit(&mut self, event: &str, fields: serde_json::Value) {
+        let mut obj = serde_json::json!({ "ts_ms": journal::now_ms(), "event": event });
+        if let (Some(o), serde_json::Value::Object(f)) = (obj.as_object_mut(), fields) {
+            o.extend(f);
+        }
+        let _ = writeln!(self.0, "{obj}");
+        let _ = self.0.flush();
+    }
+}

@@ -1,0 +1,193 @@
+//! `joule agent`: the node agent, one control loop. Each period:
+//!
+//! ```text
+//! sense   (Snapshotter: telemetry sources + eBPF)  -> Snapshot (readings only, immutable)
+//! decide  (policies(), pure)                       -> Plan (what to hold, and why)
+//! act     (actuators(), journal first)             -> the machine holds the plan
+//! publish (exporter)                               <- Snapshot + Plan + actuator state
+//! ```
+//!
+//! A mechanism is a module that implements `Actuator` (and `Policy`, and a telemetry `Source`
+//! if it senses) plus one line in `policies()` / `actuators()` below. Start-up first replays
+//! any journal a crashed agent left; the actuators start in order (the first failure stops
+//! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
+
+mod events;
+mod status;
+
+use crate::exporter::{self, Published, Shared};
+use crate::metrics::AgentStats;
+use crate::snapshotter::{Bpf, BpfOff, Snapshotter};
+use crate::ConfigArg;
+use anyhow::Context;
+use events::Events;
+use joule_core::config::Config;
+use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
+use joule_core::effects::RealEffects;
+use joule_core::journal::{self, Journal};
+use joule_core::policy::{ClassPolicy, ThermalPolicy};
+use joule_qos::{ClassActuator, QosOpts};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Listen for metrics here instead of the config's `agent.metrics_addr` (port 0 = any free
+    /// port; the bound address is logged).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<String>,
+    /// Stop by itself after this many seconds (benchmarks, tests). Default: until SIGINT/SIGTERM.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration_s: Option<f64>,
+    /// Run without eBPF: no run-queue latency, per-task wait read from /proc (about 3% of a CPU
+    /// with 1,000 threads instead of 0.4%), thermal stage computed in user space and not pinned
+    /// for a scheduler. Same as `telemetry.bpf = false`. Without it, an agent that cannot load
+    /// its eBPF programs stops with the reason instead of running without them.
+    #[arg(long)]
+    pub no_bpf: bool,
+}
+
+pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let mut cfg = a.config.load()?;
+    if let Some(addr) = a.metrics_addr {
+        cfg.agent.metrics_addr = addr;
+    }
+    let root = joule_core::testing::is_root();
+    let jdir = cfg.agent.journal_dir.clone();
+    let _lock = match journal::lock_agent(&jdir)? {
+        Ok(lock) => lock,
+        Err(pid) => anyhow::bail!(
+            "another joule agent (pid {}) is running with journal {}; stop it first",
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+            jdir.display()
+        ),
+    };
+    let mut events = Events::open(&cfg.agent.event_log)?;
+
+    // A previous agent that was killed may have left changes behind: undo them first.
+    let recovered = journal::restore(&jdir, &RealEffects).with_context(|| format!("while replaying the journal in {}", jdir.display()))?;
+    if recovered.undone + recovered.already_gone > 0 {
+        tracing::info!("undid {} change(s) a previous run left behind", recovered.undone);
+    }
+    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": recovered.undone, "root": root }));
+    let mut journal = Journal::open(&jdir)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("while installing signal handlers")?;
+    }
+
+    let result = run_loop(&cfg, &a.duration_s, a.no_bpf, root, &mut journal, &mut events, &stop);
+
+    // Shutdown: whatever happened above, put the machine back.
+    let undone = journal::restore(&jdir, &RealEffects);
+    match &undone {
+        Ok(r) => events.emit("stop", serde_json::json!({ "undone": r.undone, "failed": r.failed })),
+        Err(e) => events.emit("stop", serde_json::json!({ "restore_error": e.to_string() })),
+    }
+    result?;
+    let r = undone?;
+    anyhow::ensure!(r.failed.is_empty(), "could not undo {} change(s): {:?}", r.failed.len(), r.failed);
+    Ok(())
+}
+
+/// The policies, in the order they decide. One line per mechanism.
+fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
+    let mut p: Vec<Box<dyn Policy>> = vec![Box::new(ThermalPolicy::from_config(cfg))];
+    p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
+    p
+}
+
+/// The actuators, in the order they start (and the reverse of the order they stop). One line
+/// per mechanism. Building one checks its config (admission control for the classes), so a
+/// refused config stops the agent before anything is changed.
+fn actuators(cfg: &Config, root: bool) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
+    let mut a: Vec<Box<dyn Actuator>> = Vec::new();
+    if !cfg.classes.is_empty() && cfg.agent.apply_classes {
+        if root {
+            let opts = QosOpts { cgroup_root: cfg.telemetry.cgroup_root.clone(), procfs_root: cfg.telemetry.procfs_root.clone(), ..QosOpts::default() };
+            a.push(Box::new(ClassActuator::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?));
+        } else {
+            tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
+        }
+    }
+    Ok(a)
+}
+
+/// What eBPF the agent loads: on unless the user turned it off, and then it needs root.
+fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journal) -> anyhow::Result<Bpf<'j>> {
+    Ok(if no_bpf {
+        Bpf::Off(BpfOff::Flag)
+    } else if !cfg.telemetry.bpf {
+        Bpf::Off(BpfOff::Config)
+    } else if !root {
+        anyhow::bail!(crate::UsageError(
+            "the agent loads eBPF programs, which needs root: run it as root, or pass --no-bpf (or set telemetry.bpf = false) to run without them".into()
+        ));
+    } else {
+        Bpf::Pinned(journal)
+    })
+}
+
+fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &mut Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
+    let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
+    if !sense.bpf_status().enabled {
+        tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
+    }
+    let mut policies = policies(cfg);
+    let mut actuators = Actuators::new(actuators(cfg, root)?);
+    let fx = RealEffects;
+    let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
+    let mut cx = ActCx { journal, fx: &fx, events: &mut emit };
+    actuators.init_all(&mut cx).map_err(|(name, e)| anyhow::anyhow!("starting the {name} actuator: {e}"))?;
+
+    let shared: Shared = Arc::new(RwLock::new(Published::default()));
+    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone())?;
+    tracing::info!("metrics on http://{addr}/metrics");
+    (cx.events)("listening", serde_json::json!({ "metrics": format!("http://{addr}/metrics") }));
+
+    let period = Duration::from_millis(cfg.agent.period_ms);
+    let status_every = Duration::from_millis(cfg.agent.status_interval_ms);
+    let deadline = duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut stats = AgentStats::default();
+    let mut last_status = Instant::now() - status_every;
+    let mut last_stage = None;
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        let t0 = Instant::now();
+        let snap = sense.sample();
+        let plan = control::decide(&mut policies, &snap);
+        actuators.reconcile_all(&plan, &mut cx);
+
+        if last_stage != Some(snap.stage.value) {
+            let st = &snap.stage;
+            (cx.events)("stage", serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by }));
+            stats.stage_transitions_total += u64::from(last_stage.is_some());
+            last_stage = Some(st.value);
+        }
+        stats.samples_total += 1;
+        stats.cpu_seconds_total = status::cpu_seconds_self();
+        stats.last_loop_seconds = t0.elapsed().as_secs_f64();
+        if !status_every.is_zero() && last_status.elapsed() >= status_every {
+            eprintln!("{}", status::status_line(&snap, &addr));
+            last_status = Instant::now();
+        }
+        *shared.write().unwrap_or_else(|e| e.into_inner()) = Published { snapshot: snap, plan, actuators: actuators.status().to_vec(), agent: stats.clone() };
+
+        next += period;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now; // overran: do not try to catch up with a burst
+        }
+    }
+    for (name, e) in actuators.shutdown_all(&mut cx) {
+        tracing::warn!("stopping the {name} actuator: {e} (the journal replay that follows retries)");
+    }
+    drop(sense); // detaches BPF programs and removes the pins
+    Ok(())
+}
