@@ -215,7 +215,7 @@ mod tests {
     }
 
     fn table() -> Vec<Family> {
-        let def = |name, kind| MetricDef { name, help: "Help with \\ and\nnewline.", kind };
+        let def = |name, kind| MetricDef { name, help: "Help with \\ and\nnewline.", kind, title: None, json: "" };
         let h = Histogram { buckets: vec![(1.024e-6, 2), (2.048e-6, 5), (1.073741824, 7)], count: 9, sum: 0.5 };
         vec![
             Family { def: def("t_gauge_ratio", Kind::Gauge), samples: vec![(labels(&[("a", "x\"y\\z\n"), ("source", "kernel")]), Value::Number(0.25))] },

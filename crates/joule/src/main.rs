@@ -9,6 +9,7 @@ mod exposition;
 mod metrics;
 mod monitor;
 mod snapshotter;
+mod textview;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -13,12 +13,43 @@ pub enum Kind {
     Histogram,
 }
 
+/// The one description of a value joule publishes: its metric name (with the unit), what it
+/// means, its type, where `joule monitor`'s text view shows it, and where it is in the JSON.
+/// `/metrics` (both formats), the monitor's text view and the JSON all follow this table.
 #[derive(Debug, Clone, Copy)]
 pub struct MetricDef {
     /// Family name without the `_total` a counter's samples get on the wire.
     pub name: &'static str,
     pub help: &'static str,
     pub kind: Kind,
+    /// Section of the monitor's text view; None: not shown there (cumulative counters, the
+    /// agent's own bookkeeping).
+    pub title: Option<&'static str>,
+    /// JSON pointer of the value in the snapshot (`joule monitor --json`, `/snapshot.json`);
+    /// empty for what is not in the snapshot (the agent's counters, the plan).
+    pub json: &'static str,
+}
+
+/// The unit of a family, read from its name's suffix (every name ends with its unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Ratio,
+    Seconds,
+    Watts,
+    Joules,
+    Celsius,
+    Hertz,
+    Count,
+}
+
+impl MetricDef {
+    pub fn unit(&self) -> Unit {
+        let n = self.name;
+        [("_ratio", Unit::Ratio), ("_seconds", Unit::Seconds), ("_watts", Unit::Watts), ("_joules", Unit::Joules), ("_celsius", Unit::Celsius), ("_hertz", Unit::Hertz)]
+            .into_iter()
+            .find_map(|(suffix, u)| n.ends_with(suffix).then_some(u))
+            .unwrap_or(Unit::Count)
+    }
 }
 
 pub type Labels = Vec<(String, String)>;
@@ -74,8 +105,8 @@ fn src(o: Origin) -> (&'static str, &'static str) {
 }
 
 macro_rules! def {
-    ($name:literal, $kind:ident, $help:literal) => {
-        MetricDef { name: $name, help: $help, kind: Kind::$kind }
+    ($name:literal, $kind:ident, $title:expr, $json:literal, $help:literal) => {
+        MetricDef { name: $name, help: $help, kind: Kind::$kind, title: $title, json: $json }
     };
 }
 
@@ -86,7 +117,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
 
     let cpu_src = src(s.cpu.source);
     push(
-        def!("joule_cpu_utilization_ratio", Gauge, "Busy fraction of each CPU over the last sampling interval (from /proc/stat)."),
+        def!("joule_cpu_utilization_ratio", Gauge, Some("CPU"), "/cpu/utilization", "Busy fraction of each CPU over the last sampling interval (from /proc/stat)."),
         num(s.cpu.utilization.iter().enumerate().map(|(i, u)| (l(&[("cpu", &i.to_string()), cpu_src]), *u)).collect()),
     );
     if let Some(psi) = &s.psi {
@@ -95,11 +126,11 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
             lines.iter().filter_map(|(r, p)| p.as_ref().map(|p| (l(&[("resource", r), src(psi.source)]), f(p)))).collect()
         };
         push(
-            def!("joule_psi_some_avg10_ratio", Gauge, "Share of the last 10 s in which some task stalled on the resource (PSI)."),
+            def!("joule_psi_some_avg10_ratio", Gauge, Some("PSI"), "/psi", "Share of the last 10 s in which some task stalled on the resource (PSI)."),
             num(per_resource(|p| p.some_avg10 / 100.0)),
         );
         push(
-            def!("joule_psi_some_stall_seconds", Counter, "Time some task stalled on the resource since boot (PSI)."),
+            def!("joule_psi_some_stall_seconds", Counter, None, "/psi", "Time some task stalled on the resource since boot (PSI)."),
             num(per_resource(|p| p.some_total_us as f64 / 1e6)),
         );
     }
@@ -107,71 +138,86 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         s.cgroups.iter().map(|c| (l(&[("cgroup", &c.path), ("hierarchy", &c.hierarchy), src(c.source)]), f(c) as f64 / 1e6)).collect()
     };
     push(
-        def!("joule_cgroup_cpu_usage_seconds", Counter, "CPU time used by the cgroup (cpuacct.usage or cpu.stat usage_usec)."),
+        def!("joule_cgroup_cpu_usage_seconds", Counter, None, "/cgroups", "CPU time used by the cgroup (cpuacct.usage or cpu.stat usage_usec)."),
         num(per_cgroup(|c| c.usage_us)),
     );
     push(
-        def!("joule_cgroup_cpu_throttled_seconds", Counter, "Time the cgroup was throttled by CPU bandwidth control."),
+        def!("joule_cgroup_cpu_throttled_seconds", Counter, None, "/cgroups", "Time the cgroup was throttled by CPU bandwidth control."),
         num(per_cgroup(|c| c.throttled_us)),
     );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
-        def!("joule_task_cpu_wait_ratio", Gauge, "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."),
+        def!("joule_task_cpu_wait_ratio", Gauge, Some("WAIT"), "/task_wait", "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."),
         num(s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), src(t.source)]), t.wait_us as f64 / iv)).collect()),
     );
     push(
-        def!("joule_power_watts", Gauge, "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."),
+        def!("joule_power_watts", Gauge, Some("POWER"), "/power/watts", "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."),
         num(vec![(l(&[src(s.power.source)]), s.power.watts)]),
     );
     push(
-        def!("joule_power_domain_watts", Gauge, "Power of one measured domain (RAPL zone, hwmon channel)."),
+        def!("joule_power_domain_watts", Gauge, Some("POWER"), "/power/domains", "Power of one measured domain (RAPL zone, hwmon channel)."),
         num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.watts)).collect()),
     );
     push(
-        def!("joule_energy_joules", Counter, "Energy of one power domain since joule started reading it (wrap-around handled); source=model domains are estimates."),
+        def!("joule_energy_joules", Counter, Some("ENERGY"), "/power/domains", "Energy of one power domain since joule started reading it (wrap-around handled); source=model domains are estimates."),
         num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.energy_joules_total)).collect()),
     );
     push(
-        def!("joule_thermal_zone_temperature_celsius", Gauge, "Temperature of a thermal zone or hwmon sensor."),
+        def!("joule_thermal_zone_temperature_celsius", Gauge, Some("THERMAL"), "/thermal/zones", "Temperature of a thermal zone or hwmon sensor."),
         num(s.thermal.zones.iter().map(|z| (l(&[("zone", &z.name), ("type", &z.kind), src(z.source)]), z.temp_celsius)).collect()),
     );
     push(
-        def!("joule_model_temperature_celsius", Gauge, "Temperature estimated by the RC thermal model (an estimate, never a measurement)."),
+        def!("joule_model_temperature_celsius", Gauge, Some("THERMAL"), "/thermal/model", "Temperature estimated by the RC thermal model (an estimate, never a measurement)."),
         num(s.thermal.model.iter().map(|m| (l(&[src(m.source)]), m.temp_celsius)).collect()),
     );
     let st = &s.stage;
     push(
-        def!("joule_thermal_stage", Gauge, "Thermal stage (0 = cool); computed_by=ebpf when the in-kernel program computed it, temp_source is the origin of the temperature it was computed from."),
+        def!("joule_thermal_stage", Gauge, Some("STAGE"), "/stage/value", "Thermal stage (0 = cool); computed_by=ebpf when the in-kernel program computed it, temp_source is the origin of the temperature it was computed from."),
         num(vec![(l(&[("computed_by", st.computed_by.as_str()), ("temp_source", st.temp_source.as_str())]), st.value as f64)]),
     );
     push(
-        def!("joule_thermal_stage_temperature_celsius", Gauge, "The temperature the current thermal stage was computed from."),
+        def!("joule_thermal_stage_temperature_celsius", Gauge, Some("STAGE"), "/stage/temp_celsius", "The temperature the current thermal stage was computed from."),
         num(vec![(l(&[src(st.temp_source)]), st.temp_celsius)]),
     );
     push(
-        def!("joule_cpu_frequency_hertz", Gauge, "Current CPU frequency as the kernel reports it (cpufreq scaling_cur_freq)."),
+        def!("joule_cpu_frequency_hertz", Gauge, Some("FREQ"), "/frequency", "Current CPU frequency as the kernel reports it (cpufreq scaling_cur_freq)."),
         num(s.frequency.iter().map(|f| (l(&[("cpu", &f.cpu.to_string()), src(f.source)]), f.cur_khz as f64 * 1e3)).collect()),
     );
     push(
-        def!(
-            "joule_runq_latency_seconds",
-            Histogram,
+        def!("joule_runq_latency_seconds", Histogram, None, "/runq_latency",
             "Wake-up-to-run latency per cgroup since the eBPF program loaded (sched tracepoints). Buckets: powers of two of ns, 1.024 us to 1.07 s. _sum is an estimate (each wake-up at its kernel histogram slot's midpoint, within 6.25%); _count and buckets are exact."
         ),
         s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), Value::Histogram(Histogram::from_ns(&r.since_load)))).collect(),
     );
+    let waking: Vec<&joule_core::snapshot::RunqLatency> = s.runq_latency.iter().filter(|r| r.count > 0).collect();
     push(
-        def!("joule_runq_wakeups", Gauge, "Wake-ups that reached a CPU over the last interval, per cgroup."),
+        def!("joule_runq_latency_p50_seconds", Gauge, Some("RUNQ"), "/runq_latency", "Median wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only (the histogram has the cumulative view)."),
+        num(waking.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.p50_us / 1e6)).collect()),
+    );
+    push(
+        def!("joule_runq_latency_p99_seconds", Gauge, Some("RUNQ"), "/runq_latency", "99th percentile of wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only."),
+        num(waking.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.p99_us / 1e6)).collect()),
+    );
+    push(
+        def!("joule_runq_wakeups", Gauge, Some("RUNQ"), "/runq_latency", "Wake-ups that reached a CPU over the last interval, per cgroup."),
         num(s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.count as f64)).collect()),
     );
-    push(def!("joule_agent_samples", Counter, "Control-loop iterations the agent has run."), num(vec![(vec![], a.samples_total as f64)]));
-    push(def!("joule_agent_cpu_seconds", Counter, "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
-    push(def!("joule_agent_loop_duration_seconds", Gauge, "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
+    push(def!("joule_agent_samples", Counter, None, "", "Control-loop iterations the agent has run."), num(vec![(vec![], a.samples_total as f64)]));
+    push(def!("joule_agent_cpu_seconds", Counter, None, "", "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
+    push(def!("joule_agent_loop_duration_seconds", Gauge, None, "", "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
     push(
-        def!("joule_bpf_enabled", Gauge, "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
+        def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
         num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
     out
+}
+
+/// Every family joule can publish, for `joule monitor --list-metrics` and the docs.
+pub fn catalogue() -> Vec<MetricDef> {
+    let s = Snapshot { psi: Some(Default::default()), ..Default::default() };
+    let mut f = families(&s, &AgentStats::default());
+    f.extend(control_families(&Plan::default(), &[]));
+    f.into_iter().map(|f| f.def).collect()
 }
 
 /// The decisions of the last plan and the state of each actuator. Labels stay bounded: one
@@ -185,15 +231,15 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
     let num = |v: f64| Value::Number(v);
     vec![
         Family {
-            def: def!("joule_plan_decisions", Gauge, "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
+            def: def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
             samples: per.into_iter().map(|((p, a, k), n)| (l(&[("policy", &p), ("actuator", &a), ("kind", &k)]), num(n))).collect(),
         },
         Family {
-            def: def!("joule_actuator_up", Gauge, "1 when the actuator's last start or reconcile succeeded."),
+            def: def!("joule_actuator_up", Gauge, None, "", "1 when the actuator's last start or reconcile succeeded."),
             samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(f64::from(u8::from(a.ok))))).collect(),
         },
         Family {
-            def: def!("joule_actuator_errors", Counter, "Reconciles of the actuator that failed (each retried the next period)."),
+            def: def!("joule_actuator_errors", Counter, None, "", "Reconciles of the actuator that failed (each retried the next period)."),
             samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(a.errors_total as f64))).collect(),
         },
     ]
@@ -245,6 +291,21 @@ mod tests {
             assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);
             assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);
             assert!(!f.def.help.is_empty());
+        }
+    }
+
+    /// The table's JSON pointers are the snapshot's real fields, so the three views agree.
+    #[test]
+    fn every_json_pointer_names_a_field_of_the_snapshot() {
+        let json = serde_json::to_value(full_snapshot()).unwrap();
+        for def in catalogue() {
+            if !def.json.is_empty() {
+                assert!(json.pointer(def.json).is_some(), "{}: {} is not in the snapshot JSON", def.name, def.json);
+            }
+        }
+        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_"];
+        for def in catalogue() {
+            assert_eq!(def.json.is_empty(), in_snapshot.iter().any(|p| def.name.starts_with(p)), "{}", def.name);
         }
     }
 

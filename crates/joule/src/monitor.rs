@@ -20,6 +20,10 @@ pub struct MonitorArgs {
     /// JSON output: one object (with --once) or one object per line.
     #[arg(long)]
     pub json: bool,
+    /// Print every value joule publishes — metric name (with its unit), type, where it is in
+    /// the JSON, what it means — and exit.
+    #[arg(long)]
+    pub list_metrics: bool,
     /// Time between samples. Shorter refreshes faster; rates over short windows are noisier.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub interval_ms: u64,
@@ -31,6 +35,9 @@ pub struct MonitorArgs {
 }
 
 pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
+    if a.list_metrics {
+        return list_metrics(a.json);
+    }
     let cfg = a.config.load()?;
     anyhow::ensure!((10..=600_000).contains(&a.interval_ms), crate::UsageError(format!("--interval-ms {} is outside 10..=600000", a.interval_ms)));
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
@@ -110,60 +117,25 @@ fn tui(snapper: &mut Snapshotter, interval: Duration, stop: &AtomicBool) -> anyh
     result
 }
 
-fn bar(frac: f64, width: usize) -> String {
-    let n = ((frac.clamp(0.0, 1.0) * width as f64).round()) as usize;
-    format!("[{}{}]", "#".repeat(n), " ".repeat(width - n))
+/// The human view of a snapshot, shared by `--once` and the live view: the metric table's
+/// values, rendered by textview.rs.
+pub fn render_text(s: &Snapshot) -> Vec<String> {
+    crate::textview::render(&crate::metrics::families(s, &crate::metrics::AgentStats::default()), s)
 }
 
-/// The human view of a snapshot, shared by `--once` and the live view.
-pub fn render_text(s: &Snapshot) -> Vec<String> {
-    let mut out = Vec::new();
-    if !s.bpf.enabled {
-        out.push(format!("eBPF  OFF ({}): no run-queue latency, stage computed in user space", s.bpf.off_reason));
+fn list_metrics(json: bool) -> anyhow::Result<()> {
+    let defs = crate::metrics::catalogue();
+    if json {
+        let rows: Vec<_> = defs
+            .iter()
+            .map(|d| serde_json::json!({ "name": d.name, "type": format!("{:?}", d.kind).to_lowercase(), "unit": format!("{:?}", d.unit()).to_lowercase(), "json": d.json, "monitor": d.title, "help": d.help }))
+            .collect();
+        return print_out(&serde_json::to_string_pretty(&rows)?);
     }
-    out.push(format!("CPU   total {:5.1}%  (source: {})", s.cpu.total_utilization * 100.0, s.cpu.source));
-    for (i, u) in s.cpu.utilization.iter().enumerate() {
-        out.push(format!("  cpu{i:<3} {} {:5.1}%", bar(*u, 30), u * 100.0));
+    let mut text = format!("{:<42} {:<9} {:<8} {:<20} help\n", "metric", "type", "unit", "json");
+    for d in defs {
+        let json = if d.json.is_empty() { "-" } else { d.json };
+        text += &format!("{:<42} {:<9} {:<8} {:<20} {}\n", d.name, format!("{:?}", d.kind).to_lowercase(), format!("{:?}", d.unit()).to_lowercase(), json, d.help);
     }
-    if let Some(p) = &s.psi {
-        let f = |l: &Option<joule_core::snapshot::PsiLine>| l.as_ref().map(|l| format!("{:.2}%", l.some_avg10)).unwrap_or("-".into());
-        out.push(format!("PSI   some avg10: cpu {}  io {}  memory {}", f(&p.cpu), f(&p.io), f(&p.memory)));
-    }
-    out.push(format!("POWER {:.2} W  (source: {})", s.power.watts, s.power.source));
-    for d in &s.power.domains {
-        out.push(format!("  {:<24} {:8.2} W  {:10.1} J  ({})", d.name, d.watts, d.energy_joules_total, d.source));
-    }
-    out.push(format!(
-        "STAGE {}  from {:.1} °C ({}), computed by {}",
-        s.stage.value, s.stage.temp_celsius, s.stage.temp_source, s.stage.computed_by.as_str()
-    ));
-    for z in &s.thermal.zones {
-        out.push(format!("  {:<24} {:6.1} °C  {} ({})", z.name, z.temp_celsius, z.kind, z.source));
-    }
-    if let Some(m) = &s.thermal.model {
-        out.push(format!("  {:<24} {:6.1} °C  ({})", "rc-model", m.temp_celsius, m.source));
-    }
-    if !s.frequency.is_empty() {
-        let f: Vec<String> = s.frequency.iter().map(|f| format!("cpu{} {} MHz", f.cpu, f.cur_khz / 1000)).collect();
-        out.push(format!("FREQ  {}", f.join("  ")));
-    }
-    if s.bpf.enabled {
-        out.push("RUNQ  wake-up to run latency per cgroup (ebpf):".into());
-    }
-    // Cgroups without wake-ups in the interval are listed too (for their cumulative buckets).
-    let mut rq: Vec<_> = s.runq_latency.iter().filter(|r| r.count > 0).collect();
-    rq.sort_by(|a, b| b.p99_us.total_cmp(&a.p99_us));
-    for r in rq.iter().take(8) {
-        out.push(format!("  {:<40} n={:<7} p50 {:8.1} µs  p99 {:8.1} µs  max {:8.1} µs", r.cgroup, r.count, r.p50_us, r.p99_us, r.max_us));
-    }
-    if !s.task_wait.is_empty() {
-        out.push(format!("WAIT  threads waiting longest for a CPU ({}):", s.task_wait[0].source));
-        for t in &s.task_wait {
-            out.push(format!("  tid {:>7} {:<16} {:8} µs", t.pid, t.comm, t.wait_us));
-        }
-    }
-    for n in &s.notes {
-        out.push(format!("note: {n}"));
-    }
-    out
+    print_out(text.trim_end())
 }
