@@ -79,12 +79,14 @@ mod tests {
 
     #[test]
     fn every_shown_value_carries_its_unit_and_source_from_the_table() {
-        let mut s = Snapshot::default();
-        s.cpu = Cpu { utilization: vec![0.25, 1.0], total_utilization: 0.625, source: Origin::Kernel };
-        s.runq_latency = vec![
-            RunqLatency { cgroup: "/busy".into(), count: 5, p50_us: 12.0, p99_us: 2500.0, source: Origin::Ebpf, ..Default::default() },
-            RunqLatency { cgroup: "/idle".into(), count: 0, source: Origin::Ebpf, ..Default::default() },
-        ];
+        let mut s = Snapshot {
+            cpu: Cpu { utilization: vec![0.25, 1.0], total_utilization: 0.625, source: Origin::Kernel },
+            runq_latency: vec![
+                RunqLatency { cgroup: "/busy".into(), count: 5, p50_us: 12.0, p99_us: 2500.0, source: Origin::Ebpf, ..Default::default() },
+                RunqLatency { cgroup: "/idle".into(), count: 0, source: Origin::Ebpf, ..Default::default() },
+            ],
+            ..Default::default()
+        };
         s.bpf.enabled = true;
         let text = render(&families(&s, &AgentStats::default()), &s).join("\n");
         assert!(text.contains("cpu=1") && text.contains("100.0 %") && text.contains("(kernel)"), "{text}");
@@ -97,9 +99,8 @@ mod tests {
 
     #[test]
     fn ebpf_off_leads_the_view_and_long_families_are_cut_to_the_largest() {
-        let mut s = Snapshot::default();
+        let mut s = Snapshot { cpu: Cpu { utilization: (0..10).map(|i| i as f64 / 10.0).collect(), total_utilization: 0.45, source: Origin::Kernel }, ..Default::default() };
         s.bpf.off_reason = "flag".into();
-        s.cpu = Cpu { utilization: (0..10).map(|i| i as f64 / 10.0).collect(), total_utilization: 0.45, source: Origin::Kernel };
         let lines = render(&families(&s, &AgentStats::default()), &s);
         assert!(lines[0].starts_with("eBPF OFF (flag)"), "{lines:?}");
         let text = lines.join("\n");
