@@ -3,7 +3,7 @@
 //! `RealEffects` is the only implementation that touches the system.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -138,6 +138,11 @@ pub struct FakeEffects {
     /// Mount points and their filesystem magic; a path is on the longest mount it starts with,
     /// else on a plain filesystem (magic 0).
     pub mounts: Mutex<BTreeMap<PathBuf, i64>>,
+    /// Reads of a path return these first, one per read, before the file's own content: a
+    /// list the kernel changes under the reader (a task forking into a cgroup being emptied).
+    pub read_script: Mutex<BTreeMap<PathBuf, VecDeque<String>>>,
+    /// rmdir of a path fails with EBUSY this many times first (a task still on its way out).
+    pub busy: Mutex<BTreeMap<PathBuf, usize>>,
 }
 
 impl FakeEffects {
@@ -159,6 +164,9 @@ fn not_found(path: &Path) -> io::Error {
 
 impl Effects for FakeEffects {
     fn read(&self, path: &Path) -> io::Result<String> {
+        if let Some(next) = self.read_script.lock().unwrap().get_mut(path).and_then(VecDeque::pop_front) {
+            return Ok(next);
+        }
         self.file(path).ok_or_else(|| not_found(path))
     }
     fn write(&self, path: &Path, value: &str) -> io::Result<()> {
@@ -185,6 +193,10 @@ impl Effects for FakeEffects {
         Ok(())
     }
     fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        if let Some(n) = self.busy.lock().unwrap().get_mut(path).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
         self.dirs.lock().unwrap().remove(path).ok_or_else(|| not_found(path))?;
         self.files.lock().unwrap().retain(|p, _| !p.starts_with(path));
         self.log(format!("rmdir {}", path.display()));

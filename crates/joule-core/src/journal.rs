@@ -10,7 +10,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const JOURNAL_FILE: &str = "undo.jsonl";
 
@@ -31,7 +32,8 @@ pub enum Undo {
     /// Put back the old content of a file (a sysctl, a cgroup knob).
     Write { path: PathBuf, old: String },
     /// Remove a directory joule created (a cgroup). Tasks still inside are first moved to
-    /// `evacuate_to` (a `cgroup.procs` file), because a cgroup with tasks cannot be removed.
+    /// `evacuate_to` (a `cgroup.procs` file), because a cgroup with tasks cannot be removed;
+    /// see `remove_cgroup` for why that takes more than one pass.
     RemoveDir { path: PathBuf, evacuate_to: Option<PathBuf> },
     /// Remove a file joule created (a pinned BPF object).
     RemoveFile { path: PathBuf },
@@ -278,31 +280,79 @@ fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         }
         Undo::MoveTask { pid, procs_file, .. } => gone_ok(fx.write(procs_file, &pid.to_string())),
         Undo::Sched { tid, old, .. } => gone_ok(fx.set_sched(*tid, *old)),
-        Undo::RemoveDir { path, evacuate_to } => {
-            if !fx.exists(path) {
-                return Ok(Outcome::Gone);
+        Undo::RemoveDir { path, .. } if !fx.exists(path) => Ok(Outcome::Gone),
+        Undo::RemoveDir { path, evacuate_to: None } => gone_ok(fx.remove_dir(path)),
+        Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx)),
+    }
+}
+
+/// How long `remove_cgroup` keeps retrying a cgroup the kernel still calls busy: a task that
+/// was exiting when it was moved stays counted until it is through `cgroup_exit`, which
+/// comes after its memory is torn down (long for a large process).
+const CGROUP_BUSY_PATIENCE: Duration = Duration::from_secs(2);
+/// Bound on read-and-move passes per removal attempt (a fork bomb inside never ends them).
+const EVACUATE_PASSES: usize = 64;
+
+/// Empties the cgroup at `dir` into `dest_procs` and removes it. A single pass over
+/// `cgroup.procs` is not enough (issue 6): a task inside may fork between the read and its
+/// own move, and the kernel silently skips a task that is already exiting (the write
+/// succeeds, the group stays populated a moment longer). So, as systemd does, passes repeat
+/// until one finds no task it has not moved yet, and rmdir is retried on EBUSY, both bounded.
+fn remove_cgroup(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
+    let deadline = Instant::now() + CGROUP_BUSY_PATIENCE;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        evacuate(dir, dest_procs, fx)?;
+        match fx.remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                if Instant::now() >= deadline {
+                    let (list, _) = task_lists(dir, dest_procs, fx);
+                    let left = fx.read(&list).unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" ");
+                    let msg = format!("{e}, still after {CGROUP_BUSY_PATIENCE:?}; {} lists [{left}] (none: a child cgroup, or a task slow to exit)", list.display());
+                    return Err(io::Error::new(e.kind(), msg));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
-            if let Some(dest) = evacuate_to {
-                evacuate(path, dest, fx)?;
-            }
-            gone_ok(fx.remove_dir(path))
+            r => return r,
         }
     }
 }
 
-/// Moves every task of the cgroup at `dir` (and of its child cgroups) into `dest_procs`.
+/// Moves every task of the cgroup at `dir` into `dest_procs`, pass after pass until a pass
+/// finds no task it has not already moved. On v1 it goes thread by thread through `tasks`
+/// (into the `tasks` file next to `dest_procs`): v1's `cgroup.procs` lists the process of any
+/// thread inside, and moving that process would also take its threads that live in other
+/// cgroups. v2 has no `tasks`: whole processes go through `cgroup.procs`. A task moved once is
+/// not moved again, because v2 keeps listing a zombie leader whose threads live on.
 fn evacuate(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
-    for procs in ["cgroup.procs", "tasks"] {
-        let Ok(list) = fx.read(&dir.join(procs)) else { continue };
-        for pid in list.split_whitespace() {
-            match fx.write(dest_procs, pid) {
+    let (list, dest) = task_lists(dir, dest_procs, fx);
+    let mut moved = BTreeSet::new();
+    for _ in 0..EVACUATE_PASSES {
+        let Ok(ids) = fx.read(&list) else { return Ok(()) };
+        let mut found = false;
+        for id in ids.split_whitespace().filter(|id| moved.insert(id.to_string())) {
+            found = true;
+            match fx.write(&dest, id) {
                 Ok(()) => {}
                 Err(e) if is_gone(&e) => {}
                 Err(e) => return Err(e),
             }
         }
+        if !found {
+            break;
+        }
     }
     Ok(())
+}
+
+/// (the list of tasks in `dir`, the file to write them to): `tasks` on v1, else `cgroup.procs`.
+fn task_lists(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> (PathBuf, PathBuf) {
+    if fx.exists(&dir.join("tasks")) {
+        (dir.join("tasks"), dest_procs.with_file_name("tasks"))
+    } else {
+        (dir.join("cgroup.procs"), dest_procs.to_path_buf())
+    }
 }
 
 pub const AGENT_LOCK_FILE: &str = "agent.lock";
@@ -399,6 +449,74 @@ mod tests {
         restore(dir.path(), &fx).unwrap();
         let log = fx.log.lock().unwrap().clone();
         assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 8", "rmdir /cg/joule"]);
+    }
+
+    /// A fake cgroup /cg/joule (v2-like: no `tasks`) recorded for removal into /cg.
+    fn cgroup_to_remove(procs: &str) -> (tempfile::TempDir, FakeEffects) {
+        let dir = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default().with_file("/cg/cgroup.procs", "1\n").with_file("/cg/joule/cgroup.procs", procs);
+        fx.dirs.lock().unwrap().insert("/cg/joule".into(), ());
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
+        (dir, fx)
+    }
+
+    #[test]
+    fn restore_moves_a_task_forked_into_the_cgroup_during_its_evacuation() {
+        // Issue 6: 7 forks 9 between the first read of cgroup.procs and its own move; one pass
+        // then rmdir left 9 inside (EBUSY in the kernel).
+        let (dir, fx) = cgroup_to_remove("");
+        let script = ["7\n", "9\n"].map(String::from).into();
+        fx.read_script.lock().unwrap().insert("/cg/joule/cgroup.procs".into(), script);
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
+        let log = fx.log.lock().unwrap().clone();
+        assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 9", "rmdir /cg/joule"]);
+    }
+
+    #[test]
+    fn a_task_that_stays_listed_after_its_move_is_moved_once() {
+        // v2 lists a zombie leader whose threads live on; moving it again would never end.
+        let (dir, fx) = cgroup_to_remove("7\n");
+        restore(dir.path(), &fx).unwrap();
+        let log = fx.log.lock().unwrap().clone();
+        assert_eq!(log, vec!["write /cg/cgroup.procs 7", "rmdir /cg/joule"]);
+    }
+
+    #[test]
+    fn rmdir_is_retried_while_the_kernel_says_busy_and_each_try_evacuates_again() {
+        // A task that was exiting when it was moved stays counted until it is through exit.
+        let (dir, fx) = cgroup_to_remove("7\n");
+        fx.busy.lock().unwrap().insert("/cg/joule".into(), 2);
+        let r = restore(dir.path(), &fx).unwrap();
+        assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
+        let log = fx.log.lock().unwrap().clone();
+        assert_eq!(log.iter().filter(|l| *l == "write /cg/cgroup.procs 7").count(), 3, "{log:?}");
+        assert_eq!(log.last().map(String::as_str), Some("rmdir /cg/joule"));
+    }
+
+    #[test]
+    fn a_cgroup_that_stays_busy_fails_after_a_bounded_wait_and_stays_in_the_journal() {
+        let (dir, fx) = cgroup_to_remove("7\n");
+        fx.busy.lock().unwrap().insert("/cg/joule".into(), usize::MAX);
+        let t0 = Instant::now();
+        let r = restore(dir.path(), &fx).unwrap();
+        let took = t0.elapsed();
+        assert!(took >= CGROUP_BUSY_PATIENCE && took < CGROUP_BUSY_PATIENCE + Duration::from_secs(1), "{took:?}");
+        assert_eq!(r.failed.len(), 1, "{r:?}");
+        assert!(r.failed[0].contains("busy") && r.failed[0].contains("lists [7]"), "{}", r.failed[0]);
+        assert_eq!(entries(dir.path()).unwrap().len(), 1, "the failed record stays for a retry");
+    }
+
+    #[test]
+    fn v1_moves_threads_one_by_one_through_tasks() {
+        // Thread 8 of process 7 is in the cgroup on its own: moving process 7 through
+        // cgroup.procs would also drag its other threads out of wherever they are.
+        let (dir, fx) = cgroup_to_remove("7\n");
+        let fx = fx.with_file("/cg/joule/tasks", "8\n").with_file("/cg/tasks", "");
+        restore(dir.path(), &fx).unwrap();
+        let log = fx.log.lock().unwrap().clone();
+        assert_eq!(log, vec!["write /cg/tasks 8", "rmdir /cg/joule"]);
     }
 
     #[test]

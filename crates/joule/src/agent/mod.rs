@@ -72,7 +72,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if recovered.undone + recovered.already_gone > 0 {
         tracing::info!("undid {} change(s) a previous run left behind", recovered.undone);
     }
-    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": recovered.undone, "root": root }));
+    if !recovered.failed.is_empty() {
+        tracing::warn!("{} change(s) a previous run left behind could not be undone; they stay in the journal: {:?}", recovered.failed.len(), recovered.failed);
+    }
+    let (r, gone, failed) = (recovered.undone, recovered.already_gone, &recovered.failed);
+    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root }));
     let mut journal = Journal::open(&jdir)?;
 
     let stop = Arc::new(AtomicBool::new(false));
