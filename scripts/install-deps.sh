@@ -5,7 +5,9 @@ set -euo pipefail
 
 # Debian packages the host build and the root test tier need:
 #   clang-16       compiles src/bpf/*.bpf.c (-target bpf); bookworm's default clang-14 is older
-#   bpftool        dumps vmlinux.h from the running kernel's BTF
+#   bpftool        not needed to build (vmlinux.h is checked in); scripts/check-leftovers.sh
+#                  lists loaded joule programs with `bpftool prog show` after the test tiers,
+#                  and scripts/gen-vmlinux.sh dumps the VM kernel's BTF with it
 #   libclang1-16   bindgen (joule-bpf's build.rs) loads it to turn src/bpf/intf.h into Rust
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
 #   iproute2       ip netns / tc for the network tests

@@ -1,21 +1,26 @@
-//! Builds the BPF side: vmlinux.h from the running kernel's BTF, a libbpf-rs skeleton per
-//! src/bpf/*.bpf.c (clang-16, -mcpu=v3), and Rust bindings of src/bpf/intf.h (bindgen).
+//! Builds the BPF side, one program per entry of PROGS: a libbpf-rs skeleton of
+//! src/bpf/<name>.bpf.c (clang-16, -mcpu=v3, CO-RE against the checked-in
+//! src/bpf/vmlinux/<arch>/vmlinux.h, see scripts/gen-vmlinux.sh), and the Rust bindings of the
+//! one shared src/bpf/intf.h (bindgen). Nothing here depends on the build machine's kernel.
 use libbpf_cargo::SkeletonBuilder;
-use std::{env, path::PathBuf, process::Command};
+use std::{env, path::PathBuf};
 
-const BTF: &str = "/sys/kernel/btf/vmlinux";
 const PROGS: &[&str] = &["runqlat", "thermal"];
 
 fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let bpf_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap()).join("src/bpf");
-    println!("cargo:rerun-if-changed={}", bpf_dir.display());
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());
+    let bpf = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap()).join("src/bpf");
+    let vmlinux = bpf.join("vmlinux").join(env::var("CARGO_CFG_TARGET_ARCH").unwrap());
+    assert!(vmlinux.join("vmlinux.h").exists(), "no {}/vmlinux.h for this arch (scripts/gen-vmlinux.sh)", vmlinux.display());
+    let clang = env::var("JOULE_BPF_CLANG").unwrap_or_else(|_| "clang-16".into());
+    // The 7.x header has anonymous embedded structs (-fms-extensions); clang-16 stops at v3.
+    let clang_args: [String; 5] =
+        ["-mcpu=v3".into(), "-fms-extensions".into(), "-Wno-microsoft-anon-tag".into(), format!("-I{}", vmlinux.display()), format!("-I{}", bpf.display())];
+    println!("cargo:rerun-if-changed={}", bpf.display());
     println!("cargo:rerun-if-env-changed=JOULE_BPF_CLANG");
-    println!("cargo:rerun-if-env-changed=BPFTOOL");
-    write_vmlinux_h(&out);
 
     bindgen::Builder::default()
-        .header(bpf_dir.join("intf.h").to_string_lossy())
+        .header(bpf.join("intf.h").to_string_lossy())
         .prepend_enum_name(false)
         .derive_default(true)
         .generate()
@@ -23,38 +28,12 @@ fn main() {
         .write_to_file(out.join("intf.rs"))
         .expect("cannot write intf.rs");
 
-    let clang = env::var("JOULE_BPF_CLANG").unwrap_or_else(|_| "clang-16".into());
     for name in PROGS {
         SkeletonBuilder::new()
-            .source(bpf_dir.join(format!("{name}.bpf.c")))
+            .source(bpf.join(format!("{name}.bpf.c")))
             .clang(&clang)
-            .clang_args([
-                "-mcpu=v3".into(),
-                "-fms-extensions".into(),
-                "-Wno-microsoft-anon-tag".into(),
-                format!("-I{}", out.display()),
-                format!("-I{}", bpf_dir.display()),
-            ])
+            .clang_args(&clang_args)
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building src/bpf/{name}.bpf.c with {clang}: {e:#}"));
     }
-}
-
-/// CO-RE needs the kernel's types; they come from the build machine's BTF, never from git.
-fn write_vmlinux_h(out: &std::path::Path) {
-    if !std::path::Path::new(BTF).exists() {
-        panic!("{BTF} is missing: joule-bpf needs a kernel built with CONFIG_DEBUG_INFO_BTF=y to generate vmlinux.h");
-    }
-    let bpftool = env::var("BPFTOOL").ok().or_else(|| {
-        ["bpftool", "/usr/sbin/bpftool"].into_iter().find(|b| Command::new(b).arg("version").output().is_ok()).map(Into::into)
-    });
-    let bpftool = bpftool.expect("bpftool not found (Debian package `bpftool`, or set BPFTOOL)");
-    let dump = Command::new(&bpftool)
-        .args(["btf", "dump", "file", BTF, "format", "c"])
-        .output()
-        .unwrap_or_else(|e| panic!("running {bpftool}: {e}"));
-    if !dump.status.success() {
-        panic!("{bpftool} btf dump failed: {}", String::from_utf8_lossy(&dump.stderr));
-    }
-    std::fs::write(out.join("vmlinux.h"), dump.stdout).expect("cannot write vmlinux.h");
 }

@@ -1,20 +1,22 @@
 //! joule-bpf: joule's eBPF programs (run-queue latency, in-kernel thermal stage) and their loaders.
 //!
-//! The BPF C lives in `src/bpf/`, with `intf.h` as the only contract between it and Rust.
-//! Loading needs root, kernel BTF and (for the thermal stage pins) bpffs: see [`probe`].
+//! Every program has the same shape: its C in `src/bpf/<name>.bpf.c`, compiled against the
+//! checked-in `src/bpf/vmlinux/` (CO-RE), and a Rust module `src/<name>/` with its loader
+//! (`mod.rs`), its options (`opts.rs`) and what it reports (`stats.rs`). `src/bpf/intf.h` is
+//! the one contract between the C and Rust, for all programs. Loading needs root and kernel
+//! BTF, pinning needs bpffs: see [`probe`].
 
-mod cgroups;
 mod error;
-pub mod hist;
+mod pins;
 mod pod;
 mod probe;
+pub mod run_stats;
 pub mod runqlat;
-pub mod stats;
 mod storage;
-mod task_wait;
 pub mod thermal;
 
 pub use error::BpfError;
+pub use pins::{FakePinEffects, PinEffects, RealPinEffects, UndoRecorder};
 pub use probe::probe;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};
 pub use thermal::{StageReading, TempSource, ThermalStage, ThermalStageOpts, ZoneReading, HWMON_ZONE_BASE, MODEL_ZONE};
@@ -23,15 +25,6 @@ pub use thermal::{StageReading, TempSource, ThermalStage, ThermalStageOpts, Zone
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
 pub mod intf {
     include!(concat!(env!("OUT_DIR"), "/intf.rs"));
-}
-
-#[allow(clippy::all, dead_code, unused_imports)]
-mod runqlat_skel {
-    include!(concat!(env!("OUT_DIR"), "/runqlat.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports)]
-mod thermal_skel {
-    include!(concat!(env!("OUT_DIR"), "/thermal.skel.rs"));
 }
 
 #[cfg(test)]

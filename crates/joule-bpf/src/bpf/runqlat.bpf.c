@@ -97,8 +97,10 @@ static __always_inline __u64 task_cgroup_id(struct task_struct *p)
 
 	if (hierarchy == JOULE_HIER_V1_CPU &&
 	    bpf_core_enum_value_exists(enum cgroup_subsys_id, cpu_cgrp_id)) {
+		/* Both from the running kernel, not from vmlinux.h: which controllers exist, and so
+		 * the ids and the size of subsys[], depends on the kernel's config. */
 		id = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
-		if (id < 0 || id >= CGROUP_SUBSYS_COUNT)
+		if (id < 0 || id >= bpf_core_enum_value(enum cgroup_subsys_id, CGROUP_SUBSYS_COUNT))
 			return 0;
 		cset = BPF_CORE_READ(p, cgroups);
 		if (bpf_core_read(&css, sizeof(css), &cset->subsys[id]))

@@ -149,7 +149,7 @@ impl Drop for AgentProc {
 struct Reading {
     at: Instant,
     agent_ns: u64,
-    progs: Vec<joule_bpf::stats::ProgRunStats>,
+    progs: Vec<joule_bpf::run_stats::ProgRunStats>,
     load: Option<load::Switches>,
     machine_ctxt: Option<u64>,
 }
@@ -157,7 +157,7 @@ struct Reading {
 fn read(pid: u32, prog_ids: &[u32], load: Option<&LoadThreads>) -> anyhow::Result<Reading> {
     Ok(Reading {
         agent_ns: cpu_ns(pid)?,
-        progs: if prog_ids.is_empty() { Vec::new() } else { joule_bpf::stats::prog_run_stats(prog_ids) },
+        progs: if prog_ids.is_empty() { Vec::new() } else { joule_bpf::run_stats::prog_run_stats(prog_ids) },
         load: load.map(LoadThreads::switches),
         machine_ctxt: load::machine_ctxt(),
         at: Instant::now(),
@@ -233,7 +233,7 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     let bpf = bpf_mode(&a, joule_core::testing::is_root());
     let on = bpf == BpfMode::On;
     let _stats = if on {
-        Some(joule_bpf::stats::enable_run_stats().context("while enabling BPF run-time statistics (measure without eBPF with --no-bpf)")?)
+        Some(joule_bpf::run_stats::enable_run_stats().context("while enabling BPF run-time statistics (measure without eBPF with --no-bpf)")?)
     } else {
         None
     };
