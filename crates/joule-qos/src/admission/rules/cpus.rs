@@ -11,8 +11,9 @@ use joule_core::config::ClassConfig;
 ///
 /// Refused (`BadCpus`) when the list is not the kernel's CPU list syntax, or names a CPU its
 /// parent (or the machine) does not have: a cgroup v1 cpuset must be a subset of its parent's
-/// (`validate_change()` in kernel/cgroup/cpuset.c answers EINVAL), and on v2 a CPU the class
-/// cannot have would make its expected share a promise nobody keeps.
+/// ("On legacy hierarchy, we must be a subset of our parent cpuset", kernel/cgroup/cpuset-v1.c,
+/// EACCES), and on v2 a CPU the class cannot have would make its expected share a promise
+/// nobody keeps.
 pub(crate) fn class_cpus(c: &ClassConfig, parent: Option<&ClassPlan>, machine: &[usize]) -> Result<Vec<usize>, Refusal> {
     let allowed = parent.map(|p| p.cpus.as_slice()).unwrap_or(machine);
     let cpus = match &c.cpus {
