@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one shell command as root inside a VM booted on the cached sched_ext kernel (tier 3),
 # prints the command's stdout/stderr and exits with its status. Used by the vm_ tests through
-# crates/joule/tests/support/vm.rs, and by hand for debugging; see docs/vm.md.
+# crates/joule-testkit/src/vm.rs, and by hand for debugging; see docs/vm.md.
 #
 # vng exits 255 even when the guest command succeeded, so the guest writes the command's
 # output and exit status into a --rwdir results directory and this script reports those.

@@ -4,7 +4,8 @@
 use joule_bpf::thermal::{MODEL_ZONE, PIN_CONFIG, PIN_STAGE, PIN_ZONES};
 use joule_bpf::{Hierarchy, RealPinEffects, RunqLat, RunqLatOpts, StageReading, TempSource, ThermalStage, ThermalStageOpts};
 use joule_core::journal::{self, Journal, Undo};
-use joule_core::testing::{is_root, require, TempBpffs};
+use joule_core::testing::{is_root, require};
+use joule_testkit::TempBpffs;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

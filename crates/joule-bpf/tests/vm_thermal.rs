@@ -4,12 +4,8 @@
 //! That guest test never feeds a temperature from user space: every stage it sees was computed
 //! by `tp_btf/thermal_temperature` when the kernel polled the zone (every 1 s).
 
-#[path = "../../joule/tests/support/vm.rs"]
-#[allow(dead_code)]
-mod vm;
-
 use joule_bpf::{TempSource, ThermalStage, ThermalStageOpts};
-use joule_core::testing::require;
+use joule_testkit::vm::{self, Vm};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,11 +14,7 @@ const GUEST_TEST: &str = "guest_stage_follows_the_acpi_zone";
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_thermal_tracepoint_computes_the_stage_from_a_real_acpi_zone() {
-    let vm = vm::Vm::new().with_thermal_zone();
-    let missing = vm.missing();
-    if !require(missing.is_none(), missing.as_deref().unwrap_or("")) {
-        return;
-    }
+    let Some(vm) = Vm::new().with_thermal_zone().ready() else { return };
     let exe = std::env::current_exe().unwrap();
     let cmd = format!("JOULE_IN_GUEST=1 {} --ignored --exact {GUEST_TEST} --nocapture", exe.display());
     let out = vm.run(&cmd, 240);

@@ -4,6 +4,10 @@
 //! and says which; with `JOULE_TEST_STRICT=1` (set by `.ci/run` on this machine) a skip is a
 //! failure instead, so CI cannot go green by skipping. Outside CI every skip is also appended
 //! to `$JOULE_SKIP_LOG`, which `scripts/test-tier.sh` counts in its summary.
+//!
+//! The test harnesses themselves (the VM tier's, a bpffs of a test's own) live in the
+//! dev-only crate `joule-testkit`; `require` and `is_root` stay here because production code
+//! asks `is_root` too.
 
 /// Returns true when `present`; otherwise reports the missing capability and returns false
 /// (or panics under `JOULE_TEST_STRICT=1`). Use as `if !require(cond, "what") { return; }`.
@@ -29,37 +33,4 @@ pub fn require(present: bool, capability: &str) -> bool {
 /// True when running with root's effective uid (CAP_SYS_ADMIN and friends on this machine).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// A bpffs of a test's own, mounted on a fresh directory under the temp dir, so root tests pin
-/// without touching (or needing) the machine's /sys/fs/bpf. Unmounted and removed on drop.
-pub struct TempBpffs {
-    path: std::path::PathBuf,
-}
-
-impl TempBpffs {
-    pub fn new() -> std::io::Result<TempBpffs> {
-        use crate::effects::{Effects, RealEffects};
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("joule-test-bpffs-{}-{n}", std::process::id()));
-        std::fs::create_dir(&path)?;
-        if let Err(e) = RealEffects.mount("bpf", &path) {
-            let _ = std::fs::remove_dir(&path);
-            return Err(e);
-        }
-        Ok(TempBpffs { path })
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-}
-
-impl Drop for TempBpffs {
-    fn drop(&mut self) {
-        // Lazily: a pin a failed test left must not keep the mount (and the directory) behind.
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-        let _ = std::fs::remove_dir(&self.path);
-    }
 }

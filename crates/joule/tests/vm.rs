@@ -3,13 +3,9 @@
 //! asserts on its own check's output. Run with `make test-vm`, or
 //! `cargo test -p joule --test vm -- --ignored vm_ --test-threads=1`.
 
-#[path = "support/vm.rs"]
-#[allow(dead_code)] // the harness offers more than these tests use
-mod vm;
-
+use joule_testkit::vm::{repo_root, Vm, VmOutput};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use vm::{repo_root, Vm, VmOutput};
 
 /// Boot + all checks; TCG is slow, and `joule monitor` samples for a while.
 const BOOT_TIMEOUT_S: u64 = 300;
@@ -37,11 +33,7 @@ fn checks() -> Vec<(&'static str, String)> {
 /// The VM this machine can boot, or None after reporting what is missing (a skip, or a
 /// failure under JOULE_TEST_STRICT=1).
 fn vm() -> Option<Vm> {
-    let vm = Vm::new();
-    let missing = vm.missing();
-    if !joule_core::testing::require(missing.is_none(), missing.as_deref().unwrap_or("")) {
-        return None;
-    }
+    let vm = Vm::new().ready()?;
     let with_zone = Vm::new().with_thermal_zone();
     Some(if with_zone.missing().is_none() { with_zone } else { vm })
 }
@@ -100,9 +92,7 @@ fn vm_monitor_once_json_has_every_section() {
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_acpi_thermal_zone_temperature_moves() {
-    let zone = Vm::new().with_thermal_zone();
-    let missing = zone.missing();
-    if !joule_core::testing::require(missing.is_none(), missing.as_deref().unwrap_or("")) {
+    if Vm::new().with_thermal_zone().ready().is_none() {
         return;
     }
     let Some(out) = check("thermal") else { return };

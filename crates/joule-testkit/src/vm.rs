@@ -64,6 +64,14 @@ impl Vm {
         None
     }
 
+    /// This VM when the machine can boot it; otherwise reports what is missing through
+    /// `joule_core::testing::require` (a skip, or a failure under `JOULE_TEST_STRICT=1`) and
+    /// returns None. Use as `let Some(vm) = Vm::new().ready() else { return };`.
+    pub fn ready(self) -> Option<Vm> {
+        let missing = self.missing();
+        joule_core::testing::require(missing.is_none(), missing.as_deref().unwrap_or("")).then_some(self)
+    }
+
     /// Gives the guest the ACPI thermal zone of scripts/vm/thermal.asl.
     pub fn with_thermal_zone(mut self) -> Vm {
         self.thermal = true;

@@ -1,0 +1,13 @@
+//! joule-testkit: the harnesses every crate's tests share, in one dev-only place, so a test
+//! tier has one harness instead of a copy (or a `#[path]` include) per crate. Only ever a
+//! `[dev-dependencies]` entry: nothing here reaches the agent or the libraries.
+//!
+//! - [`vm`]: tier 3, commands as root in a VM booted on the cached sched_ext kernel;
+//! - [`TempBpffs`]: tier 2, a bpffs of a test's own to pin on.
+//!
+//! `require` and `is_root` stay in `joule_core::testing`: production code asks `is_root` too.
+
+mod bpffs;
+pub mod vm;
+
+pub use bpffs::TempBpffs;
