@@ -73,13 +73,10 @@ impl Undo {
     }
 }
 
-/// Start time of a task (field 22 of /proc/PID/stat, after the parenthesised comm, which may
-/// itself contain spaces and parentheses). Works for thread ids too.
+/// Start time of a task (field 22 of /proc/PID/stat, clock ticks after boot). Works for
+/// thread ids too.
 pub fn start_time(fx: &dyn Effects, pid: i32) -> Option<u64> {
-    let stat = fx.read(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    // after_comm starts with field 3 (state); field 22 is the 20th from there.
-    after_comm.split_whitespace().nth(19)?.parse().ok()
+    crate::procfs::Stat::read(fx, Path::new("/proc"), pid)?.start_time_ticks
 }
 
 /// Whether `pid` is still the task a record was made for (unknown start time: assume so).

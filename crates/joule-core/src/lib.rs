@@ -1,14 +1,19 @@
 //! joule-core: the vocabulary every joule crate shares — where a reading came from, the
 //! Snapshot that sources fill and policies read, the agent config, the undo journal that makes
-//! every actuator reversible, and the one trait in front of privileged side effects.
+//! every actuator reversible, the one trait in front of privileged side effects, and how the
+//! machine names tasks: where the cgroup hierarchies are (`cgroupfs`) and what /proc says about
+//! a task (`procfs`).
 
+pub mod cgroupfs;
 pub mod config;
 pub mod control;
 pub mod effects;
+pub mod fsread;
 pub mod journal;
 pub mod mounts;
 pub mod origin;
 pub mod policy;
+pub mod procfs;
 pub mod snapshot;
 pub mod testing;
 

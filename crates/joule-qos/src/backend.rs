@@ -1,9 +1,12 @@
-//! cgroup backends: where the hierarchies are (v1 `cpu`/`cpuset`/`cpuacct` or the v2 unified
-//! tree) and which files a plan writes, in an order the kernel accepts. Pure given the reads
-//! it does through `Effects`; the controller executes the steps.
+//! cgroup backends: which hierarchies a plan uses (v1 `cpu`/`cpuset`/`cpuacct` or the v2
+//! unified tree, out of what `joule_core::cgroupfs` finds) and which files it writes, in an
+//! order the kernel accepts. Pure given the reads it does through `Effects`; the controller
+//! executes the steps.
 
 use crate::admission::Plan;
+use joule_core::cgroupfs::{self, Controller};
 use joule_core::effects::Effects;
+use joule_core::fsread::read_trimmed;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -28,13 +31,13 @@ pub enum Hier {
 }
 
 impl Hier {
-    /// The controller name as /proc/PID/cgroup lists it (v1), or "" for the unified line.
-    pub fn controller(self) -> &'static str {
+    /// The v1 controller whose hierarchy this is; `None` for the v2 unified one.
+    pub fn controller(self) -> Option<Controller> {
         match self {
-            Hier::Cpu => "cpu",
-            Hier::Cpuset => "cpuset",
-            Hier::Cpuacct => "cpuacct",
-            Hier::Unified => "",
+            Hier::Cpu => Some(Controller::Cpu),
+            Hier::Cpuset => Some(Controller::Cpuset),
+            Hier::Cpuacct => Some(Controller::Cpuacct),
+            Hier::Unified => None,
         }
     }
 }
@@ -55,12 +58,13 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Finds the hierarchies under `cgroup_root`. A v1 `cpu` hierarchy wins (the cpu
+    /// Chooses among the hierarchies under `cgroup_root`. A v1 `cpu` hierarchy wins (the cpu
     /// controller can be bound to only one hierarchy); `prefer` forces a kind. `group` names
     /// the top group under each mount.
     pub fn detect(cgroup_root: &Path, fx: &dyn Effects, prefer: Option<BackendKind>, group: &str) -> Result<Layout, crate::QosError> {
-        let v1 = Self::detect_v1(cgroup_root, fx, group);
-        let v2 = Self::detect_v2(cgroup_root, fx, group);
+        let found = cgroupfs::Layout::detect(cgroup_root, fx);
+        let v1 = Self::v1(&found, fx, group);
+        let v2 = Self::v2(&found, group);
         let pick = match prefer {
             Some(BackendKind::V1) => v1,
             Some(BackendKind::V2) => v2,
@@ -69,28 +73,26 @@ impl Layout {
         pick.ok_or_else(|| crate::QosError::NoCpuController(cgroup_root.into()))
     }
 
-    fn detect_v1(root: &Path, fx: &dyn Effects, group: &str) -> Option<Layout> {
-        let cpu = ["cpu", "cpu,cpuacct", "cpuacct,cpu"].iter().map(|d| root.join(d)).find(|d| fx.exists(&d.join("cpu.shares")))?;
-        let mut hiers = vec![(Hier::Cpu, cpu.clone())];
-        let cpuset = root.join("cpuset");
-        if fx.exists(&cpuset.join("cpuset.cpus")) {
-            hiers.push((Hier::Cpuset, cpuset));
+    fn v1(found: &cgroupfs::Layout, fx: &dyn Effects, group: &str) -> Option<Layout> {
+        let cpu = found.v1(Controller::Cpu)?;
+        let mut hiers = vec![(Hier::Cpu, cpu.to_path_buf())];
+        if let Some(cpuset) = found.v1(Controller::Cpuset) {
+            hiers.push((Hier::Cpuset, cpuset.to_path_buf()));
         }
-        let acct = root.join("cpuacct");
-        if !fx.exists(&cpu.join("cpuacct.usage")) && fx.exists(&acct.join("cpuacct.usage")) {
-            hiers.push((Hier::Cpuacct, acct));
+        // Accounting: a cpuacct co-mounted with cpu is read in the cpu hierarchy.
+        if let Some(acct) = found.v1(Controller::Cpuacct).filter(|_| !found.comounted(Controller::Cpu, Controller::Cpuacct)) {
+            hiers.push((Hier::Cpuacct, acct.to_path_buf()));
         }
         Some(Layout { kind: BackendKind::V1, rt_group_sched: fx.exists(&cpu.join("cpu.rt_runtime_us")), hiers, v2_controllers: vec![], group: group.into() })
     }
 
-    fn detect_v2(root: &Path, fx: &dyn Effects, group: &str) -> Option<Layout> {
-        let dir = [root.to_path_buf(), root.join("unified")].into_iter().find(|d| fx.exists(&d.join("cgroup.controllers")))?;
-        let ctl = fx.read(&dir.join("cgroup.controllers")).ok()?;
+    fn v2(found: &cgroupfs::Layout, group: &str) -> Option<Layout> {
+        let unified = found.unified.as_ref()?;
         Some(Layout {
             kind: BackendKind::V2,
-            hiers: vec![(Hier::Unified, dir)],
+            hiers: vec![(Hier::Unified, unified.dir.clone())],
             rt_group_sched: false,
-            v2_controllers: ctl.split_whitespace().map(String::from).collect(),
+            v2_controllers: unified.controllers.clone(),
             group: group.into(),
         })
     }
@@ -160,10 +162,6 @@ impl std::fmt::Display for PlannedWrite {
     }
 }
 
-fn first_line(fx: &dyn Effects, p: &Path) -> Option<String> {
-    fx.read(p).ok().map(|s| s.trim().to_string())
-}
-
 /// v1 `cpu.shares` from a v2-style weight (100 ↔ 1024).
 pub fn shares_from_weight(w: u64) -> u64 {
     (w * 1024 / 100).clamp(2, 262_144)
@@ -189,7 +187,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                 want.push("cpuset");
             }
             let plus = want.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
-            let enabled = first_line(fx, &m.join("cgroup.subtree_control")).unwrap_or_default();
+            let enabled = read_trimmed(fx, &m.join("cgroup.subtree_control")).unwrap_or_default();
             for c in &want {
                 if !enabled.split_whitespace().any(|e| e == *c) {
                     out.push(Step::Write {
@@ -236,12 +234,12 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         out.push(Step::Mkdir { path: jd.clone(), evacuate_to: root_procs.clone() });
         if h == Hier::Cpuset {
             for k in ["cpuset.cpus", "cpuset.mems"] {
-                let v = first_line(fx, &m.join(k)).unwrap_or_default();
+                let v = read_trimmed(fx, &m.join(k)).unwrap_or_default();
                 w(&mut out, jd.join(k), v, "copied from the root: a cpuset needs both before it can hold tasks");
             }
         }
         if h == Hier::Cpu && layout.rt_group_sched {
-            let period = first_line(fx, &jd.join("cpu.rt_period_us")).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1_000_000);
+            let period = read_trimmed(fx, &jd.join("cpu.rt_period_us")).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1_000_000);
             let need: u128 = plan.classes
                 .iter()
                 .filter(|c| c.parent.is_none())
@@ -259,7 +257,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
             match h {
                 Hier::Cpuset => {
                     w(&mut out, d.join("cpuset.cpus"), crate::cpulist::format(&c.cpus), "CPUs the class may use");
-                    let mems = first_line(fx, &m.join("cpuset.mems")).unwrap_or_default();
+                    let mems = read_trimmed(fx, &m.join("cpuset.mems")).unwrap_or_default();
                     w(&mut out, d.join("cpuset.mems"), mems, "memory nodes, copied from the root");
                 }
                 Hier::Cpu => {
@@ -284,4 +282,38 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::effects::RealEffects;
+
+    fn layout(tree: &str, prefer: Option<BackendKind>) -> Result<Layout, crate::QosError> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cgroupfs").join(tree);
+        Layout::detect(&root, &RealEffects, prefer, JOULE_DIR)
+    }
+
+    fn hiers(l: &Layout) -> Vec<(Hier, String)> {
+        l.hiers.iter().map(|(h, p)| (*h, p.file_name().unwrap().to_string_lossy().into_owned())).collect()
+    }
+
+    #[test]
+    fn v1_hierarchies_apart_comounted_and_the_v2_choice() {
+        let hybrid = layout("hybrid", None).unwrap();
+        assert_eq!(hybrid.kind, BackendKind::V1);
+        assert_eq!(hiers(&hybrid), [(Hier::Cpu, "cpu".into()), (Hier::Cpuset, "cpuset".into()), (Hier::Cpuacct, "cpuacct".into())]);
+        assert!(hybrid.rt_group_sched);
+        // systemd's `cpu`/`cpuacct` symlinks: one hierarchy, which also does the accounting.
+        let comounted = layout("comounted", None).unwrap();
+        assert_eq!(hiers(&comounted), [(Hier::Cpu, "cpu,cpuacct".into()), (Hier::Cpuset, "cpuset".into())]);
+        assert!(!comounted.rt_group_sched);
+        // The hybrid's unified/ offers no cpu: only when asked for, never chosen by itself.
+        let v2 = layout("hybrid", Some(BackendKind::V2)).unwrap();
+        assert_eq!((hiers(&v2), v2.v2_controllers), (vec![(Hier::Unified, "unified".into())], vec!["hugetlb".to_string()]));
+        assert!(matches!(layout("comounted", Some(BackendKind::V2)), Err(crate::QosError::NoCpuController(_))));
+        let pure = layout("v2-child-named-cpu", None).unwrap();
+        assert_eq!((pure.kind, pure.hiers[0].0), (BackendKind::V2, Hier::Unified));
+        assert!(pure.hiers[0].1.ends_with("v2-child-named-cpu"), "the root itself, not its child `cpu`");
+    }
 }

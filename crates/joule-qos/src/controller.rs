@@ -9,6 +9,7 @@ use crate::matching::{assign, read_proc, scan, ProcInfo};
 use crate::QosError;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects};
+use joule_core::fsread::{keyed_u64, read_trimmed};
 use joule_core::journal::{Journal, RestoreReport, Undo};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -105,10 +106,6 @@ pub struct QosController {
     samples: Mutex<BTreeMap<String, (Instant, u64)>>,
 }
 
-fn read_trim(fx: &dyn Effects, p: &Path) -> Option<String> {
-    fx.read(p).ok().map(|s| s.trim().to_string())
-}
-
 /// Reads what admission needs from the cgroup and proc trees.
 pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> AdmissionEnv {
     let cpus_file = match layout.kind {
@@ -116,25 +113,26 @@ pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> Admissi
         BackendKind::V2 => layout.mount(Hier::Unified).map(|m| m.join("cpuset.cpus.effective")),
     };
     let cpus = cpus_file
-        .and_then(|f| read_trim(fx, &f).or_else(|| read_trim(fx, &f.with_file_name("cpuset.cpus"))))
+        .and_then(|f| read_trimmed(fx, &f).or_else(|_| read_trimmed(fx, &f.with_file_name("cpuset.cpus"))).ok())
         .and_then(|s| crate::cpulist::parse(&s))
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| {
-            let n = read_trim(fx, &opts.procfs_root.join("stat"))
+            let n = read_trimmed(fx, &opts.procfs_root.join("stat"))
+                .ok()
                 .map(|s| s.lines().filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit)).count())
                 .unwrap_or(1);
             (0..n.max(1)).collect()
         });
     let k = opts.procfs_root.join("sys/kernel");
-    let rt_rt = read_trim(fx, &k.join("sched_rt_runtime_us")).and_then(|s| s.parse().ok()).unwrap_or(950_000);
-    let rt_p = read_trim(fx, &k.join("sched_rt_period_us")).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let rt_rt = read_trimmed(fx, &k.join("sched_rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(950_000);
+    let rt_p = read_trimmed(fx, &k.join("sched_rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
     // RT bandwidth other groups at joule's level already hold (v1 checks siblings' sum).
     let mut others = 0.0;
     if let (BackendKind::V1, Some(cpu)) = (layout.kind, layout.mount(Hier::Cpu)) {
         if let Ok(rd) = std::fs::read_dir(cpu) {
             for e in rd.flatten().filter(|e| e.path().is_dir() && e.file_name() != opts.group_name.as_str()) {
-                let r: f64 = read_trim(fx, &e.path().join("cpu.rt_runtime_us")).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-                let p: f64 = read_trim(fx, &e.path().join("cpu.rt_period_us")).and_then(|s| s.parse().ok()).unwrap_or(1e6);
+                let r: f64 = read_trimmed(fx, &e.path().join("cpu.rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+                let p: f64 = read_trimmed(fx, &e.path().join("cpu.rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1e6);
                 if r > 0.0 {
                     others += r / p;
                 }
@@ -311,7 +309,7 @@ impl QosController {
         for i in 0..self.layout.hiers.len() {
             let (target, old_dir) = {
                 let (h, m) = &self.layout.hiers[i];
-                let old_rel = info.cgroup_of(h.controller()).unwrap_or("/");
+                let old_rel = info.cgroups.path(h.controller()).unwrap_or("/");
                 (self.task_dir(m, class), m.join(old_rel.trim_start_matches('/')))
             };
             if old_dir == target && !thread {
@@ -401,7 +399,7 @@ impl QosController {
             let Some(d) = self.class_dir(*h, class) else { continue };
             match h {
                 Hier::Cpuacct | Hier::Cpu => {
-                    if let Some(v) = read_trim(fx, &d.join("cpuacct.usage")).and_then(|s| s.parse().ok()) {
+                    if let Some(v) = read_trimmed(fx, &d.join("cpuacct.usage")).ok().and_then(|s| s.parse().ok()) {
                         return Some(v);
                     }
                 }
@@ -471,11 +469,9 @@ fn write_retrying(fx: &dyn Effects, path: &Path, value: &str) -> io::Result<()> 
     }
 }
 
+/// One key of a `key value` file (`cpu.stat`).
 fn stat_field(fx: &dyn Effects, f: &Path, key: &str) -> Option<u64> {
-    fx.read(f).ok()?.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
+    keyed_u64(&fx.read(f).ok()?, key)
 }
 
 #[cfg(test)]

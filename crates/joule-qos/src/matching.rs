@@ -1,9 +1,12 @@
 //! Task matching on /proc: which process belongs to which class. A process matching any rule
 //! of a class belongs to it (the first class in config order wins); a process matching none
 //! follows its nearest matching ancestor ("children follow their parent"). Kernel threads are
-//! never matched. The procfs root is a parameter so tests run on fixture trees.
+//! never matched. The /proc files are parsed by `joule_core::procfs`; the procfs root is a
+//! parameter so tests run on fixture trees.
 
 use joule_core::config::ClassConfig;
+use joule_core::effects::RealEffects;
+use joule_core::procfs::{task_dir, Stat, Status, TaskCgroups};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -14,55 +17,27 @@ pub struct ProcInfo {
     pub ppid: i32,
     pub comm: String,
     pub exe: Option<PathBuf>,
+    /// Real uid.
     pub uid: Option<u32>,
-    /// (controllers, path) per line of /proc/PID/cgroup; v2's line has controllers "".
-    pub cgroups: Vec<(String, String)>,
+    /// Its cgroup in each hierarchy.
+    pub cgroups: TaskCgroups,
     pub kthread: bool,
 }
 
-impl ProcInfo {
-    /// The cgroup path in the hierarchy holding `controller` ("" = the v2 unified line).
-    pub fn cgroup_of(&self, controller: &str) -> Option<&str> {
-        self.cgroups
-            .iter()
-            .find(|(c, _)| if controller.is_empty() { c.is_empty() } else { c.split(',').any(|x| x == controller) })
-            .map(|(_, p)| p.as_str())
-    }
-}
-
-const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// Reads one process; `None` when it vanished (or is not a process directory).
+/// Reads one process; `None` when it vanished (or is not a process directory). Reads the
+/// procfs tree itself (tests give it a fixture directory) even when the cgroups are fakes.
 pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
-    let d = procfs.join(pid.to_string());
-    let stat = std::fs::read_to_string(d.join("stat")).ok()?;
-    // comm may contain spaces and parentheses: fields resume after the last ')'.
-    let rparen = stat.rfind(')')?;
-    let comm_stat = stat.get(stat.find('(')? + 1..rparen)?.to_string();
-    let rest: Vec<&str> = stat[rparen + 1..].split_whitespace().collect();
-    let ppid = rest.get(1)?.parse().ok()?;
-    let flags: u64 = rest.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
-    let comm = std::fs::read_to_string(d.join("comm")).map(|s| s.trim_end_matches('\n').to_string()).unwrap_or(comm_stat);
-    let uid = std::fs::read_to_string(d.join("status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()));
-    let cgroups = std::fs::read_to_string(d.join("cgroup"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (_, c, p) = (it.next()?, it.next()?, it.next()?);
-            Some((c.to_string(), p.to_string()))
-        })
-        .collect();
+    let fx = &RealEffects;
+    let stat = Stat::read(fx, procfs, pid)?;
     Some(ProcInfo {
         pid,
-        ppid,
-        comm,
-        exe: std::fs::read_link(d.join("exe")).ok(),
-        uid,
-        cgroups,
-        kthread: flags & PF_KTHREAD != 0 || pid == 2 || ppid == 2,
+        ppid: stat.ppid,
+        kthread: stat.is_kernel_thread(),
+        // stat's comm is /proc/PID/comm (the kernel prints both with proc_task_name).
+        comm: stat.comm,
+        exe: std::fs::read_link(task_dir(procfs, pid).join("exe")).ok(),
+        uid: Status::read(fx, procfs, pid).and_then(|s| s.uids()).map(|u| u.real),
+        cgroups: TaskCgroups::read(fx, procfs, pid).unwrap_or_default(),
     })
 }
 
@@ -94,7 +69,7 @@ pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a 
             || m.comm.contains(&p.comm)
             || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
             || p.uid.is_some_and(|u| m.uid.contains(&u))
-            || m.cgroup.iter().any(|r| p.cgroups.iter().any(|(_, path)| under(path, r)))
+            || m.cgroup.iter().any(|r| p.cgroups.paths().any(|path| under(path, r)))
     })
     .map(|c| c.name.as_str())
 }
@@ -126,6 +101,7 @@ pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig]) -> BTreeMap<i32, Stri
 mod tests {
     use super::*;
     use joule_core::config::MatchRules;
+    use joule_core::procfs::PF_KTHREAD;
 
     fn fixture(dir: &Path, pid: i32, ppid: i32, comm: &str, uid: u32, cg: &str, flags: u64) {
         let d = dir.join(pid.to_string());

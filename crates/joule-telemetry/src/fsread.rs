@@ -1,5 +1,6 @@
-//! Small file-reading helpers shared by the sysfs/procfs sources: read into a reused buffer,
-//! parse one number, list a directory's numbered entries.
+//! Small file-reading helpers of the sysfs/procfs sources that only telemetry needs: read into
+//! a reused buffer, parse one number, list a directory's numbered entries. The helpers every
+//! crate shares (`read_trimmed`, `keyed_u64`) are in `joule_core::fsread`.
 
 use std::fmt;
 use std::fs;
@@ -24,11 +25,6 @@ where
     s.trim().parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e}: {:?}", s.trim())))
 }
 
-/// Reads a one-line text file, trimmed.
-pub(crate) fn read_trimmed(path: &Path) -> io::Result<String> {
-    Ok(fs::read_to_string(path)?.trim().to_string())
-}
-
 /// Entries of `dir` named `<prefix><number><suffix>` (e.g. `hwmon3`, `temp2_input`), sorted by
 /// that number. A missing directory is an empty list: optional hardware that is not there is
 /// not an error.
@@ -44,15 +40,6 @@ pub(crate) fn numbered_files(dir: &Path, prefix: &str, suffix: &str) -> Vec<(u32
         .collect();
     out.sort_by_key(|(n, _)| *n);
     out
-}
-
-/// Parses `key value` lines (cpu.stat, PSI fields are handled separately) and returns the value
-/// of `key`, if present.
-pub(crate) fn keyed_u64(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let mut it = l.split_ascii_whitespace();
-        (it.next()? == key).then(|| it.next()?.parse().ok()).flatten()
-    })
 }
 
 #[cfg(test)]
@@ -78,13 +65,5 @@ mod tests {
         fs::write(&f, "-1500\n").unwrap();
         assert_eq!(read_num::<i64>(&f).unwrap(), -1500);
         assert_eq!(read_num::<u64>(&f).unwrap_err().kind(), io::ErrorKind::InvalidData);
-    }
-
-    #[test]
-    fn keyed_u64_finds_exact_key_only() {
-        let t = "nr_periods 3\nnr_throttled 2\nthrottled_time 500\nthrottled_usec 7\n";
-        assert_eq!(keyed_u64(t, "nr_throttled"), Some(2));
-        assert_eq!(keyed_u64(t, "throttled_time"), Some(500));
-        assert_eq!(keyed_u64(t, "throttled"), None);
     }
 }

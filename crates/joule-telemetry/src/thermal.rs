@@ -4,9 +4,11 @@
 //! trip points are discovered on the first sample and again every ~10 s (or after a sensor
 //! went away); each sample reads only the temperatures.
 
-use crate::fsread::{numbered_files, read_num, read_trimmed};
+use crate::fsread::{numbered_files, read_num};
 use crate::rediscover::{gone, Rediscover};
 use crate::{Source, SourceError};
+use joule_core::effects::RealEffects;
+use joule_core::fsread::read_trimmed;
 use joule_core::snapshot::{ThermalZone, TripPoint};
 use joule_core::{Origin, Snapshot};
 use std::path::{Path, PathBuf};
@@ -51,18 +53,18 @@ fn millis_to_celsius(m: i64) -> f64 {
 fn zone(dir: &Path, name: String) -> Sensor {
     let mut trips = Vec::new();
     for i in 0.. {
-        let Ok(kind) = read_trimmed(&dir.join(format!("trip_point_{i}_type"))) else { break };
+        let Ok(kind) = read_trimmed(&RealEffects, &dir.join(format!("trip_point_{i}_type"))) else { break };
         let Ok(t) = read_num::<i64>(&dir.join(format!("trip_point_{i}_temp"))) else { continue };
         let hyst = read_num::<i64>(&dir.join(format!("trip_point_{i}_hyst"))).unwrap_or(0);
         trips.push(TripPoint { kind, temp_celsius: millis_to_celsius(t), hysteresis_celsius: millis_to_celsius(hyst) });
     }
-    Sensor { name, kind: read_trimmed(&dir.join("type")).unwrap_or_default(), temp: dir.join("temp"), trips, zone: true }
+    Sensor { name, kind: read_trimmed(&RealEffects, &dir.join("type")).unwrap_or_default(), temp: dir.join("temp"), trips, zone: true }
 }
 
 /// `temp*_input` of one hwmon chip; `temp<N>_crit` (with `_crit_hyst`) and `temp<N>_max`
 /// become `critical` and `hot` trip points.
 fn hwmon(dir: &Path, hwmon: &str, out: &mut Vec<Sensor>) {
-    let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
+    let chip = read_trimmed(&RealEffects, &dir.join("name")).unwrap_or_default();
     for (n, temp) in numbered_files(dir, "temp", "_input") {
         let mut trips = Vec::new();
         if let Ok(max) = read_num::<i64>(&dir.join(format!("temp{n}_max"))) {

@@ -2,6 +2,8 @@
 //! hierarchy names the cgroups (a `const volatile` of runqlat.bpf.c) and how big its maps are.
 
 use crate::intf::{JOULE_HIER_V1_CPU, JOULE_HIER_V2, JOULE_RUNQ_MAX_CGROUPS, JOULE_RUNQ_MAX_TASKS};
+use joule_core::cgroupfs::{Controller, Layout};
+use joule_core::effects::RealEffects;
 use std::path::{Path, PathBuf};
 
 /// Which cgroup hierarchy names the cgroups.
@@ -40,22 +42,17 @@ pub struct RunqLatOpts {
 }
 
 impl RunqLatOpts {
-    /// Chooses from the cgroup filesystem root (`--cgroup-root`, normally `/sys/fs/cgroup`):
-    /// the v1 `cpu` hierarchy when it is mounted there (`cpu/` or `cpu,cpuacct/` holding
-    /// `cpu.shares`), since a v1 machine's tasks live in it; else the cgroup2 hierarchy at the
-    /// root itself or at `unified/` (hybrid layout); else v2 at the root.
+    /// Chooses from the cgroup filesystem root (`--cgroup-root`, normally `/sys/fs/cgroup`), as
+    /// `joule_core::cgroupfs` lays it out: the v1 `cpu` hierarchy when there is one (a `cpu`
+    /// symlink resolved to the `cpu,cpuacct` co-mount), since a v1 machine's tasks are named by
+    /// it; else the cgroup2 hierarchy at the root itself or at `unified/` (hybrid layout); else
+    /// v2 at the root.
     pub fn for_root(cgroup_fs_root: &Path) -> Self {
-        let v1 = ["cpu", "cpu,cpuacct", "cpuacct,cpu"]
-            .iter()
-            .map(|d| cgroup_fs_root.join(d))
-            .find(|d| d.join("cpu.shares").exists());
-        let (hierarchy, cgroup_root) = match v1 {
-            Some(dir) => (Hierarchy::V1Cpu, dir),
-            None if cgroup_fs_root.join("cgroup.controllers").exists() => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
-            None if cgroup_fs_root.join("unified/cgroup.controllers").exists() => {
-                (Hierarchy::V2, cgroup_fs_root.join("unified"))
-            }
-            None => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
+        let layout = Layout::detect(cgroup_fs_root, &RealEffects);
+        let (hierarchy, cgroup_root) = match (layout.v1(Controller::Cpu), &layout.unified) {
+            (Some(cpu), _) => (Hierarchy::V1Cpu, cpu.to_path_buf()),
+            (None, Some(v2)) => (Hierarchy::V2, v2.dir.clone()),
+            (None, None) => (Hierarchy::V2, cgroup_fs_root.to_path_buf()),
         };
         Self { hierarchy, cgroup_root, max_cgroups: JOULE_RUNQ_MAX_CGROUPS, max_tasks: JOULE_RUNQ_MAX_TASKS }
     }
@@ -83,6 +80,9 @@ mod tests {
 
         let comounted = tree(&["cpu,cpuacct/cpu.shares"]);
         assert_eq!(RunqLatOpts::for_root(comounted.path()).cgroup_root, comounted.path().join("cpu,cpuacct"));
+        // systemd's layout: `cpu` is a symlink to the co-mount, which names the hierarchy.
+        std::os::unix::fs::symlink("cpu,cpuacct", comounted.path().join("cpu")).unwrap();
+        assert_eq!(RunqLatOpts::for_root(comounted.path()).cgroup_root, comounted.path().join("cpu,cpuacct"));
 
         let v2 = tree(&["cgroup.controllers", "system.slice/cgroup.procs"]);
         let o = RunqLatOpts::for_root(v2.path());
@@ -91,5 +91,9 @@ mod tests {
         let hybrid_v2_only = tree(&["unified/cgroup.controllers", "systemd/tasks"]);
         let o = RunqLatOpts::for_root(hybrid_v2_only.path());
         assert_eq!((o.hierarchy, o.cgroup_root), (Hierarchy::V2, hybrid_v2_only.path().join("unified")));
+
+        let nothing = tree(&[]);
+        let o = RunqLatOpts::for_root(nothing.path());
+        assert_eq!((o.hierarchy, o.cgroup_root), (Hierarchy::V2, nothing.path().to_path_buf()));
     }
 }

@@ -1,41 +1,41 @@
 //! CPU accounting of cgroups: v1 `cpuacct.usage` + `cpu.stat` and v2 `cpu.stat`, turned into
-//! CPUs used over the interval. The layout is detected from what is present under the root
-//! (hybrid machines have both) on the first sample and every ~10 s, so a remount is picked up.
+//! CPUs used over the interval. The layout comes from `joule_core::cgroupfs` (hybrid machines
+//! have both v1 and v2) on the first sample and every ~10 s, so a remount is picked up.
 //! Every record is labelled `kernel`: it is the cgroup's own accounting.
 
 mod walk;
 
 use crate::rediscover::Rediscover;
 use crate::{Source, SourceError};
+use joule_core::cgroupfs::{Controller, Layout};
+use joule_core::effects::RealEffects;
+use joule_core::fsread::keyed_u64;
 use joule_core::snapshot::CgroupCpu;
 use joule_core::{Origin, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-/// Where each hierarchy with CPU accounting sits under the cgroup root.
+/// The hierarchies with CPU accounting this source walks, out of the machine's layout.
 #[derive(Debug, Default, PartialEq)]
-pub(crate) struct Layout {
-    /// v1 hierarchy with `cpuacct.usage`, canonical (so that it equals `v1_cpu` when both are
-    /// one co-mounted `cpu,cpuacct` hierarchy, also reached through `cpu`/`cpuacct` symlinks).
+pub(crate) struct Hierarchies {
+    /// v1 hierarchy with `cpuacct.usage`; equal to `v1_cpu` when both are one co-mounted
+    /// `cpu,cpuacct` hierarchy (the layout resolves the `cpu`/`cpuacct` symlinks to it).
     pub v1_cpuacct: Option<PathBuf>,
-    /// v1 hierarchy with `cpu.stat` (throttling), canonical.
+    /// v1 hierarchy with `cpu.stat` (throttling).
     pub v1_cpu: Option<PathBuf>,
     /// v2 hierarchy: the root itself on a pure-v2 machine, or `unified/` on a hybrid one.
     pub v2: Option<PathBuf>,
 }
 
-pub(crate) fn detect(root: &Path) -> Layout {
-    if root.join("cgroup.controllers").exists() {
-        return Layout { v2: Some(root.to_path_buf()), ..Layout::default() };
-    }
-    let first_with = |names: &[&str], file: &str| {
-        let dir = names.iter().map(|n| root.join(n)).find(|d| d.join(file).exists())?;
-        Some(std::fs::canonicalize(&dir).unwrap_or(dir))
-    };
-    Layout {
-        v1_cpuacct: first_with(&["cpuacct", "cpu,cpuacct", "cpuacct,cpu"], "cpuacct.usage"),
-        v1_cpu: first_with(&["cpu", "cpu,cpuacct", "cpuacct,cpu"], "cpu.stat"),
-        v2: Some(root.join("unified")).filter(|u| u.join("cgroup.controllers").exists()),
+impl Hierarchies {
+    pub(crate) fn of(layout: &Layout) -> Hierarchies {
+        Hierarchies {
+            v1_cpuacct: layout.v1(Controller::Cpuacct).map(Path::to_path_buf),
+            // A kernel without CFS bandwidth has a cpu hierarchy without `cpu.stat`: nothing
+            // to read there, and an unreadable root would trigger a detection every sample.
+            v1_cpu: layout.v1(Controller::Cpu).filter(|d| d.join("cpu.stat").exists()).map(Path::to_path_buf),
+            v2: layout.unified.as_ref().map(|u| u.dir.clone()),
+        }
     }
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn detect(root: &Path) -> Layout {
 /// walked on every sample, since they come and go all the time.
 pub struct CgroupSource {
     root: PathBuf,
-    layout: Layout,
+    layout: Hierarchies,
     rediscover: Rediscover,
     /// Previous usage (µs) by (hierarchy, path).
     prev: HashMap<(&'static str, String), u64>,
@@ -55,7 +55,7 @@ pub struct CgroupSource {
 
 impl CgroupSource {
     pub fn new(cgroup_root: impl Into<PathBuf>) -> Self {
-        Self { root: cgroup_root.into(), layout: Layout::default(), rediscover: Rediscover::default(), prev: HashMap::new(), buf: String::new() }
+        Self { root: cgroup_root.into(), layout: Hierarchies::default(), rediscover: Rediscover::default(), prev: HashMap::new(), buf: String::new() }
     }
 
     /// Reads a small file into the shared buffer; `None` when it is gone (the cgroup raced
@@ -80,8 +80,8 @@ impl CgroupSource {
             self.root_gone(rel);
             return;
         };
-        let nr = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
-        let ns = crate::fsread::keyed_u64(text, "throttled_time").unwrap_or(0);
+        let nr = keyed_u64(text, "nr_throttled").unwrap_or(0);
+        let ns = keyed_u64(text, "throttled_time").unwrap_or(0);
         let e = v1_entry(out, rel);
         e.nr_throttled = nr;
         e.throttled_us = ns / 1000;
@@ -95,7 +95,7 @@ impl CgroupSource {
         }
     }
 
-    fn read_v1(&mut self, layout: &Layout, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
+    fn read_v1(&mut self, layout: &Hierarchies, notes: &mut Vec<String>) -> BTreeMap<String, CgroupCpu> {
         let mut out: BTreeMap<String, CgroupCpu> = BTreeMap::new();
         // One co-mounted hierarchy: walk it once and read both files of each cgroup.
         let shared = layout.v1_cpuacct.is_some() && layout.v1_cpuacct == layout.v1_cpu;
@@ -129,10 +129,10 @@ impl CgroupSource {
                 self.root_gone(&rel);
                 continue;
             };
-            let Some(usage_us) = crate::fsread::keyed_u64(text, "usage_usec") else { continue };
+            let Some(usage_us) = keyed_u64(text, "usage_usec") else { continue };
             // throttled_* appear only where the cpu controller is enabled.
-            let throttled_us = crate::fsread::keyed_u64(text, "throttled_usec").unwrap_or(0);
-            let nr_throttled = crate::fsread::keyed_u64(text, "nr_throttled").unwrap_or(0);
+            let throttled_us = keyed_u64(text, "throttled_usec").unwrap_or(0);
+            let nr_throttled = keyed_u64(text, "nr_throttled").unwrap_or(0);
             let cg = CgroupCpu { path: rel.clone(), hierarchy: "v2".into(), usage_us, usage_cpus: None, throttled_us, nr_throttled, source: Origin::Kernel };
             out.insert(rel, cg);
         }
@@ -167,7 +167,7 @@ impl Source for CgroupSource {
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
         if self.rediscover.due(snap.interval_ms) {
-            self.layout = detect(&self.root);
+            self.layout = Hierarchies::of(&Layout::detect(&self.root, &RealEffects));
         }
         let layout = std::mem::take(&mut self.layout);
         let result = self.sample_layout(&layout, snap);
@@ -177,8 +177,8 @@ impl Source for CgroupSource {
 }
 
 impl CgroupSource {
-    fn sample_layout(&mut self, layout: &Layout, snap: &mut Snapshot) -> Result<(), SourceError> {
-        if *layout == Layout::default() {
+    fn sample_layout(&mut self, layout: &Hierarchies, snap: &mut Snapshot) -> Result<(), SourceError> {
+        if *layout == Hierarchies::default() {
             snap.notes.push(format!("no cgroup CPU accounting under {} (no cpuacct, cpu or cgroup2 hierarchy)", self.root.display()));
             self.prev.clear();
             return Ok(());
@@ -212,17 +212,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_and_cpuacct_symlinks_to_one_hierarchy_detect_as_one_directory() {
+    fn a_v1_cpu_hierarchy_without_cpu_stat_is_not_walked() {
         let t = tempfile::tempdir().unwrap();
-        let shared = t.path().join("cpu,cpuacct");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::write(shared.join("cpuacct.usage"), "1\n").unwrap();
-        std::fs::write(shared.join("cpu.stat"), "nr_throttled 0\n").unwrap();
-        std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpu")).unwrap();
-        std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpuacct")).unwrap();
-        let layout = detect(t.path());
-        let canonical = std::fs::canonicalize(&shared).unwrap();
-        assert_eq!(layout.v1_cpuacct.as_deref(), Some(canonical.as_path()));
-        assert_eq!(layout.v1_cpu, layout.v1_cpuacct);
+        for (dir, file) in [("cpu", "cpu.shares"), ("cpuacct", "cpuacct.usage")] {
+            std::fs::create_dir(t.path().join(dir)).unwrap();
+            std::fs::write(t.path().join(dir).join(file), "1\n").unwrap();
+        }
+        let h = Hierarchies::of(&Layout::detect(t.path(), &RealEffects));
+        assert_eq!(h, Hierarchies { v1_cpuacct: Some(t.path().join("cpuacct")), v1_cpu: None, v2: None });
+        std::fs::write(t.path().join("cpu/cpu.stat"), "nr_throttled 0\n").unwrap();
+        assert_eq!(Hierarchies::of(&Layout::detect(t.path(), &RealEffects)).v1_cpu, Some(t.path().join("cpu")));
     }
 }

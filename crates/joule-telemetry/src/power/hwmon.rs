@@ -4,8 +4,10 @@
 //! `sensor` like the power it comes from, but it misses whatever the power did between two
 //! readings.
 
-use crate::fsread::{numbered_files, read_num, read_trimmed};
+use crate::fsread::{numbered_files, read_num};
 use crate::rediscover::gone;
+use joule_core::effects::RealEffects;
+use joule_core::fsread::read_trimmed;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
@@ -50,9 +52,9 @@ impl HwmonPower {
     pub(crate) fn discover(&mut self, sysfs_root: &Path) {
         self.channels.clear();
         for (m, dir) in numbered_files(&sysfs_root.join("class/hwmon"), "hwmon", "") {
-            let chip = read_trimmed(&dir.join("name")).unwrap_or_default();
+            let chip = read_trimmed(&RealEffects, &dir.join("name")).unwrap_or_default();
             for (n, input) in numbered_files(&dir, "power", "_input") {
-                let label = read_trimmed(&dir.join(format!("power{n}_label"))).ok();
+                let label = read_trimmed(&RealEffects, &dir.join(format!("power{n}_label"))).ok();
                 self.channels.push(Channel {
                     name: format!("hwmon{m}/power{n}"),
                     input,

@@ -2,8 +2,10 @@
 //! `intel-rapl:N:M`): `energy_uj` wraps at `max_energy_range_uj`, so each delta is taken modulo
 //! that range and accumulated into a cumulative joule count.
 
-use crate::fsread::{read_num, read_trimmed};
+use crate::fsread::read_num;
 use crate::rediscover::gone;
+use joule_core::effects::RealEffects;
+use joule_core::fsread::read_trimmed;
 use joule_core::snapshot::PowerDomain;
 use joule_core::Origin;
 use std::collections::HashMap;
@@ -76,7 +78,7 @@ impl Rapl {
         self.zones = found
             .into_iter()
             .map(|(zone, dir)| Zone {
-                kind: read_trimmed(&dir.join("name")).unwrap_or_default(),
+                kind: read_trimmed(&RealEffects, &dir.join("name")).unwrap_or_default(),
                 max_uj: read_num::<u64>(&dir.join("max_energy_range_uj")).unwrap_or(u64::MAX),
                 energy_uj: dir.join("energy_uj"),
                 top_level: zone.matches(':').count() == 1,

@@ -4,6 +4,9 @@
 //! kernel's per-thread accounting, so the bench reports the rate it got rather than the rate
 //! it asked for.
 
+use joule_core::effects::RealEffects;
+use joule_core::procfs::Status;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -61,9 +64,9 @@ impl LoadThreads {
     /// wake-up ends) and `nonvoluntary` (preempted), summed over /proc/self/task/TID/status.
     pub fn switches(&self) -> Switches {
         let mut s = Switches::default();
-        for tid in &self.tids {
-            if let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) {
-                s.add(&parse_status(&text));
+        for &tid in &self.tids {
+            if let Some(status) = Status::read(&RealEffects, Path::new("/proc/self/task"), tid) {
+                s.add(&Switches::of(&status));
             }
         }
         s
@@ -89,18 +92,16 @@ pub struct Switches {
 }
 
 impl Switches {
+    /// The two context-switch counters of a thread's status file.
+    fn of(status: &Status) -> Switches {
+        let field = |key: &str| status.u64(key).unwrap_or(0);
+        Switches { voluntary: field("voluntary_ctxt_switches"), nonvoluntary: field("nonvoluntary_ctxt_switches") }
+    }
+
     fn add(&mut self, o: &Switches) {
         self.voluntary += o.voluntary;
         self.nonvoluntary += o.nonvoluntary;
     }
-}
-
-/// The two context-switch counters of a /proc/.../status file.
-fn parse_status(text: &str) -> Switches {
-    let field = |key: &str| {
-        text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
-    };
-    Switches { voluntary: field("voluntary_ctxt_switches:"), nonvoluntary: field("nonvoluntary_ctxt_switches:") }
 }
 
 /// Context switches on the whole machine so far (`ctxt` in /proc/stat): what a sched_switch
@@ -117,8 +118,8 @@ mod tests {
     #[test]
     fn status_counters_are_parsed() {
         let text = "Name:\tjoule-load\nvoluntary_ctxt_switches:\t1234\nnonvoluntary_ctxt_switches:\t5\n";
-        assert_eq!(parse_status(text), Switches { voluntary: 1234, nonvoluntary: 5 });
-        assert_eq!(parse_status("Name:\tx\n"), Switches::default());
+        assert_eq!(Switches::of(&Status::parse(text)), Switches { voluntary: 1234, nonvoluntary: 5 });
+        assert_eq!(Switches::of(&Status::parse("Name:\tx\n")), Switches::default());
     }
 
     /// The waking load really wakes (its rate is measured, not assumed) and the sleeping one
