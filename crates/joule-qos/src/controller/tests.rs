@@ -2,6 +2,8 @@
 //! create in a new cgroup) and a fixture /proc.
 
 use super::*;
+use crate::backend::Step;
+use std::io;
 use crate::seed;
 use joule_core::config::MatchRules;
 use joule_core::effects::{FakeEffects, SchedAttr};

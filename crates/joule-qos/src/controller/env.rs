@@ -1,0 +1,68 @@
+//! What admission needs to know about the machine (CPUs, the global and sibling RT budgets),
+//! and the hint an error gets when the kernel refuses a value.
+
+use super::QosOpts;
+use crate::admission::AdmissionEnv;
+use crate::backend::{BackendKind, Hier, Layout};
+use joule_core::effects::Effects;
+use joule_core::fsread::read_trimmed;
+use std::io;
+use std::path::Path;
+
+/// Reads what admission needs from the cgroup and proc trees.
+pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> AdmissionEnv {
+    let cpus_file = match layout.kind {
+        BackendKind::V1 => layout.mount(Hier::Cpuset).map(|m| m.join("cpuset.effective_cpus")),
+        BackendKind::V2 => layout.mount(Hier::Unified).map(|m| m.join("cpuset.cpus.effective")),
+    };
+    let cpus = cpus_file
+        .and_then(|f| read_trimmed(fx, &f).or_else(|_| read_trimmed(fx, &f.with_file_name("cpuset.cpus"))).ok())
+        .and_then(|s| crate::cpulist::parse(&s))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            let n = read_trimmed(fx, &opts.procfs_root.join("stat"))
+                .ok()
+                .map(|s| s.lines().filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit)).count())
+                .unwrap_or(1);
+            (0..n.max(1)).collect()
+        });
+    let k = opts.procfs_root.join("sys/kernel");
+    let rt_rt = read_trimmed(fx, &k.join("sched_rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(950_000);
+    let rt_p = read_trimmed(fx, &k.join("sched_rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    // RT bandwidth other groups at joule's level already hold (v1 checks siblings' sum).
+    let mut others = 0.0;
+    if let (BackendKind::V1, Some(cpu)) = (layout.kind, layout.mount(Hier::Cpu)) {
+        if let Ok(rd) = std::fs::read_dir(cpu) {
+            for e in rd.flatten().filter(|e| e.path().is_dir() && e.file_name() != opts.group_name.as_str()) {
+                let r: f64 = read_trimmed(fx, &e.path().join("cpu.rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+                let p: f64 = read_trimmed(fx, &e.path().join("cpu.rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1e6);
+                if r > 0.0 {
+                    others += r / p;
+                }
+            }
+        }
+    }
+    AdmissionEnv {
+        cpus,
+        global_rt_runtime_us: rt_rt,
+        global_rt_period_us: rt_p,
+        others_rt_ratio: others,
+        min_period_us: opts.min_period_us,
+        rt_group_sched: layout.rt_group_sched,
+        rt_borrowing: opts.rt_borrowing,
+        rt_fallback_to_cfs: opts.rt_fallback_to_cfs,
+    }
+}
+
+/// Why the kernel likely refused writing to `path` (appended to the error).
+pub(super) fn hint_for(path: &Path, e: &io::Error) -> String {
+    let f = path.file_name().and_then(|s| s.to_str()).unwrap_or("");
+    match (f, e.raw_os_error()) {
+        ("cpu.rt_runtime_us", Some(libc::EINVAL)) => " — the parent's cpu.rt_runtime_us, or kernel.sched_rt_runtime_us, leaves too little RT budget".into(),
+        ("cpu.rt_runtime_us", Some(libc::EBUSY)) => " — the group still has RT tasks and cannot get 0 runtime".into(),
+        ("cgroup.procs" | "tasks", Some(libc::EINVAL)) => " — a real-time task cannot join a v1 group with cpu.rt_runtime_us = 0; give its class rt_runtime_us".into(),
+        ("cpuset.cpus", _) => " — the CPUs must be a subset of the parent cpuset's".into(),
+        ("cgroup.subtree_control", _) => " — the controller is bound to a cgroup v1 hierarchy, or the cgroup has tasks of its own".into(),
+        _ => String::new(),
+    }
+}

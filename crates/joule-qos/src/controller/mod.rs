@@ -1,0 +1,165 @@
+//! `QosController`: admission at construction (env.rs reads the machine), then apply and
+//! rollback (apply.rs), reconcile and placing tasks (place.rs), status (status.rs), release.
+//! Every change goes through `Effects` and is recorded in the undo journal *before* it is
+//! made; an apply that fails part-way undoes its own records and takes them out of the
+//! journal, so nothing is half-applied and nothing is left for a later `joule restore`.
+
+mod apply;
+mod env;
+mod place;
+mod status;
+
+pub use env::machine_env;
+
+use crate::admission::{admit, Plan, ShareKind};
+use crate::backend::{steps, BackendKind, Hier, Layout, PlannedWrite};
+use crate::QosError;
+use joule_core::config::ClassConfig;
+use joule_core::effects::{Effects, RealEffects};
+use joule_core::journal::{Journal, Undo};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct QosOpts {
+    pub cgroup_root: PathBuf,
+    pub procfs_root: PathBuf,
+    /// Smallest RT/CFS period admitted, µs (the seed: 100 ms).
+    pub min_period_us: u64,
+    /// Force a backend; `None` picks v1 when the cpu controller is bound to v1, else v2.
+    pub backend: Option<BackendKind>,
+    /// Where RT group bandwidth does not exist, apply the CFS equivalent instead of refusing.
+    pub rt_fallback_to_cfs: bool,
+    /// Model RT runtime borrowing (`RT_RUNTIME_SHARE`, off by default since Linux 5.10).
+    pub rt_borrowing: bool,
+    /// `reconcile` does nothing when called again sooner than this.
+    pub reconcile_interval: Duration,
+    /// Refuse classes admission rejects. Only the benchmark turns this off, to show what the
+    /// seed saw with configurations joule would refuse.
+    pub enforce_admission: bool,
+    /// Name of the top cgroup in each hierarchy.
+    pub group_name: String,
+    /// Owner tag of journal records (`release` undoes only these).
+    pub owner: String,
+}
+
+impl Default for QosOpts {
+    fn default() -> Self {
+        Self {
+            cgroup_root: "/sys/fs/cgroup".into(),
+            procfs_root: "/proc".into(),
+            min_period_us: crate::DEFAULT_MIN_PERIOD_US,
+            backend: None,
+            rt_fallback_to_cfs: false,
+            rt_borrowing: false,
+            reconcile_interval: Duration::from_secs(1),
+            enforce_admission: true,
+            group_name: crate::backend::JOULE_DIR.into(),
+            owner: crate::OWNER.into(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ApplyReport {
+    pub created: Vec<PathBuf>,
+    pub adopted: Vec<PathBuf>,
+    pub writes: usize,
+    /// (pid, class)
+    pub moved: Vec<(i32, String)>,
+    /// PIDs that exited between matching and moving (skipped).
+    pub vanished: Vec<i32>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReconcileReport {
+    pub skipped_rate_limit: bool,
+    pub recreated: Vec<PathBuf>,
+    pub moved: Vec<(i32, String)>,
+    pub vanished: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassStatus {
+    pub name: String,
+    pub kind: ShareKind,
+    pub configured: String,
+    /// Top-style %, 100 = one CPU.
+    pub expected_pct: f64,
+    /// Over the interval since the previous `status` call (None on the first).
+    pub achieved_pct: Option<f64>,
+    pub throttled_ms: Option<f64>,
+    pub nr_throttled: Option<u64>,
+    pub tasks: usize,
+    pub present: bool,
+}
+
+/// (pid, class) of processes moved.
+type Moved = Vec<(i32, String)>;
+
+pub struct QosController {
+    classes: Vec<ClassConfig>,
+    opts: QosOpts,
+    layout: Layout,
+    plan: Plan,
+    applied: Vec<Undo>,
+    last_reconcile: Option<Instant>,
+    samples: Mutex<BTreeMap<String, (Instant, u64)>>,
+}
+
+impl QosController {
+    /// Detects the backend on the real system and runs admission.
+    pub fn new(classes: &[ClassConfig], opts: QosOpts) -> Result<Self, QosError> {
+        Self::new_with(classes, opts, &RealEffects)
+    }
+
+    /// As `new`, reading the machine through `fx` (fixture trees in tests).
+    pub fn new_with(classes: &[ClassConfig], opts: QosOpts, fx: &dyn Effects) -> Result<Self, QosError> {
+        let layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
+        let env = machine_env(&layout, &opts, fx);
+        let mut plan = admit(classes, &env);
+        if layout.kind == BackendKind::V2 && !layout.v2_controllers.iter().any(|c| c == "cpu") {
+            plan.notes.push(format!(
+                "cgroup v2 at {} offers no cpu controller (cgroup.controllers: {:?}); on this machine it is bound to a v1 hierarchy, so only grouping and accounting work here",
+                layout.hiers[0].1.display(),
+                layout.v2_controllers.join(" ")
+            ));
+        }
+        if !plan.admitted() && opts.enforce_admission {
+            return Err(QosError::Refused(plan.refusal_text()));
+        }
+        plan.writes = steps(&layout, &plan, fx).into_iter().map(PlannedWrite).collect();
+        Ok(Self { classes: classes.to_vec(), opts, layout, plan, applied: Vec::new(), last_reconcile: None, samples: Mutex::new(BTreeMap::new()) })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Directory of `class` in hierarchy `h` (where its knobs are).
+    pub fn class_dir(&self, h: Hier, class: &str) -> Option<PathBuf> {
+        Some(self.layout.class_dir(self.layout.mount(h)?, &self.plan, class))
+    }
+
+    fn task_dir(&self, m: &Path, class: &str) -> PathBuf {
+        self.layout.task_dir(m, &self.plan, class)
+    }
+
+    fn record(&mut self, journal: &mut Journal, undo: Undo) -> Result<(), QosError> {
+        journal.record(&self.opts.owner, undo.clone())?;
+        self.applied.push(undo);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
