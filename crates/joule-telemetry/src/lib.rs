@@ -2,11 +2,11 @@
 //! stand in for missing sensors; they fill a Snapshot and never decide.
 //!
 //! Every source implements [`Source`] and takes its filesystem root as a parameter, so tests run
-//! on the fixture trees under `testdata/`. Readings whose Snapshot type has a `source` field carry
-//! their [`joule_core::Origin`] there (cpu, task waits, power and its domains, thermal zones, the
-//! model temperature, frequency); cgroup CPU accounting and PSI have no such field: both are
-//! always kernel accounting files.
-//! [`Sampler`] runs them all, in order, once per control period.
+//! on the fixture trees under `testdata/`. Every reading carries its [`joule_core::Origin`] in
+//! its `source` field (cpu, PSI, cgroup CPU, task waits, power and its domains, thermal zones,
+//! the model temperature, frequency).
+//! [`Sampler`] runs them all, in order, once per control period; the agent appends its eBPF
+//! sources and the thermal stage to the same list.
 
 mod cgroup;
 mod cpu;

@@ -43,6 +43,13 @@ impl Sampler {
         Self { sources, warned, clock_base: Instant::now(), last_monotonic_ms: None }
     }
 
+    /// Adds a source that runs after the others (joule's eBPF sources, the thermal stage,
+    /// which reads what the thermal sources and models found).
+    pub fn push(&mut self, source: Box<dyn Source + Send>) {
+        self.sources.push(source);
+        self.warned.push(false);
+    }
+
     /// Drops the source called `name` (e.g. `task_wait` when the eBPF programs measure the
     /// same thing at a cost proportional to active tasks instead of all threads).
     pub fn remove_source(&mut self, name: &str) {

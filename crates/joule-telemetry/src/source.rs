@@ -24,6 +24,9 @@ pub enum SourceError {
     },
     #[error("unexpected content in {}: {detail}", path.display())]
     Parse { path: PathBuf, detail: String },
+    /// A source that does not read files (an eBPF program, a feed into one) failed.
+    #[error("{0}")]
+    Other(String),
 }
 
 impl SourceError {

@@ -8,7 +8,7 @@ mod exporter;
 mod exposition;
 mod metrics;
 mod monitor;
-mod snapshotter;
+mod sense;
 mod textview;
 
 use clap::{Parser, Subcommand};

@@ -2,7 +2,7 @@
 //! machine itself (no agent needed); with root it loads the eBPF programs privately (nothing
 //! pinned) so run-queue latency and the in-kernel stage are real.
 
-use crate::snapshotter::{Bpf, BpfOff, Snapshotter};
+use crate::sense::{Bpf, BpfOff, Snapshotter};
 use anyhow::Context;
 use crate::ConfigArg;
 use joule_core::Snapshot;

@@ -1,7 +1,7 @@
 //! `joule agent`: the node agent, one control loop. Each period:
 //!
 //! ```text
-//! sense   (Snapshotter: telemetry sources + eBPF)  -> Snapshot (readings only, immutable)
+//! sense   (Snapshotter: one list of sources)       -> Snapshot (readings only, immutable)
 //! decide  (policies(), pure)                       -> Plan (what to hold, and why)
 //! act     (actuators(), journal first)             -> the machine holds the plan
 //! publish (exporter)                               <- Snapshot + Plan + actuator state
@@ -17,7 +17,7 @@ mod status;
 
 use crate::exporter::{self, Published, Shared};
 use crate::metrics::AgentStats;
-use crate::snapshotter::{Bpf, BpfOff, Snapshotter};
+use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
@@ -138,6 +138,7 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journ
 
 fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &mut Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
+    tracing::info!("sources, in order: {}", sense.source_names().join(", "));
     if !sense.bpf_status().enabled {
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
     }

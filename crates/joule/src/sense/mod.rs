@@ -1,0 +1,136 @@
+//! Sensing: one Snapshot per period from one list of sources — telemetry's (procfs, sysfs,
+//! cgroupfs, the models), then the eBPF ones (run-queue latency, runq.rs) and the thermal stage
+//! (stage.rs), computed in the kernel from the sensor temperature or — on machines without a
+//! sensor — the model temperature that user space feeds through the same in-kernel rule.
+//! Shared by `joule agent` and `joule monitor`. eBPF is on unless the user turned it off; when
+//! it was asked for and cannot run, that is an error, and every snapshot says whether it is on.
+
+mod runq;
+mod stage;
+
+use anyhow::Context;
+use joule_bpf::{RunqLat, ThermalStage};
+use joule_core::config::Config;
+use joule_core::effects::RealEffects;
+use joule_core::journal::Journal;
+use joule_core::mounts::{self, PseudoFs};
+use joule_core::snapshot::BpfStatus;
+use joule_core::Snapshot;
+use runq::RunqSource;
+use stage::{mc, StageSource};
+
+/// What to do with BPF.
+pub enum Bpf<'a> {
+    /// Do not load anything, for the reason given; the snapshot says so.
+    Off(BpfOff),
+    /// Load for this process only; nothing pinned, no bpffs needed (monitor).
+    Private,
+    /// Load and pin the stage map under the config's pin dir, mounting bpffs there first when
+    /// it is missing; pins and mount recorded in the journal (agent).
+    Pinned(&'a mut Journal),
+}
+
+/// Why eBPF is off. Only the user's choice (`--no-bpf`, `telemetry.bpf = false`) turns it off
+/// in the agent; `joule monitor` run by a non-root user also runs without it, and says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BpfOff {
+    Flag,
+    Config,
+    NotRoot,
+}
+
+impl BpfOff {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BpfOff::Flag => "flag",
+            BpfOff::Config => "config",
+            BpfOff::NotRoot => "not_root",
+        }
+    }
+    fn explain(self) -> &'static str {
+        match self {
+            BpfOff::Flag => "--no-bpf",
+            BpfOff::Config => "telemetry.bpf = false",
+            BpfOff::NotRoot => "not root; run as root for it",
+        }
+    }
+}
+
+pub struct Snapshotter {
+    /// Every source, in the order they run: telemetry's, then eBPF's, then the stage.
+    sampler: joule_telemetry::Sampler,
+    status: BpfStatus,
+    /// What is missing or degraded about eBPF, repeated in every snapshot's notes.
+    bpf_notes: Vec<String>,
+}
+
+impl Snapshotter {
+    /// Loads what `bpf` asks for and lists every source. When eBPF was asked for and cannot
+    /// run, this is an error that says why and what to do (`--no-bpf` is the way to run
+    /// without it), never a quiet fallback.
+    pub fn new(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
+        let t = &cfg.telemetry;
+        let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
+        let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
+        let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![] };
+        let (pin_dir, mut journal) = match bpf {
+            Bpf::Off(why) => {
+                me.status.off_reason = why.as_str().into();
+                me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
+                me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc)));
+                return Ok(me);
+            }
+            Bpf::Private => (None, None),
+            Bpf::Pinned(j) => (Some(t.bpf_pin_dir.clone()), Some(j)),
+        };
+        joule_bpf::probe()?;
+        if let Some(dir) = &pin_dir {
+            mounts::ensure(PseudoFs::Bpf, dir, &RealEffects, journal.as_deref_mut()).context("while making sure the BPF pin directory is on bpffs")?;
+        }
+        let runq = RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)).context("while loading the run-queue latency program")?;
+        me.sampler.remove_source("task_wait");
+        me.sampler.push(Box::new(RunqSource::new(runq, t.task_wait_top)));
+        let opts = joule_bpf::ThermalStageOpts { pin_dir: pin_dir.clone(), thresholds_mc: thresholds_mc.clone(), hysteresis_mc };
+        let ts = ThermalStage::load(opts, journal).context("while loading the in-kernel thermal stage")?;
+        if let Some(e) = ts.tracepoint_error() {
+            me.bpf_notes.push(format!("thermal/thermal_temperature did not attach ({e}): only the temperatures joule reads and feeds move the stage"));
+        }
+        me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc)));
+        me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
+        Ok(me)
+    }
+
+    pub fn bpf_status(&self) -> &BpfStatus {
+        &self.status
+    }
+
+    /// Names of the sources, in the order they run.
+    pub fn source_names(&self) -> Vec<&'static str> {
+        self.sampler.source_names()
+    }
+
+    pub fn sample(&mut self) -> Snapshot {
+        let mut snap = self.sampler.sample();
+        snap.bpf = self.status.clone();
+        snap.notes.extend(self.bpf_notes.iter().cloned());
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_ebpf_the_stage_runs_last_and_the_snapshot_says_why() {
+        let cfg = Config::default();
+        let mut sn = Snapshotter::new(&cfg, Bpf::Off(BpfOff::Config)).unwrap();
+        let names = sn.source_names();
+        assert_eq!(names.last(), Some(&"stage"), "{names:?}");
+        assert!(names.contains(&"task_wait") && !names.contains(&"runq_latency"), "{names:?}");
+        let snap = sn.sample();
+        assert_eq!((snap.bpf.enabled, snap.bpf.off_reason.as_str()), (false, "config"));
+        assert!(snap.notes.iter().any(|n| n.starts_with("eBPF off (telemetry.bpf = false)")), "{:?}", snap.notes);
+        assert_eq!(snap.stage.computed_by, joule_core::snapshot::StageEngine::Userspace, "the model temperature gives a stage");
+    }
+}
