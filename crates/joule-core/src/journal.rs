@@ -4,7 +4,7 @@
 //! `joule restore`, agent start-up and agent shutdown replay it newest first, so a SIGKILLed
 //! agent leaves nothing behind once any of them runs.
 
-use crate::effects::{Effects, SchedAttr};
+use crate::effects::{Effects, Freezer, SchedAttr, FREEZE_SETTLE};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -56,6 +56,29 @@ pub enum Undo {
         #[serde(default)]
         started: Option<u64>,
     },
+    /// Let a thread run on the CPUs it was allowed before (sched_setaffinity); `started` as for
+    /// MoveTask. Build it with `Undo::affinity`.
+    Affinity {
+        tid: i32,
+        old_cpus: Vec<usize>,
+        #[serde(default)]
+        started: Option<u64>,
+    },
+    /// Thaw a cgroup joule froze (v1 `freezer.state` or v2 `cgroup.freeze`).
+    Thaw { cgroup: PathBuf },
+    /// Delete the qdisc joule put at `parent` of interface `ifname` (index `ifindex`) in
+    /// network namespace `netns` (none: the agent's own), if it is still the `kind` with
+    /// `handle` joule put; for a root qdisc the kernel attaches the default again. See
+    /// `qdisc::replace_root`.
+    QdiscDelete {
+        #[serde(default)]
+        netns: Option<PathBuf>,
+        ifname: String,
+        ifindex: u32,
+        parent: u32,
+        handle: u32,
+        kind: String,
+    },
 }
 
 impl Undo {
@@ -68,6 +91,12 @@ impl Undo {
     /// The undo of changing thread `tid`'s policy away from `old`, pinned to this incarnation.
     pub fn sched(fx: &dyn Effects, tid: i32, old: SchedAttr) -> Undo {
         Undo::Sched { tid, old, started: start_time(fx, tid) }
+    }
+
+    /// The undo of changing thread `tid`'s affinity away from `old_cpus`, pinned to this
+    /// incarnation.
+    pub fn affinity(fx: &dyn Effects, tid: i32, old_cpus: Vec<usize>) -> Undo {
+        Undo::Affinity { tid, old_cpus, started: start_time(fx, tid) }
     }
 }
 
@@ -273,11 +302,19 @@ fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
         Undo::Unmount { path, magic } => Ok(if crate::mounts::undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
-        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } if !same_task(fx, *pid, *started) => {
+        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. }
+            if !same_task(fx, *pid, *started) =>
+        {
             Ok(Outcome::Gone)
         }
         Undo::MoveTask { pid, procs_file, .. } => gone_ok(fx.write(procs_file, &pid.to_string())),
         Undo::Sched { tid, old, .. } => gone_ok(fx.set_sched(*tid, *old)),
+        Undo::Affinity { tid, old_cpus, .. } => gone_ok(fx.set_affinity(*tid, old_cpus)),
+        Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
+        Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
+            let deleted = crate::qdisc::undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
+            Ok(if deleted { Outcome::Done } else { Outcome::Gone })
+        }
         Undo::RemoveDir { path, evacuate_to } => {
             if !fx.exists(path) {
                 return Ok(Outcome::Gone);

@@ -9,6 +9,7 @@ pub mod journal;
 pub mod mounts;
 pub mod origin;
 pub mod policy;
+pub mod qdisc;
 pub mod snapshot;
 pub mod testing;
 

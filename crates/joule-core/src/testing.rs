@@ -39,7 +39,7 @@ pub struct TempBpffs {
 
 impl TempBpffs {
     pub fn new() -> std::io::Result<TempBpffs> {
-        use crate::effects::{Effects, RealEffects};
+        use crate::effects::{Mounts, RealEffects};
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("joule-test-bpffs-{}-{n}", std::process::id()));

@@ -6,7 +6,7 @@
 //! machine's RT budget).
 
 use joule_core::config::{ClassConfig, MatchRules};
-use joule_core::effects::{Effects, RealEffects, SchedAttr};
+use joule_core::effects::{RealEffects, Sched, SchedAttr};
 use joule_core::journal::{self, Journal};
 use joule_core::testing::{is_root, require};
 use joule_qos::{BackendKind, QosController, QosOpts};

@@ -353,7 +353,7 @@ fn root_sigkilled_agent_with_a_class_then_restore_removes_its_cgroups() {
 }
 
 fn is_bpffs(p: &Path) -> bool {
-    use joule_core::effects::{Effects, RealEffects, BPF_FS_MAGIC};
+    use joule_core::effects::{Mounts, RealEffects, BPF_FS_MAGIC};
     RealEffects.fs_magic(p).is_ok_and(|m| m == BPF_FS_MAGIC)
 }
 
