@@ -226,7 +226,14 @@ impl Net for RealEffects {
 
     fn replace_qdisc(&self, netns: Option<&Path>, ifindex: u32, q: &Qdisc) -> io::Result<()> {
         let msg = tc_message(ifindex, q.parent, q.handle, to_attributes(q))?;
-        ack(netns, ifindex, RouteNetlinkMessage::NewQueueDiscipline(msg), NLM_F_CREATE | NLM_F_REPLACE)
+        ack(netns, ifindex, RouteNetlinkMessage::NewQueueDiscipline(msg), NLM_F_CREATE | NLM_F_REPLACE).map_err(|e| match e.raw_os_error() {
+            // The kernel says ENOENT both for a qdisc it was built without and for a missing parent.
+            Some(libc::ENOENT) => io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("qdisc {} at parent {:x}: this kernel has no such qdisc (CONFIG_NET_SCH_*), or no such parent", q.kind, q.parent),
+            ),
+            _ => e,
+        })
     }
 
     fn delete_qdisc(&self, netns: Option<&Path>, ifindex: u32, parent: u32, handle: u32) -> io::Result<()> {
