@@ -107,37 +107,40 @@ impl Version {
     }
 }
 
+/// Asks for `want` (Frozen or Thawed) and waits up to `settle`; Ok(true) when it got there.
+fn ask<F: Files + ?Sized>(fx: &F, cgroup: &Path, want: FreezeState, settle: Duration) -> io::Result<bool> {
+    let v = Version::of(fx, cgroup)?;
+    let (knob, frozen, thawed) = v.knob();
+    fx.write(&cgroup.join(knob), if want == FreezeState::Frozen { frozen } else { thawed })?;
+    v.settles(fx, cgroup, want, settle)
+}
+
+fn timed_out(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what)
+}
+
 impl<T: Files + ?Sized> Freezer for T {
     fn freezer_state(&self, cgroup: &Path) -> io::Result<FreezeState> {
         Version::of(self, cgroup)?.state(self, cgroup)
     }
     fn freeze(&self, cgroup: &Path, settle: Duration) -> io::Result<()> {
-        let v = Version::of(self, cgroup)?;
-        let (knob, frozen, thawed) = v.knob();
-        self.write(&cgroup.join(knob), frozen)?;
-        if v.settles(self, cgroup, FreezeState::Frozen, settle)? {
+        if ask(self, cgroup, FreezeState::Frozen, settle)? {
             return Ok(());
         }
+        let (knob, _, thawed) = Version::of(self, cgroup)?.knob();
         let undone = match self.write(&cgroup.join(knob), thawed) {
             Ok(()) => "thawed it again".to_string(),
             Err(e) => format!("thawing it again failed too: {e}"),
         };
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("{} did not freeze within {} ms (a task in uninterruptible sleep?); {undone}", cgroup.display(), settle.as_millis()),
-        ))
+        let ms = settle.as_millis();
+        Err(timed_out(format!("{} did not freeze within {ms} ms (a task in uninterruptible sleep?); {undone}", cgroup.display())))
     }
     fn thaw(&self, cgroup: &Path, settle: Duration) -> io::Result<()> {
-        let v = Version::of(self, cgroup)?;
-        let (knob, _, thawed) = v.knob();
-        self.write(&cgroup.join(knob), thawed)?;
-        if v.settles(self, cgroup, FreezeState::Thawed, settle)? {
+        if ask(self, cgroup, FreezeState::Thawed, settle)? {
             return Ok(());
         }
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("{} is still frozen {} ms after thawing it (is an ancestor frozen?)", cgroup.display(), settle.as_millis()),
-        ))
+        let ms = settle.as_millis();
+        Err(timed_out(format!("{} is still frozen {ms} ms after thawing it (is an ancestor frozen?)", cgroup.display())))
     }
 }
 
