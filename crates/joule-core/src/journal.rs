@@ -4,7 +4,7 @@
 //! `joule restore`, agent start-up and agent shutdown replay it newest first, so a SIGKILLed
 //! agent leaves nothing behind once any of them runs.
 
-use crate::effects::{Effects, SchedAttr};
+use crate::effects::{Effects, Freezer, SchedAttr, FREEZE_SETTLE};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -58,6 +58,29 @@ pub enum Undo {
         #[serde(default)]
         started: Option<u64>,
     },
+    /// Let a thread run on the CPUs it was allowed before (sched_setaffinity); `started` as for
+    /// MoveTask. Build it with `Undo::affinity`.
+    Affinity {
+        tid: i32,
+        old_cpus: Vec<usize>,
+        #[serde(default)]
+        started: Option<u64>,
+    },
+    /// Thaw a cgroup joule froze (v1 `freezer.state` or v2 `cgroup.freeze`).
+    Thaw { cgroup: PathBuf },
+    /// Delete the qdisc joule put at `parent` of interface `ifname` (index `ifindex`) in
+    /// network namespace `netns` (none: the agent's own), if it is still the `kind` with
+    /// `handle` joule put; for a root qdisc the kernel attaches the default again. See
+    /// `qdisc::replace_root`.
+    QdiscDelete {
+        #[serde(default)]
+        netns: Option<PathBuf>,
+        ifname: String,
+        ifindex: u32,
+        parent: u32,
+        handle: u32,
+        kind: String,
+    },
 }
 
 impl Undo {
@@ -70,6 +93,12 @@ impl Undo {
     /// The undo of changing thread `tid`'s policy away from `old`, pinned to this incarnation.
     pub fn sched(fx: &dyn Effects, tid: i32, old: SchedAttr) -> Undo {
         Undo::Sched { tid, old, started: start_time(fx, tid) }
+    }
+
+    /// The undo of changing thread `tid`'s affinity away from `old_cpus`, pinned to this
+    /// incarnation.
+    pub fn affinity(fx: &dyn Effects, tid: i32, old_cpus: Vec<usize>) -> Undo {
+        Undo::Affinity { tid, old_cpus, started: start_time(fx, tid) }
     }
 }
 
@@ -272,11 +301,19 @@ fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
         Undo::Unmount { path, magic } => Ok(if crate::mounts::undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
-        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } if !same_task(fx, *pid, *started) => {
+        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. }
+            if !same_task(fx, *pid, *started) =>
+        {
             Ok(Outcome::Gone)
         }
         Undo::MoveTask { pid, procs_file, .. } => gone_ok(fx.write(procs_file, &pid.to_string())),
         Undo::Sched { tid, old, .. } => gone_ok(fx.set_sched(*tid, *old)),
+        Undo::Affinity { tid, old_cpus, .. } => gone_ok(fx.set_affinity(*tid, old_cpus)),
+        Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
+        Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
+            let deleted = crate::qdisc::undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
+            Ok(if deleted { Outcome::Done } else { Outcome::Gone })
+        }
         Undo::RemoveDir { path, .. } if !fx.exists(path) => Ok(Outcome::Gone),
         Undo::RemoveDir { path, evacuate_to: None } => gone_ok(fx.remove_dir(path)),
         Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx)),
@@ -463,8 +500,7 @@ mod tests {
         // Issue 6: 7 forks 9 between the first read of cgroup.procs and its own move; one pass
         // then rmdir left 9 inside (EBUSY in the kernel).
         let (dir, fx) = cgroup_to_remove("");
-        let script = ["7\n", "9\n"].map(String::from).into();
-        fx.read_script.lock().unwrap().insert("/cg/joule/cgroup.procs".into(), script);
+        fx.then_reads("/cg/joule/cgroup.procs", &["7\n", "9\n"]);
         let r = restore(dir.path(), &fx).unwrap();
         assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
         let log = fx.log.lock().unwrap().clone();
@@ -484,7 +520,7 @@ mod tests {
     fn rmdir_is_retried_while_the_kernel_says_busy_and_each_try_evacuates_again() {
         // A task that was exiting when it was moved stays counted until it is through exit.
         let (dir, fx) = cgroup_to_remove("7\n");
-        fx.busy.lock().unwrap().insert("/cg/joule".into(), 2);
+        fx.fail_calls_times("rmdir /cg/joule", libc::EBUSY, 2);
         let r = restore(dir.path(), &fx).unwrap();
         assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
         let log = fx.log.lock().unwrap().clone();
@@ -495,7 +531,7 @@ mod tests {
     #[test]
     fn a_cgroup_that_stays_busy_fails_after_a_bounded_wait_and_stays_in_the_journal() {
         let (dir, fx) = cgroup_to_remove("7\n");
-        fx.busy.lock().unwrap().insert("/cg/joule".into(), usize::MAX);
+        fx.fail_calls("rmdir /cg/joule", libc::EBUSY);
         let t0 = Instant::now();
         let r = restore(dir.path(), &fx).unwrap();
         let took = t0.elapsed();

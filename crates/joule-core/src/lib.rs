@@ -14,6 +14,7 @@ pub mod mounts;
 pub mod origin;
 pub mod policy;
 pub mod procfs;
+pub mod qdisc;
 pub mod snapshot;
 pub mod testing;
 

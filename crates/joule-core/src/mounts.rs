@@ -125,7 +125,7 @@ pub(crate) fn undo_mount(path: &Path, magic: i64, fx: &dyn Effects) -> io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effects::FakeEffects;
+    use crate::effects::{FakeEffects, Mounts};
     use crate::journal;
 
     fn fake_with_dirs(dirs: &[&str]) -> FakeEffects {

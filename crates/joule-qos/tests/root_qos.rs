@@ -7,7 +7,7 @@
 //! machine's RT budget).
 
 use joule_core::config::{ClassConfig, MatchRules};
-use joule_core::effects::{Effects, RealEffects, SchedAttr};
+use joule_core::effects::{Files, Mounts, Net, Qdisc, RealEffects, Sched, SchedAttr};
 use joule_core::journal::{self, Journal};
 use joule_core::testing::{is_root, require};
 use joule_qos::{BackendKind, QosController, QosOpts};
@@ -287,7 +287,7 @@ impl DiesAt {
     }
 }
 
-impl Effects for DiesAt {
+impl Files for DiesAt {
     fn read(&self, p: &Path) -> io::Result<String> {
         RealEffects.read(p)
     }
@@ -310,12 +310,53 @@ impl Effects for DiesAt {
     fn exists(&self, p: &Path) -> bool {
         RealEffects.exists(p)
     }
+    fn list_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+        RealEffects.list_dir(p)
+    }
+}
+
+impl Sched for DiesAt {
     fn get_sched(&self, t: i32) -> io::Result<SchedAttr> {
         RealEffects.get_sched(t)
     }
     fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> {
         self.change()?;
         RealEffects.set_sched(t, a)
+    }
+    fn get_affinity(&self, t: i32) -> io::Result<Vec<usize>> {
+        RealEffects.get_affinity(t)
+    }
+    fn set_affinity(&self, t: i32, cpus: &[usize]) -> io::Result<()> {
+        self.change()?;
+        RealEffects.set_affinity(t, cpus)
+    }
+}
+
+// The class applier never mounts or shapes traffic: refuse, so a test that starts to is seen.
+impl Mounts for DiesAt {
+    fn fs_magic(&self, p: &Path) -> io::Result<i64> {
+        RealEffects.fs_magic(p)
+    }
+    fn mount(&self, _: &str, _: &Path) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn unmount(&self, _: &Path) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+}
+
+impl Net for DiesAt {
+    fn link_index(&self, netns: Option<&Path>, ifname: &str) -> io::Result<u32> {
+        RealEffects.link_index(netns, ifname)
+    }
+    fn qdiscs(&self, netns: Option<&Path>, ifindex: u32) -> io::Result<Vec<Qdisc>> {
+        RealEffects.qdiscs(netns, ifindex)
+    }
+    fn replace_qdisc(&self, _: Option<&Path>, _: u32, _: &Qdisc) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn delete_qdisc(&self, _: Option<&Path>, _: u32, _: u32, _: u32) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
     }
 }
 

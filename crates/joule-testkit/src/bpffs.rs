@@ -1,7 +1,7 @@
 //! A bpffs of a test's own, so root tests pin maps without touching (or needing) the
 //! machine's /sys/fs/bpf.
 
-use joule_core::effects::{Effects, RealEffects};
+use joule_core::effects::{Mounts, RealEffects};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -475,7 +475,7 @@ fn root_new_agent_undoes_a_killed_agents_changes_before_making_its_own() {
 }
 
 fn is_bpffs(p: &Path) -> bool {
-    use joule_core::effects::{Effects, RealEffects, BPF_FS_MAGIC};
+    use joule_core::effects::{Mounts, RealEffects, BPF_FS_MAGIC};
     RealEffects.fs_magic(p).is_ok_and(|m| m == BPF_FS_MAGIC)
 }
 

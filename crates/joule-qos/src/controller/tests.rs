@@ -6,7 +6,7 @@ use crate::backend::Step;
 use std::io;
 use crate::seed;
 use joule_core::config::MatchRules;
-use joule_core::effects::{FakeEffects, SchedAttr};
+use joule_core::effects::{FakeEffects, Files, Mounts, Net, Qdisc, Sched, SchedAttr};
 use joule_core::journal;
 
 /// FakeEffects that behaves like cgroupfs: new directories get their knob files; writes can
@@ -87,7 +87,7 @@ impl CgFake {
     }
 }
 
-impl Effects for CgFake {
+impl Files for CgFake {
     fn read(&self, p: &Path) -> io::Result<String> {
         self.fx.read(p)
     }
@@ -114,11 +114,51 @@ impl Effects for CgFake {
     fn exists(&self, p: &Path) -> bool {
         self.fx.exists(p)
     }
+    fn list_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+        self.fx.list_dir(p)
+    }
+}
+
+// The concerns a cgroup tree does not change are the plain fake's.
+impl Sched for CgFake {
     fn get_sched(&self, t: i32) -> io::Result<SchedAttr> {
         self.fx.get_sched(t)
     }
     fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> {
         self.fx.set_sched(t, a)
+    }
+    fn get_affinity(&self, t: i32) -> io::Result<Vec<usize>> {
+        self.fx.get_affinity(t)
+    }
+    fn set_affinity(&self, t: i32, cpus: &[usize]) -> io::Result<()> {
+        self.fx.set_affinity(t, cpus)
+    }
+}
+
+impl Mounts for CgFake {
+    fn fs_magic(&self, p: &Path) -> io::Result<i64> {
+        self.fx.fs_magic(p)
+    }
+    fn mount(&self, fstype: &str, p: &Path) -> io::Result<()> {
+        self.fx.mount(fstype, p)
+    }
+    fn unmount(&self, p: &Path) -> io::Result<()> {
+        self.fx.unmount(p)
+    }
+}
+
+impl Net for CgFake {
+    fn link_index(&self, ns: Option<&Path>, ifname: &str) -> io::Result<u32> {
+        self.fx.link_index(ns, ifname)
+    }
+    fn qdiscs(&self, ns: Option<&Path>, ifindex: u32) -> io::Result<Vec<Qdisc>> {
+        self.fx.qdiscs(ns, ifindex)
+    }
+    fn replace_qdisc(&self, ns: Option<&Path>, ifindex: u32, q: &Qdisc) -> io::Result<()> {
+        self.fx.replace_qdisc(ns, ifindex, q)
+    }
+    fn delete_qdisc(&self, ns: Option<&Path>, ifindex: u32, parent: u32, handle: u32) -> io::Result<()> {
+        self.fx.delete_qdisc(ns, ifindex, parent, handle)
     }
 }
 
@@ -277,22 +317,8 @@ fn tasks_are_moved_with_undo_and_vanished_pids_are_skipped() {
     cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
     let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
     // pid 501 exits between the scan and the move.
-    struct Vanish<'a>(&'a CgFake);
-    impl Effects for Vanish<'_> {
-        fn read(&self, p: &Path) -> io::Result<String> { self.0.read(p) }
-        fn write(&self, p: &Path, v: &str) -> io::Result<()> {
-            if v == "501" { return Err(io::Error::from_raw_os_error(libc::ESRCH)); }
-            self.0.write(p, v)
-        }
-        fn create_dir(&self, p: &Path) -> io::Result<()> { self.0.create_dir(p) }
-        fn remove_dir(&self, p: &Path) -> io::Result<()> { self.0.remove_dir(p) }
-        fn remove_file(&self, p: &Path) -> io::Result<()> { self.0.remove_file(p) }
-        fn exists(&self, p: &Path) -> bool { self.0.exists(p) }
-        fn get_sched(&self, t: i32) -> io::Result<SchedAttr> { self.0.get_sched(t) }
-        fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> { self.0.set_sched(t, a) }
-    }
-    let v = Vanish(&f);
-    let r = c.apply(&mut Journal::open(jd.path()).unwrap(), &v).unwrap();
+    f.fail_value("", "501", libc::ESRCH);
+    let r = c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert_eq!(r.moved, vec![(500, "cgA".to_string())]);
     assert_eq!(r.vanished, vec![501]);
     assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some("500"));

@@ -12,7 +12,7 @@
 use super::report::{median, print_table, write_json};
 use anyhow::Context;
 use joule_core::config::ClassConfig;
-use joule_core::effects::{Effects, RealEffects, SchedAttr};
+use joule_core::effects::{RealEffects, Sched, SchedAttr};
 use joule_core::journal::{self, Journal, Undo};
 use joule_qos::seed::{self, GROUPS};
 use joule_qos::controller::machine_env;

@@ -1,0 +1,158 @@
+//! The seam in front of privileged side effects, one narrow trait per concern: [`Files`]
+//! (cgroupfs, procfs, sysfs), [`Sched`] (policy, priority, affinity), [`Mounts`], [`Freezer`]
+//! (built on `Files`) and [`Net`] (tc qdiscs over netlink). Actuators and the undo journal go
+//! through it, so their logic runs in unit tests against [`FakeEffects`] without root;
+//! [`RealEffects`] is the only implementation that touches the system.
+//!
+//! Code that needs several concerns takes `&dyn Effects`; code that needs one can take that
+//! one trait. Each concern's file holds its trait, its real and its fake implementation.
+
+mod files;
+mod freezer;
+mod mounts;
+mod net;
+mod netlink;
+mod sched;
+
+pub use files::Files;
+pub use freezer::{FreezeState, Freezer, FREEZE_SETTLE};
+pub use mounts::{Mounts, BPF_FS_MAGIC, TRACEFS_MAGIC};
+pub use net::{tc_handle, FakeLink, Net, Qdisc, QdiscOption, TC_H_ROOT};
+pub use sched::{Sched, SchedAttr};
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Everything privileged joule does. Implemented by every type that implements all the parts,
+/// so `&dyn Effects` reaches `fx.read(..)`, `fx.set_affinity(..)`, `fx.replace_qdisc(..)` alike.
+pub trait Effects: Files + Sched + Mounts + Net {}
+
+impl<T: Files + Sched + Mounts + Net + ?Sized> Effects for T {}
+
+/// The real system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealEffects;
+
+/// An in-memory system for unit tests: files and directories, thread policies and affinities,
+/// mounts, interfaces and their qdiscs. Every mutating call that succeeds is appended to `log`
+/// in order; `fail_calls` makes chosen calls fail instead.
+#[derive(Debug, Default)]
+pub struct FakeEffects {
+    pub files: Mutex<BTreeMap<PathBuf, String>>,
+    pub dirs: Mutex<BTreeMap<PathBuf, ()>>,
+    pub sched: Mutex<BTreeMap<i32, SchedAttr>>,
+    /// CPUs each known thread may run on, ascending.
+    pub affinity: Mutex<BTreeMap<i32, Vec<usize>>>,
+    /// Every mutating call, in order, for assertions (`write PATH VALUE`, `mkdir PATH`, …).
+    pub log: Mutex<Vec<String>>,
+    /// Writes to these paths fail with EACCES (a read-only cgroupfs, a locked knob).
+    pub read_only: Mutex<Vec<PathBuf>>,
+    /// Calls whose log line starts with the string fail with the errno (and are not logged),
+    /// as many times as the count says (`usize::MAX`: always).
+    pub fail: Mutex<Vec<(String, i32, usize)>>,
+    /// Values successive reads of a path return before its file content does: a kernel file
+    /// that changes by itself (`FREEZING` before `FROZEN`).
+    pub reads: Mutex<BTreeMap<PathBuf, VecDeque<String>>>,
+    /// Mount points and their filesystem magic; a path is on the longest mount it starts with,
+    /// else on a plain filesystem (magic 0).
+    pub mounts: Mutex<BTreeMap<PathBuf, i64>>,
+    /// Network interfaces (in any namespace) and their qdiscs.
+    pub links: Mutex<Vec<FakeLink>>,
+}
+
+impl FakeEffects {
+    pub fn with_file(self, path: impl Into<PathBuf>, value: &str) -> Self {
+        self.files.lock().unwrap().insert(path.into(), value.to_string());
+        self
+    }
+    pub fn with_dir(self, path: impl Into<PathBuf>) -> Self {
+        self.dirs.lock().unwrap().insert(path.into(), ());
+        self
+    }
+    pub fn file(&self, path: impl AsRef<Path>) -> Option<String> {
+        self.files.lock().unwrap().get(path.as_ref()).cloned()
+    }
+    /// Every later call whose log line starts with `prefix` (`"write /cg/x/cpu.max"`,
+    /// `"affinity 7"`, `"qdisc replace"`) fails with `errno`.
+    pub fn fail_calls(&self, prefix: &str, errno: i32) {
+        self.fail_calls_times(prefix, errno, usize::MAX);
+    }
+    /// As `fail_calls`, for the next `times` such calls only (a cgroup the kernel calls busy
+    /// until an exiting task is through).
+    pub fn fail_calls_times(&self, prefix: &str, errno: i32, times: usize) {
+        self.fail.lock().unwrap().push((prefix.to_string(), errno, times));
+    }
+    /// The next reads of `path` return `values`, in order, before its file content.
+    pub fn then_reads(&self, path: impl Into<PathBuf>, values: &[&str]) {
+        self.reads.lock().unwrap().entry(path.into()).or_default().extend(values.iter().map(|v| v.to_string()));
+    }
+    /// A copy of the log.
+    pub fn calls(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+    /// Runs mutating call `line`: fails it when a `fail_calls` rule says so, else applies
+    /// `apply` and logs the line when that succeeds.
+    fn act<T>(&self, line: String, apply: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        if let Some((_, errno, left)) = self.fail.lock().unwrap().iter_mut().find(|(p, _, left)| *left > 0 && line.starts_with(p.as_str())) {
+            if *left != usize::MAX {
+                *left -= 1;
+            }
+            return Err(io::Error::from_raw_os_error(*errno));
+        }
+        let out = apply()?;
+        self.log.lock().unwrap().push(line);
+        Ok(out)
+    }
+}
+
+fn not_found(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("{what} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Code that takes `&dyn Effects` reaches every concern through the one trait object.
+    fn touch_everything(fx: &dyn Effects) -> io::Result<()> {
+        fx.write(Path::new("/k"), "1")?;
+        fx.set_sched(7, SchedAttr::OTHER)?;
+        fx.set_affinity(7, &[1])?;
+        fx.mount("bpf", Path::new("/b"))?;
+        fx.replace_qdisc(None, 2, &Qdisc::new("fq", tc_handle(0x4a, 0), TC_H_ROOT))?;
+        fx.freeze(Path::new("/fz"), std::time::Duration::from_millis(10))
+    }
+
+    #[test]
+    fn the_fake_logs_every_mutating_call_in_order_across_concerns() {
+        let fx = FakeEffects::default().with_file("/k", "0").with_dir("/b").with_dir("/fz").with_file("/fz/freezer.state", "THAWED\n");
+        fx.sched.lock().unwrap().insert(7, SchedAttr::OTHER);
+        fx.affinity.lock().unwrap().insert(7, vec![0, 1]);
+        fx.add_link(None, 2, "eth0", "pfifo_fast");
+        touch_everything(&fx).unwrap();
+        assert_eq!(
+            fx.calls(),
+            vec![
+                "write /k 1",
+                "sched 7 0 0",
+                "affinity 7 1",
+                "mount bpf /b",
+                "qdisc replace - 2 parent ffffffff handle 4a0000 fq",
+                "write /fz/freezer.state FROZEN",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failing_call_fails_with_its_errno_changes_nothing_and_is_not_logged() {
+        let fx = FakeEffects::default().with_file("/cg/a/cpu.max", "max 100000");
+        fx.fail_calls("write /cg/a/cpu.max 5", libc::EINVAL);
+        let e = fx.write(Path::new("/cg/a/cpu.max"), "5000 100000").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(fx.file("/cg/a/cpu.max").as_deref(), Some("max 100000"));
+        fx.write(Path::new("/cg/a/cpu.max"), "max 100000").unwrap();
+        assert_eq!(fx.calls(), vec!["write /cg/a/cpu.max max 100000"]);
+    }
+}

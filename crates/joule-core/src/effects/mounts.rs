@@ -1,0 +1,85 @@
+//! Mounts: what filesystem a path is on, and mounting/unmounting the source-less pseudo
+//! filesystems joule may need on a fresh machine (bpffs, tracefs; see `crate::mounts`).
+
+use super::{not_found, FakeEffects, RealEffects};
+use std::io;
+use std::path::Path;
+
+/// statfs `f_type` of bpffs.
+pub const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// statfs `f_type` of tracefs.
+pub const TRACEFS_MAGIC: i64 = 0x7472_6163;
+
+pub trait Mounts {
+    /// The type of the filesystem `path` is on (statfs `f_type`, e.g. [`BPF_FS_MAGIC`]).
+    fn fs_magic(&self, path: &Path) -> io::Result<i64>;
+    /// Mounts a fresh, source-less filesystem of `fstype` (`bpf`, `tracefs`) at `target`.
+    fn mount(&self, fstype: &str, target: &Path) -> io::Result<()>;
+    /// Unmounts whatever is mounted at `target` (not lazily: a busy mount stays and says so).
+    fn unmount(&self, target: &Path) -> io::Result<()>;
+}
+
+impl Mounts for RealEffects {
+    fn fs_magic(&self, path: &Path) -> io::Result<i64> {
+        let st = nix::sys::statfs::statfs(path)?;
+        Ok(st.filesystem_type().0 as i64)
+    }
+    fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
+        use nix::mount::MsFlags;
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        nix::mount::mount(Some(fstype), target, Some(fstype), flags, None::<&str>)?;
+        Ok(())
+    }
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        nix::mount::umount(target)?;
+        Ok(())
+    }
+}
+
+impl Mounts for FakeEffects {
+    fn fs_magic(&self, path: &Path) -> io::Result<i64> {
+        use super::Files;
+        if !self.exists(path) {
+            return Err(not_found(path.display()));
+        }
+        let mounts = self.mounts.lock().unwrap();
+        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(0, |(_, t)| *t))
+    }
+    fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
+        self.act(format!("mount {fstype} {}", target.display()), || {
+            if !self.dirs.lock().unwrap().contains_key(target) {
+                return Err(not_found(target.display()));
+            }
+            let magic = match fstype {
+                "bpf" => BPF_FS_MAGIC,
+                "tracefs" => TRACEFS_MAGIC,
+                _ => return Err(io::Error::from_raw_os_error(libc::ENODEV)),
+            };
+            self.mounts.lock().unwrap().insert(target.to_path_buf(), magic);
+            Ok(())
+        })
+    }
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        self.act(format!("umount {}", target.display()), || {
+            self.mounts.lock().unwrap().remove(target).map(drop).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_on_its_longest_mount_and_unmounting_twice_is_einval() {
+        let fx = FakeEffects::default().with_dir("/sys").with_dir("/sys/fs/bpf").with_file("/sys/fs/bpf/x", "");
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), 0);
+        fx.mount("bpf", Path::new("/sys/fs/bpf")).unwrap();
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), BPF_FS_MAGIC);
+        assert_eq!(fx.fs_magic(Path::new("/sys")).unwrap(), 0);
+        assert_eq!(fx.mount("ext4", Path::new("/sys")).unwrap_err().raw_os_error(), Some(libc::ENODEV));
+        fx.unmount(Path::new("/sys/fs/bpf")).unwrap();
+        assert_eq!(fx.unmount(Path::new("/sys/fs/bpf")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(fx.calls(), vec!["mount bpf /sys/fs/bpf", "umount /sys/fs/bpf"]);
+    }
+}
