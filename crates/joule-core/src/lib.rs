@@ -5,6 +5,8 @@
 //! a task (`procfs`).
 
 pub mod cgroupfs;
+pub mod agent_lock;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod effects;

@@ -67,7 +67,7 @@ impl Sampler {
     /// Samples now. `interval_ms` is the monotonic time since the previous call (0 the first
     /// time); rates in the snapshot cover exactly that interval.
     pub fn sample(&mut self) -> Snapshot {
-        let taken_at_ms = joule_core::journal::now_ms();
+        let taken_at_ms = joule_core::clock::now_ms();
         let monotonic_ms = self.clock_base.elapsed().as_millis() as u64;
         self.sample_at(taken_at_ms, monotonic_ms)
     }

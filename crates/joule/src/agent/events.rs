@@ -1,7 +1,7 @@
 //! The agent's JSON-lines event log: one object per line with `ts_ms` and `event`.
 
 use anyhow::Context;
-use joule_core::journal;
+use joule_core::clock;
 use std::io::Write;
 use std::path::Path;
 
@@ -21,7 +21,7 @@ impl Events {
     }
 
     pub fn emit(&mut self, event: &str, fields: serde_json::Value) {
-        let mut obj = serde_json::json!({ "ts_ms": journal::now_ms(), "event": event });
+        let mut obj = serde_json::json!({ "ts_ms": clock::now_ms(), "event": event });
         if let (Some(o), serde_json::Value::Object(f)) = (obj.as_object_mut(), fields) {
             o.extend(f);
         }

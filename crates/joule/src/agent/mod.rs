@@ -57,7 +57,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     }
     let root = joule_core::testing::is_root();
     let jdir = cfg.agent.journal_dir.clone();
-    let _lock = match journal::lock_agent(&jdir)? {
+    let _lock = match joule_core::agent_lock::lock_agent(&jdir)? {
         Ok(lock) => lock,
         Err(pid) => anyhow::bail!(
             "another joule agent (pid {}) is running with journal {}; stop it first",

@@ -22,7 +22,7 @@ pub fn qos_entry(a: QosCmdArgs) -> anyhow::Result<()> {
 /// Commands that change or undo what a journal records must not run under a live agent on
 /// the same journal: the agent owns those changes and undoes everything on exit.
 pub fn refuse_under_live_agent(journal_dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
-    if let Some(pid) = joule_core::journal::running_agent(journal_dir) {
+    if let Some(pid) = joule_core::agent_lock::running_agent(journal_dir) {
         anyhow::bail!(crate::UsageError(format!(
             "a joule agent (pid {}) is running on {}; stop it (it restores on exit) before `{what}`, or pass --force",
             pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),

@@ -190,7 +190,7 @@ mod tests {
         let mut cfg = Config::default();
         cfg.agent.journal_dir = dir.path().into();
         cfg.classes = vec![joule_core::config::ClassConfig { name: "c".into(), quota_us: Some(30_000), ..Default::default() }];
-        let _agent = joule_core::journal::lock_agent(dir.path()).unwrap().expect("agent lock");
+        let _agent = joule_core::agent_lock::lock_agent(dir.path()).unwrap().expect("agent lock");
         for (cmd, what) in [
             (QosCmd::Apply { common: common(), follow: None, force: false }, "`qos apply`"),
             (QosCmd::Release { force: false }, "`qos release`"),
