@@ -36,7 +36,11 @@ test: build vm-deps
 	@bash scripts/check-leftovers.sh compare target/leftovers-before.txt
 	@bash scripts/test-summary.sh $(TIER_SUMMARY)
 
+# The unit tier also holds the house rules: rustfmt.toml's format, clippy (workspace lints in
+# Cargo.toml) without a warning.
 test-unit: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets --locked -- -D warnings
 	@bash scripts/test-tier.sh unit $(CARGO) test --release --workspace --locked
 
 test-root: deps

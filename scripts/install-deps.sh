@@ -33,6 +33,13 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust with rustup first" >&2; exit 1; }
+# rustfmt and clippy check the house rules in the unit tier (rustup's default profile has them).
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "install-deps: adding the $c component"
+    rustup component add "$c" >/dev/null
+  fi
+done
 
 # promtool (Prometheus's own linter, run by the root tier on /metrics) ships only in Debian's
 # `prometheus` package, whose install would also enable and start a Prometheus server. So the

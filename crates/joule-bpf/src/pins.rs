@@ -91,7 +91,11 @@ impl FakePinEffects {
         Ok(())
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
-        if self.paths.lock().unwrap().remove(path) { Ok(()) } else { Err(io::Error::from_raw_os_error(libc::ENOENT)) }
+        if self.paths.lock().unwrap().remove(path) {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(libc::ENOENT))
+        }
     }
 }
 

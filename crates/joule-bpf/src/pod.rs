@@ -9,14 +9,25 @@ use std::mem::size_of;
 /// Implement only for `#[repr(C)]` types made of integers with no implicit padding.
 pub(crate) unsafe trait Pod: Copy {}
 
-unsafe impl Pod for crate::intf::joule_runq_hist {}
-unsafe impl Pod for crate::intf::joule_thermal_config {}
-unsafe impl Pod for crate::intf::joule_zone_state {}
-unsafe impl Pod for crate::intf::joule_stage {}
-unsafe impl Pod for crate::intf::joule_feed_ctx {}
-unsafe impl Pod for crate::intf::joule_task_wait {}
-unsafe impl Pod for u32 {}
-unsafe impl Pod for u64 {}
+/// Implements [`Pod`] for types that satisfy its contract.
+macro_rules! pod {
+    ($($t:ty),*) => {
+        // SAFETY: each is a bindgen struct of intf.h (integers and integer arrays with explicit
+        // `_pad` fields, which intf.h requires) or a plain integer.
+        $(unsafe impl Pod for $t {})*
+    };
+}
+
+pod!(
+    crate::intf::joule_runq_hist,
+    crate::intf::joule_thermal_config,
+    crate::intf::joule_zone_state,
+    crate::intf::joule_stage,
+    crate::intf::joule_feed_ctx,
+    crate::intf::joule_task_wait,
+    u32,
+    u64
+);
 
 /// Reads a `T` from a map value; `None` when the size does not match (a stale pinned map of an
 /// older layout, for example).

@@ -17,5 +17,9 @@ pub fn probe() -> Result<(), BpfError> {
     if !Path::new(BTF).exists() {
         missing.push(format!("kernel BTF ({BTF}): needs CONFIG_DEBUG_INFO_BTF=y, or pass --no-bpf"));
     }
-    if missing.is_empty() { Ok(()) } else { Err(BpfError::Unavailable(missing.join("; "))) }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(BpfError::Unavailable(missing.join("; ")))
+    }
 }

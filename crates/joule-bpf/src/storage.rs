@@ -15,6 +15,8 @@ impl ObjectStorage {
     /// # Safety
     /// Call once; whatever borrows the result must be dropped before `self`.
     pub(crate) unsafe fn get(&mut self) -> &'static mut MaybeUninit<OpenObject> {
+        // SAFETY: the pointer is a live Box allocation until Drop; the caller keeps the
+        // 'static borrow shorter than `self` (this function's contract).
         unsafe { &mut *self.0.as_ptr() }
     }
 }
@@ -23,6 +25,7 @@ impl Drop for ObjectStorage {
     fn drop(&mut self) {
         // The skeleton dropped the OpenObject itself; this only frees the allocation
         // (MaybeUninit never drops its content).
+        // SAFETY: the pointer came from Box::leak in `new` and is freed exactly once, here.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }

@@ -24,10 +24,7 @@ const V1_CPU: &str = "/sys/fs/cgroup/cpu";
 
 /// Ids of loaded BPF programs whose name starts with `prefix` (names are cut at 15 bytes).
 fn prog_ids(prefix: &str) -> std::collections::BTreeSet<u32> {
-    libbpf_rs::query::ProgInfoIter::default()
-        .filter(|p| p.name.to_string_lossy().starts_with(prefix))
-        .map(|p| p.id)
-        .collect()
+    libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_string_lossy().starts_with(prefix)).map(|p| p.id).collect()
 }
 
 /// Waits up to a second for programs to be released (the kernel frees them after the last
@@ -57,6 +54,7 @@ impl TempCgroup {
         TempCgroup { dir }
     }
     fn enter_current_thread(&self) {
+        // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         std::fs::write(self.dir.join("tasks"), tid.to_string()).expect("moving a thread into the test cgroup");
     }
@@ -127,8 +125,8 @@ fn root_runqlat_fills_the_histogram_of_a_busy_v1_cgroup() {
     let cg = TempCgroup::new(Path::new(V1_CPU));
     let before = prog_ids("joule_sched");
     let t0 = Instant::now();
-    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 })
-        .expect("loading runqlat");
+    let mut rq =
+        RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 }).expect("loading runqlat");
     eprintln!("runqlat loaded and attached in {:?}", t0.elapsed());
     let _ = rq.sample(); // baseline: the next interval is the workload's
     let wakes = workload(Some(&cg), Duration::from_secs(1));
@@ -166,11 +164,7 @@ fn hists_map_of(prog: u32) -> MapHandle {
     let info = libbpf_rs::query::ProgInfoIter::with_query_opts(libbpf_rs::query::ProgInfoQueryOptions::default().include_map_ids(true))
         .find(|p| p.id == prog)
         .expect("our sched_switch program is loaded");
-    info.map_ids
-        .iter()
-        .filter_map(|&id| MapHandle::from_map_id(id).ok())
-        .find(|m| m.name() == "hists")
-        .expect("sched_switch uses the hists map")
+    info.map_ids.iter().filter_map(|&id| MapHandle::from_map_id(id).ok()).find(|m| m.name() == "hists").expect("sched_switch uses the hists map")
 }
 
 /// Cgroups come and go: a removed cgroup's `hists` entry must be freed, or a machine with
@@ -187,8 +181,8 @@ fn root_runqlat_evicts_a_removed_cgroup_after_the_rescan_period() {
     let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg.dir).unwrap());
     let name = format!("/{}", cg.dir.file_name().unwrap().to_string_lossy());
     let before = prog_ids("joule_sched_swi");
-    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 })
-        .expect("loading runqlat");
+    let mut rq =
+        RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V1Cpu, cgroup_root: V1_CPU.into(), max_cgroups: 4096, max_tasks: 16384 }).expect("loading runqlat");
     let switch: Vec<u32> = prog_ids("joule_sched_swi").difference(&before).copied().collect();
     assert_eq!(switch.len(), 1, "{switch:?}");
     let hists = hists_map_of(switch[0]);
@@ -204,7 +198,9 @@ fn root_runqlat_evicts_a_removed_cgroup_after_the_rescan_period() {
                 for _ in 0..n {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                std::fs::write(Path::new(V1_CPU).join("tasks"), unsafe { libc::gettid() }.to_string()).expect("leaving the test cgroup");
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                std::fs::write(Path::new(V1_CPU).join("tasks"), tid.to_string()).expect("leaving the test cgroup");
             });
         })
     };
@@ -245,7 +241,8 @@ fn root_runqlat_on_cgroup_v2_reports_the_root() {
         require(false, "a cgroup2 mount");
         return;
     };
-    let mut rq = RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V2, cgroup_root: root.clone(), max_cgroups: 64, max_tasks: 1024 }).expect("loading runqlat (v2)");
+    let mut rq =
+        RunqLat::load(RunqLatOpts { hierarchy: Hierarchy::V2, cgroup_root: root.clone(), max_cgroups: 64, max_tasks: 1024 }).expect("loading runqlat (v2)");
     workload(None, Duration::from_millis(300));
     let stats = rq.sample();
     eprintln!("v2 at {}: {stats:?}", root.display());
@@ -277,6 +274,7 @@ fn root_task_waits_reports_the_threads_that_waited_with_their_tid_and_comm() {
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                // SAFETY: gettid has no preconditions.
                 tids.lock().unwrap().push(unsafe { libc::gettid() });
                 let mut x = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -477,7 +475,11 @@ fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {
     assert!(dropped_after >= STALE, "{dropped_after:?}");
     assert_eq!(feed(b, 50_000), (0, b));
     let zones = ts.zones();
-    assert_eq!(zones.iter().map(|z| (z.zone, z.temp_mc, z.stage)).collect::<Vec<_>>(), vec![(a, 95_000, 3), (b, 50_000, 0)], "a stale zone keeps its own state");
+    assert_eq!(
+        zones.iter().map(|z| (z.zone, z.temp_mc, z.stage)).collect::<Vec<_>>(),
+        vec![(a, 95_000, 3), (b, 50_000, 0)],
+        "a stale zone keeps its own state"
+    );
     assert_eq!(ts.read().transitions, 4, "0→3, 3→0, 0→3, 3→0");
 }
 

@@ -18,13 +18,7 @@ pub struct AgentLock {
 fn lock_file(dir: &Path) -> Result<File, JournalError> {
     let path = dir.join(AGENT_LOCK_FILE);
     std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|source| JournalError::Open { path, source })
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|source| JournalError::Open { path, source })
 }
 
 fn try_flock(f: &File) -> bool {

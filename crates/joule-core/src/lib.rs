@@ -4,8 +4,8 @@
 //! machine names tasks: where the cgroup hierarchies are (`cgroupfs`) and what /proc says about
 //! a task (`procfs`).
 
-pub mod cgroupfs;
 pub mod agent_lock;
+pub mod cgroupfs;
 pub mod clock;
 pub mod config;
 pub mod control;

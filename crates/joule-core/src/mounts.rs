@@ -87,7 +87,10 @@ pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&mut J
         };
         return Err(MountError::Mount { dir: dir.to_path_buf(), at, fs: fstype, source, hint });
     }
-    tracing::info!("mounted {fstype} at {} (it was not mounted); it is unmounted again when joule undoes its changes, if nothing else was put there", at.display());
+    tracing::info!(
+        "mounted {fstype} at {} (it was not mounted); it is unmounted again when joule undoes its changes, if nothing else was put there",
+        at.display()
+    );
     Ok(Some(at))
 }
 
@@ -175,13 +178,8 @@ mod tests {
         assert_eq!(ensure(PseudoFs::Tracefs, Path::new("/t/x"), &fx, None).unwrap().as_deref(), Some(Path::new("/t")));
         assert_eq!(fx.fs_magic(Path::new("/t/x")).unwrap_or(-1), -1, "/t/x does not exist");
         assert_eq!(fx.fs_magic(Path::new("/t")).unwrap(), TRACEFS_MAGIC);
-        let err = MountError::Mount {
-            dir: "/t/x".into(),
-            at: "/t".into(),
-            fs: "bpf",
-            source: io::Error::from_raw_os_error(libc::EPERM),
-            hint: " (needs root)",
-        };
+        let err =
+            MountError::Mount { dir: "/t/x".into(), at: "/t".into(), fs: "bpf", source: io::Error::from_raw_os_error(libc::EPERM), hint: " (needs root)" };
         assert!(err.to_string().contains("`mount -t bpf bpf /t`"), "{err}");
     }
 

@@ -309,7 +309,8 @@ fn root_net_qdisc_replaced_listed_and_restored_on_a_veth_of_its_own() {
     assert!(!tc_show(&netns.path).contains("htb"), "htb is still there");
     // The same record replayed again (a crash between the delete and the journal rewrite)
     // finds nothing of joule's left.
-    let again = Undo::QdiscDelete { netns: ns.map(Path::to_path_buf), ifname: "jv0".into(), ifindex, parent: TC_H_ROOT, handle: htb.handle, kind: "htb".into() };
+    let again =
+        Undo::QdiscDelete { netns: ns.map(Path::to_path_buf), ifname: "jv0".into(), ifindex, parent: TC_H_ROOT, handle: htb.handle, kind: "htb".into() };
     Journal::open(jdir.path()).unwrap().record("test", again).unwrap();
     assert_eq!(journal::restore(jdir.path(), &fx).unwrap().already_gone, 1);
 }

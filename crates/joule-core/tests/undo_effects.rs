@@ -2,7 +2,7 @@
 //! journal on `FakeEffects`: what each one asks of the seam, and when it counts as gone.
 //! No root needed; the same records on the real kernel are in `root_effects.rs`.
 
-use joule_core::effects::{tc_handle, FakeEffects, Freezer, FreezeState, Net, Qdisc, Sched, TC_H_ROOT};
+use joule_core::effects::{tc_handle, FakeEffects, FreezeState, Freezer, Net, Qdisc, Sched, TC_H_ROOT};
 use joule_core::journal::{self, Journal, Undo};
 use std::path::Path;
 

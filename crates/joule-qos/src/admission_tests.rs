@@ -108,7 +108,8 @@ fn cfs_quota_is_a_cap_spread_over_cpus() {
 
 #[test]
 fn without_rt_group_sched_offers_the_cfs_equivalent() {
-    let cs = vec![ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), cpus: Some("0-1".into()), ..Default::default() }];
+    let cs =
+        vec![ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), cpus: Some("0-1".into()), ..Default::default() }];
     let e = AdmissionEnv { rt_group_sched: false, ..env() };
     let p = admit(&cs, &e);
     assert_eq!(rules(&p), vec![Rule::NoRtGroupSched]);

@@ -170,9 +170,7 @@ pub fn shares_from_weight(w: u64) -> u64 {
 /// The steps that realise `plan` on `layout`, parents before children.
 pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
     let mut out = Vec::new();
-    let w = |out: &mut Vec<Step>, path: PathBuf, value: String, what: &str| {
-        out.push(Step::Write { path, value, what: what.into(), undo: None })
-    };
+    let w = |out: &mut Vec<Step>, path: PathBuf, value: String, what: &str| out.push(Step::Write { path, value, what: what.into(), undo: None });
     // plan.classes is already parents-first (admission visits in topological order).
     for (h, m) in &layout.hiers {
         let (h, m) = (*h, m.as_path());
@@ -240,14 +238,20 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         }
         if h == Hier::Cpu && layout.rt_group_sched {
             let period = read_trimmed(fx, &jd.join("cpu.rt_period_us")).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1_000_000);
-            let need: u128 = plan.classes
+            let need: u128 = plan
+                .classes
                 .iter()
                 .filter(|c| c.parent.is_none())
                 .filter_map(|c| c.rt)
                 .map(|r| (r.runtime_us as u128 * period as u128).div_ceil(r.period_us as u128))
                 .sum();
             if need > 0 {
-                w(&mut out, jd.join("cpu.rt_runtime_us"), need.min(period as u128).to_string(), "RT budget of all classes (parent before children; from the global budget)");
+                w(
+                    &mut out,
+                    jd.join("cpu.rt_runtime_us"),
+                    need.min(period as u128).to_string(),
+                    "RT budget of all classes (parent before children; from the global budget)",
+                );
             }
         }
         out.push(Step::Barrier { path: jd.clone(), evacuate_to: root_procs.clone() });

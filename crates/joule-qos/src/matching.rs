@@ -44,11 +44,7 @@ pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
 /// Every process under `procfs` (those that vanish while being read are skipped).
 pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
     let Ok(rd) = std::fs::read_dir(procfs) else { return Vec::new() };
-    let mut v: Vec<ProcInfo> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| read_proc(procfs, pid))
-        .collect();
+    let mut v: Vec<ProcInfo> = rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()).filter_map(|pid| read_proc(procfs, pid)).collect();
     v.sort_by_key(|p| p.pid);
     v
 }
@@ -63,15 +59,17 @@ pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a 
     if p.kthread {
         return None;
     }
-    classes.iter().find(|c| {
-        let m = &c.matches;
-        m.pid.contains(&p.pid)
-            || m.comm.contains(&p.comm)
-            || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
-            || p.uid.is_some_and(|u| m.uid.contains(&u))
-            || m.cgroup.iter().any(|r| p.cgroups.paths().any(|path| under(path, r)))
-    })
-    .map(|c| c.name.as_str())
+    classes
+        .iter()
+        .find(|c| {
+            let m = &c.matches;
+            m.pid.contains(&p.pid)
+                || m.comm.contains(&p.comm)
+                || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
+                || p.uid.is_some_and(|u| m.uid.contains(&u))
+                || m.cgroup.iter().any(|r| p.cgroups.paths().any(|path| under(path, r)))
+        })
+        .map(|c| c.name.as_str())
 }
 
 /// pid → class for every process that belongs to a class, directly or through an ancestor.

@@ -36,19 +36,13 @@ pub fn repo_root() -> PathBuf {
 
 impl Vm {
     pub fn new() -> Vm {
-        let cache = std::env::var_os("JOULE_VM_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
+        let cache = std::env::var_os("JOULE_VM_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
         Vm { cache, thermal: false, mem: "2G".into() }
     }
 
     /// What `make vm-deps` should have installed and did not, if anything.
     pub fn missing(&self) -> Option<String> {
-        let need = [
-            ("venv/bin/vng", "virtme-ng"),
-            ("cargo/bin/virtiofsd", "virtiofsd"),
-            ("kernel/current/VERSION", "the sched_ext kernel"),
-        ];
+        let need = [("venv/bin/vng", "virtme-ng"), ("cargo/bin/virtiofsd", "virtiofsd"), ("kernel/current/VERSION", "the sched_ext kernel")];
         for (rel, what) in need {
             if !self.cache.join(rel).exists() {
                 return Some(format!("{what} ({}) ; run make vm-deps", self.cache.join(rel).display()));
@@ -106,11 +100,9 @@ impl Vm {
             .map(|(name, _)| {
                 let status = read(rwdir.path().join(format!("{name}.status")));
                 let out = match status.trim().parse() {
-                    Ok(status) => VmOutput {
-                        status,
-                        stdout: read(rwdir.path().join(format!("{name}.out"))),
-                        stderr: read(rwdir.path().join(format!("{name}.err"))),
-                    },
+                    Ok(status) => {
+                        VmOutput { status, stdout: read(rwdir.path().join(format!("{name}.out"))), stderr: read(rwdir.path().join(format!("{name}.err"))) }
+                    }
                     // The boot itself failed or timed out: every check reports why.
                     Err(_) => VmOutput {
                         status: if whole.status == 0 { -1 } else { whole.status },

@@ -58,7 +58,12 @@ pub fn serve(addr: &str, shared: Shared) -> anyhow::Result<std::net::SocketAddr>
                     let body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
                     (body.to_string(), "application/json", 200)
                 }
-                "/" => ("joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n".to_string(), "text/plain", 200),
+                "/" => (
+                    "joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n"
+                        .to_string(),
+                    "text/plain",
+                    200,
+                ),
                 _ => ("not found\n".to_string(), "text/plain", 404),
             };
             let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header is valid");

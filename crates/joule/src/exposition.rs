@@ -98,9 +98,7 @@ impl prometheus_client::collector::Collector for Families {
                 match (fam.def.kind, v) {
                     (Kind::Gauge, Value::Number(v)) => ConstGauge::new(*v).encode(fm)?,
                     (Kind::Counter, Value::Number(v)) => ConstCounter::new(v.max(0.0)).encode(fm)?,
-                    (Kind::Histogram, Value::Histogram(h)) => {
-                        fm.encode_histogram::<NoLabelSet>(h.sum, h.count, &per_bucket(h), None)?
-                    }
+                    (Kind::Histogram, Value::Histogram(h)) => fm.encode_histogram::<NoLabelSet>(h.sum, h.count, &per_bucket(h), None)?,
                     _ => return Err(std::fmt::Error), // a table bug: metrics.rs tests pin kinds
                 }
             }
@@ -151,10 +149,7 @@ fn text(families: &[Family]) -> String {
 fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &str) {
     out.push_str(name);
     if !labels.is_empty() {
-        let pairs: Vec<String> = labels
-            .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")))
-            .collect();
+        let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))).collect();
         let _ = write!(out, "{{{}}}", pairs.join(","));
     }
     let _ = writeln!(out, " {value}");

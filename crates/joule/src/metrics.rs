@@ -45,10 +45,17 @@ pub enum Unit {
 impl MetricDef {
     pub fn unit(&self) -> Unit {
         let n = self.name;
-        [("_ratio", Unit::Ratio), ("_seconds", Unit::Seconds), ("_watts", Unit::Watts), ("_joules", Unit::Joules), ("_celsius", Unit::Celsius), ("_hertz", Unit::Hertz)]
-            .into_iter()
-            .find_map(|(suffix, u)| n.ends_with(suffix).then_some(u))
-            .unwrap_or(Unit::Count)
+        [
+            ("_ratio", Unit::Ratio),
+            ("_seconds", Unit::Seconds),
+            ("_watts", Unit::Watts),
+            ("_joules", Unit::Joules),
+            ("_celsius", Unit::Celsius),
+            ("_hertz", Unit::Hertz),
+        ]
+        .into_iter()
+        .find_map(|(suffix, u)| n.ends_with(suffix).then_some(u))
+        .unwrap_or(Unit::Count)
     }
 }
 
@@ -117,7 +124,13 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
 
     let cpu_src = src(s.cpu.source);
     push(
-        def!("joule_cpu_utilization_ratio", Gauge, Some("CPU"), "/cpu/utilization", "Busy fraction of each CPU over the last sampling interval (from /proc/stat)."),
+        def!(
+            "joule_cpu_utilization_ratio",
+            Gauge,
+            Some("CPU"),
+            "/cpu/utilization",
+            "Busy fraction of each CPU over the last sampling interval (from /proc/stat)."
+        ),
         num(s.cpu.utilization.iter().enumerate().map(|(i, u)| (l(&[("cpu", &i.to_string()), cpu_src]), *u)).collect()),
     );
     if let Some(psi) = &s.psi {
@@ -147,11 +160,23 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
-        def!("joule_task_cpu_wait_ratio", Gauge, Some("WAIT"), "/task_wait", "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."),
+        def!(
+            "joule_task_cpu_wait_ratio",
+            Gauge,
+            Some("WAIT"),
+            "/task_wait",
+            "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."
+        ),
         num(s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), src(t.source)]), t.wait_us as f64 / iv)).collect()),
     );
     push(
-        def!("joule_power_watts", Gauge, Some("POWER"), "/power/watts", "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."),
+        def!(
+            "joule_power_watts",
+            Gauge,
+            Some("POWER"),
+            "/power/watts",
+            "Machine power. source=sensor is measured (RAPL/hwmon); source=model is an estimate from utilisation."
+        ),
         num(vec![(l(&[src(s.power.source)]), s.power.watts)]),
     );
     push(
@@ -159,7 +184,13 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.watts)).collect()),
     );
     push(
-        def!("joule_energy_joules", Counter, Some("ENERGY"), "/power/domains", "Energy of one power domain since joule started reading it (wrap-around handled); source=model domains are estimates."),
+        def!(
+            "joule_energy_joules",
+            Counter,
+            Some("ENERGY"),
+            "/power/domains",
+            "Energy of one power domain since joule started reading it (wrap-around handled); source=model domains are estimates."
+        ),
         num(s.power.domains.iter().map(|d| (l(&[("domain", &d.name), src(d.source)]), d.energy_joules_total)).collect()),
     );
     push(
@@ -167,7 +198,13 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(s.thermal.zones.iter().map(|z| (l(&[("zone", &z.name), ("type", &z.kind), src(z.source)]), z.temp_celsius)).collect()),
     );
     push(
-        def!("joule_model_temperature_celsius", Gauge, Some("THERMAL"), "/thermal/model", "Temperature estimated by the RC thermal model (an estimate, never a measurement)."),
+        def!(
+            "joule_model_temperature_celsius",
+            Gauge,
+            Some("THERMAL"),
+            "/thermal/model",
+            "Temperature estimated by the RC thermal model (an estimate, never a measurement)."
+        ),
         num(s.thermal.model.iter().map(|m| (l(&[src(m.source)]), m.temp_celsius)).collect()),
     );
     let st = &s.stage;
@@ -176,7 +213,13 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(vec![(l(&[("computed_by", st.computed_by.as_str()), ("temp_source", st.temp_source.as_str())]), st.value as f64)]),
     );
     push(
-        def!("joule_thermal_stage_temperature_celsius", Gauge, Some("STAGE"), "/stage/temp_celsius", "The temperature the current thermal stage was computed from."),
+        def!(
+            "joule_thermal_stage_temperature_celsius",
+            Gauge,
+            Some("STAGE"),
+            "/stage/temp_celsius",
+            "The temperature the current thermal stage was computed from."
+        ),
         num(vec![(l(&[src(st.temp_source)]), st.temp_celsius)]),
     );
     push(
@@ -191,11 +234,23 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     let waking: Vec<&joule_core::snapshot::RunqLatency> = s.runq_latency.iter().filter(|r| r.count > 0).collect();
     push(
-        def!("joule_runq_latency_p50_seconds", Gauge, Some("RUNQ"), "/runq_latency", "Median wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only (the histogram has the cumulative view)."),
+        def!(
+            "joule_runq_latency_p50_seconds",
+            Gauge,
+            Some("RUNQ"),
+            "/runq_latency",
+            "Median wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only (the histogram has the cumulative view)."
+        ),
         num(waking.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.p50_us / 1e6)).collect()),
     );
     push(
-        def!("joule_runq_latency_p99_seconds", Gauge, Some("RUNQ"), "/runq_latency", "99th percentile of wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only."),
+        def!(
+            "joule_runq_latency_p99_seconds",
+            Gauge,
+            Some("RUNQ"),
+            "/runq_latency",
+            "99th percentile of wake-up-to-run latency per cgroup over the last interval, cgroups with wake-ups only."
+        ),
         num(waking.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.p99_us / 1e6)).collect()),
     );
     push(
@@ -320,7 +375,9 @@ mod tests {
         let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap();
         let d = &get("joule_plan_decisions").samples;
         assert_eq!(d.len(), 2);
-        assert!(d.iter().any(|(l, v)| l.contains(&("kind".into(), "thermal_stage".into())) && l.contains(&("actuator".into(), String::new())) && *v == Value::Number(1.0)));
+        assert!(d
+            .iter()
+            .any(|(l, v)| l.contains(&("kind".into(), "thermal_stage".into())) && l.contains(&("actuator".into(), String::new())) && *v == Value::Number(1.0)));
         assert_eq!(get("joule_actuator_up").samples[0].1, Value::Number(0.0));
         assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
         for f in &fams {

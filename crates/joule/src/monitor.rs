@@ -3,8 +3,8 @@
 //! pinned) so run-queue latency and the in-kernel stage are real.
 
 use crate::sense::{Bpf, BpfOff, Snapshotter};
-use anyhow::Context;
 use crate::ConfigArg;
+use anyhow::Context;
 use joule_core::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -135,7 +135,8 @@ fn list_metrics(json: bool) -> anyhow::Result<()> {
     let mut text = format!("{:<42} {:<9} {:<8} {:<20} help\n", "metric", "type", "unit", "json");
     for d in defs {
         let json = if d.json.is_empty() { "-" } else { d.json };
-        text += &format!("{:<42} {:<9} {:<8} {:<20} {}\n", d.name, format!("{:?}", d.kind).to_lowercase(), format!("{:?}", d.unit()).to_lowercase(), json, d.help);
+        text +=
+            &format!("{:<42} {:<9} {:<8} {:<20} {}\n", d.name, format!("{:?}", d.kind).to_lowercase(), format!("{:?}", d.unit()).to_lowercase(), json, d.help);
     }
     print_out(text.trim_end())
 }

@@ -99,7 +99,10 @@ mod tests {
 
     #[test]
     fn ebpf_off_leads_the_view_and_long_families_are_cut_to_the_largest() {
-        let mut s = Snapshot { cpu: Cpu { utilization: (0..10).map(|i| i as f64 / 10.0).collect(), total_utilization: 0.45, source: Origin::Kernel }, ..Default::default() };
+        let mut s = Snapshot {
+            cpu: Cpu { utilization: (0..10).map(|i| i as f64 / 10.0).collect(), total_utilization: 0.45, source: Origin::Kernel },
+            ..Default::default()
+        };
         s.bpf.off_reason = "flag".into();
         let lines = render(&families(&s, &AgentStats::default()), &s);
         assert!(lines[0].starts_with("eBPF OFF (flag)"), "{lines:?}");

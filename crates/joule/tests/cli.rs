@@ -136,8 +136,21 @@ fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("o.json");
     let out = joule(&[
-        "bench", "overhead", "--no-bpf", "--runs", "1", "--seconds", "0.5", "--warmup-s", "0.3", "--threads", "7", "--wakers", "2",
-        "--json", json.to_str().unwrap(),
+        "bench",
+        "overhead",
+        "--no-bpf",
+        "--runs",
+        "1",
+        "--seconds",
+        "0.5",
+        "--warmup-s",
+        "0.3",
+        "--threads",
+        "7",
+        "--wakers",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));

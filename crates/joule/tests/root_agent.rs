@@ -107,9 +107,7 @@ const RUNQ: &str = "joule_runq_latency_seconds";
 /// bookkeeping, whether eBPF runs, the plan and the actuators' state, and the stage (a decision,
 /// labelled computed_by and temp_source).
 fn exempt_from_source(metric: &str) -> bool {
-    ["joule_agent_", "joule_plan_", "joule_actuator_"].iter().any(|p| metric.starts_with(p))
-        || metric == "joule_thermal_stage"
-        || metric == "joule_bpf_enabled"
+    ["joule_agent_", "joule_plan_", "joule_actuator_"].iter().any(|p| metric.starts_with(p)) || metric == "joule_thermal_stage" || metric == "joule_bpf_enabled"
 }
 
 /// `_count` of every run-queue latency series, by its labels.
@@ -205,7 +203,11 @@ fn root_agent_metrics_pass_promtool_check_in_both_formats() {
     // scripts/install-deps.sh unpacks it there (installing Debian's package would start a server).
     let promtool = std::env::var("JOULE_PROMTOOL").unwrap_or_else(|_| {
         let cached = format!("{}/bin/promtool", std::env::var("JOULE_TOOLS").unwrap_or_else(|_| "/var/cache/joule-tools".into()));
-        if Path::new(&cached).exists() { cached } else { "promtool".into() }
+        if Path::new(&cached).exists() {
+            cached
+        } else {
+            "promtool".into()
+        }
     });
     let found = Command::new(&promtool).arg("--version").output().is_ok_and(|o| o.status.success());
     if !require(found, "promtool (scripts/install-deps.sh unpacks it into /var/cache/joule-tools/bin)") {
@@ -231,10 +233,8 @@ fn root_agent_metrics_pass_promtool_check_in_both_formats() {
     // The same families in both, counters named the way each format wants: OpenMetrics names
     // the family without `_total` (its samples have it), the classic text names both with it.
     let (om_types, text_types) = (types(&om), types(&text));
-    let om_as_text: std::collections::BTreeMap<String, String> = om_types
-        .iter()
-        .map(|(n, t)| (if t == "counter" { format!("{n}_total") } else { n.clone() }, t.clone()))
-        .collect();
+    let om_as_text: std::collections::BTreeMap<String, String> =
+        om_types.iter().map(|(n, t)| (if t == "counter" { format!("{n}_total") } else { n.clone() }, t.clone())).collect();
     assert_eq!(om_as_text, text_types);
     assert_eq!(om_types.get(RUNQ).map(String::as_str), Some("histogram"));
     assert!(om.contains(&format!("{RUNQ}_bucket{{")) && om.contains("\njoule_agent_samples_total"), "{om}");
@@ -497,9 +497,7 @@ fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
         assert!(wait_for(&pin_dir.join("thermal_stage"), true), "agent never pinned its stage map at {}", pin_dir.display());
         assert!(is_bpffs(base.path()), "the agent did not mount bpffs at {}", base.path().display());
         let addr = agent.metrics_addr();
-        let bpf_on = |m: &str| {
-            m.lines().any(|l| l.starts_with("joule_bpf_enabled{") && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0))
-        };
+        let bpf_on = |m: &str| m.lines().any(|l| l.starts_with("joule_bpf_enabled{") && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0));
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut metrics = http_get(&addr, "/metrics", None).1;
         while !bpf_on(&metrics) && Instant::now() < deadline {
@@ -508,7 +506,10 @@ fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
         }
         assert!(bpf_on(&metrics), "eBPF not on: {metrics}");
         let journal = joule_core::journal::entries(&agent.journal_dir()).unwrap();
-        assert!(journal.iter().any(|e| e.undo == joule_core::journal::Undo::Unmount { path: base.path().to_path_buf(), magic: joule_core::effects::BPF_FS_MAGIC }), "mount not journalled: {journal:?}");
+        assert!(
+            journal.iter().any(|e| e.undo == joule_core::journal::Undo::Unmount { path: base.path().to_path_buf(), magic: joule_core::effects::BPF_FS_MAGIC }),
+            "mount not journalled: {journal:?}"
+        );
         if kill {
             agent.child.kill().unwrap();
             agent.child.wait().unwrap();

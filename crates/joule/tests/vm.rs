@@ -65,10 +65,7 @@ fn vm_kernel_has_sched_ext() {
     let release = lines.next().unwrap_or_default();
     let state = lines.next().unwrap_or_default().trim();
     println!("guest kernel {release}: sched_ext state = {state}");
-    assert!(
-        ["disabled", "enabling", "enabled", "disabling"].contains(&state),
-        "unexpected sched_ext state {state:?}"
-    );
+    assert!(["disabled", "enabling", "enabled", "disabling"].contains(&state), "unexpected sched_ext state {state:?}");
 }
 
 #[test]
@@ -81,8 +78,7 @@ fn vm_monitor_once_json_has_every_section() {
     }
     let Some(out) = check("monitor") else { return };
     assert_eq!(out.status, 0, "joule monitor --once --json failed:\n{}", out.describe());
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{}", out.stdout));
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{}", out.stdout));
     let obj = v.as_object().unwrap_or_else(|| panic!("not a JSON object: {v}"));
     for key in ["cpu", "power", "thermal", "stage", "runq_latency"] {
         assert!(obj.contains_key(key), "monitor JSON lacks {key:?}: {v}");

@@ -57,8 +57,7 @@ impl CgroupNames {
     fn rescan_due(&self, ids: &[u64], now: Instant) -> bool {
         let Some(at) = self.scanned_at else { return true };
         let age = now.saturating_duration_since(at);
-        age >= Self::PERIOD
-            || (age >= Self::MISS_INTERVAL && ids.iter().any(|id| !self.paths.contains_key(id) && !self.unresolved.contains(id)))
+        age >= Self::PERIOD || (age >= Self::MISS_INTERVAL && ids.iter().any(|id| !self.paths.contains_key(id) && !self.unresolved.contains(id)))
     }
 
     /// Installs the result of a walk (`fresh`), forgetting whatever the previous one found;

@@ -82,12 +82,12 @@ mod tests {
     fn top_deltas_is_the_interval_since_the_previous_read_largest_first() {
         let prev = HashMap::from([(1, 10_000), (2, 50_000), (3, 7_000), (4, 900_000)]);
         let current = [
-            (1, 30_000),   // +20 µs
-            (2, 50_000),   // idle: left out
-            (3, 7_500),    // +0.5 µs: under 1 µs, left out
-            (4, 5_000),    // below its previous value: recreated, counts 5 µs
-            (5, 40_000),   // new: all 40 µs
-            (6, 20_000),   // new, ties with tid 1
+            (1, 30_000), // +20 µs
+            (2, 50_000), // idle: left out
+            (3, 7_500),  // +0.5 µs: under 1 µs, left out
+            (4, 5_000),  // below its previous value: recreated, counts 5 µs
+            (5, 40_000), // new: all 40 µs
+            (6, 20_000), // new, ties with tid 1
         ];
         assert_eq!(tids(&current, &top_deltas(&prev, &current, 10)), vec![(5, 40_000), (1, 20_000), (6, 20_000), (4, 5_000)]);
         assert_eq!(tids(&current, &top_deltas(&prev, &current, 2)), vec![(5, 40_000), (1, 20_000)]);

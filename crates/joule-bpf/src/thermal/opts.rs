@@ -36,12 +36,8 @@ pub(crate) fn validate(opts: &ThermalStageOpts) -> Result<joule_thermal_config, 
     if opts.hysteresis_mc < 0 {
         return Err(BpfError::Config(format!("hysteresis {} mC is negative", opts.hysteresis_mc)));
     }
-    let mut cfg = joule_thermal_config {
-        hysteresis_mc: opts.hysteresis_mc,
-        stale_ns: stale_ns(DEFAULT_STALE_MS),
-        nr_thresholds: t.len() as u32,
-        ..Default::default()
-    };
+    let mut cfg =
+        joule_thermal_config { hysteresis_mc: opts.hysteresis_mc, stale_ns: stale_ns(DEFAULT_STALE_MS), nr_thresholds: t.len() as u32, ..Default::default() };
     cfg.thresholds_mc[..t.len()].copy_from_slice(t);
     Ok(cfg)
 }

@@ -82,15 +82,12 @@ impl ZoneReading {
 /// The one entry of a `thermal_stage` map (the loader's, or a pinned one).
 pub(crate) fn read_stage(map: &dyn MapCore) -> Result<StageReading, BpfError> {
     let v = bpf("reading thermal_stage", map.lookup(&0u32.to_ne_bytes(), MapFlags::ANY))?;
-    v.as_deref()
-        .and_then(StageReading::from_map_value)
-        .ok_or_else(|| BpfError::Unavailable("thermal_stage holds no value of this joule's layout".into()))
+    v.as_deref().and_then(StageReading::from_map_value).ok_or_else(|| BpfError::Unavailable("thermal_stage holds no value of this joule's layout".into()))
 }
 
 /// Every zone of a `thermal_zones` map, by zone id.
 pub(crate) fn read_zones(map: &dyn MapCore) -> Vec<ZoneReading> {
-    let mut out: Vec<ZoneReading> =
-        map.keys().filter_map(|k| ZoneReading::from_map_entry(&k, &map.lookup(&k, MapFlags::ANY).ok()??)).collect();
+    let mut out: Vec<ZoneReading> = map.keys().filter_map(|k| ZoneReading::from_map_entry(&k, &map.lookup(&k, MapFlags::ANY).ok()??)).collect();
     out.sort_by_key(|z| z.zone);
     out
 }

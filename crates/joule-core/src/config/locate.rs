@@ -30,11 +30,7 @@ fn line_of(text: &str, byte: usize) -> usize {
 }
 
 pub(super) fn from_toml_error(text: &str, e: &toml::de::Error) -> Problem {
-    let hint = if e.message().contains("unknown field") {
-        "unknown keys are errors; see deploy/joule.toml for every key".to_string()
-    } else {
-        String::new()
-    };
+    let hint = if e.message().contains("unknown field") { "unknown keys are errors; see deploy/joule.toml for every key".to_string() } else { String::new() };
     Problem { line: e.span().map(|s| line_of(text, s.start)), key: None, message: e.message().trim().to_string(), hint }
 }
 

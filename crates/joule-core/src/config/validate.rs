@@ -26,10 +26,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         }
     }
     let tm = &cfg.telemetry.thermal_model;
-    for (k, v) in [
-        ("resistance_celsius_per_watt", tm.resistance_celsius_per_watt),
-        ("capacitance_joules_per_celsius", tm.capacitance_joules_per_celsius),
-    ] {
+    for (k, v) in [("resistance_celsius_per_watt", tm.resistance_celsius_per_watt), ("capacitance_joules_per_celsius", tm.capacitance_joules_per_celsius)] {
         if !(v.is_finite() && v > 0.0) {
             bad(&format!("telemetry.thermal_model.{k}"), format!("{k} = {v} must be a finite number > 0"), "see docs/config.md");
         }
@@ -65,7 +62,11 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         }
         for comm in &c.matches.comm {
             if comm.len() > 15 {
-                bad(&format!("class[{i}].match.comm"), format!("comm {comm:?} is longer than 15 bytes and can never match"), "the kernel truncates comm to 15 bytes");
+                bad(
+                    &format!("class[{i}].match.comm"),
+                    format!("comm {comm:?} is longer than 15 bytes and can never match"),
+                    "the kernel truncates comm to 15 bytes",
+                );
             }
         }
         if let Some(p) = &c.parent {

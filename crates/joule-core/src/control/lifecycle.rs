@@ -110,11 +110,19 @@ mod tests {
         }
         fn init(&mut self, _: &mut ActCx<'_>) -> Result<(), ActError> {
             self.log.lock().unwrap().push(format!("init {}", self.name));
-            if self.fail_init { Err("no cgroupfs".into()) } else { Ok(()) }
+            if self.fail_init {
+                Err("no cgroupfs".into())
+            } else {
+                Ok(())
+            }
         }
         fn reconcile(&mut self, plan: &Plan, _: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
             self.log.lock().unwrap().push(format!("reconcile {} {}", self.name, plan.for_actuator(self.name).count()));
-            if self.fail_reconcile { Err("EBUSY".into()) } else { Ok(serde_json::json!({ "held": 1 })) }
+            if self.fail_reconcile {
+                Err("EBUSY".into())
+            } else {
+                Ok(serde_json::json!({ "held": 1 }))
+            }
         }
         fn shutdown(&mut self, _: &mut ActCx<'_>) -> Result<(), ActError> {
             self.log.lock().unwrap().push(format!("shutdown {}", self.name));
@@ -123,9 +131,8 @@ mod tests {
     }
 
     fn probes(log: &Arc<Mutex<Vec<String>>>, fail_init: &str, fail_reconcile: &str) -> Actuators {
-        let mk = |name| -> Box<dyn Actuator> {
-            Box::new(Probe { name, log: log.clone(), fail_init: name == fail_init, fail_reconcile: name == fail_reconcile })
-        };
+        let mk =
+            |name| -> Box<dyn Actuator> { Box::new(Probe { name, log: log.clone(), fail_init: name == fail_init, fail_reconcile: name == fail_reconcile }) };
         Actuators::new(vec![mk("a"), mk("b"), mk("c")])
     }
 

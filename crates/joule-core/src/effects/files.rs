@@ -81,9 +81,7 @@ impl Files for FakeEffects {
         })
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.act(format!("rm {}", path.display()), || {
-            self.files.lock().unwrap().remove(path).map(drop).ok_or_else(|| not_found(path.display()))
-        })
+        self.act(format!("rm {}", path.display()), || self.files.lock().unwrap().remove(path).map(drop).ok_or_else(|| not_found(path.display())))
     }
     fn exists(&self, path: &Path) -> bool {
         self.files.lock().unwrap().contains_key(path) || self.dirs.lock().unwrap().contains_key(path)
@@ -128,10 +126,7 @@ mod tests {
         assert!(!fx.exists(Path::new("/cg/joule/cpu.max")));
         fx.remove_file(Path::new("/cg/cgroup.procs")).unwrap();
         assert_eq!(fx.remove_file(Path::new("/cg/cgroup.procs")).unwrap_err().kind(), io::ErrorKind::NotFound);
-        assert_eq!(
-            fx.calls(),
-            vec!["mkdir /cg/joule", "write /cg/joule/cpu.max max", "write /cg/cgroup.procs ", "rmdir /cg/joule", "rm /cg/cgroup.procs"]
-        );
+        assert_eq!(fx.calls(), vec!["mkdir /cg/joule", "write /cg/joule/cpu.max max", "write /cg/cgroup.procs ", "rmdir /cg/joule", "rm /cg/cgroup.procs"]);
     }
 
     #[test]

@@ -8,8 +8,7 @@
 use super::net::{no_link, Net, Qdisc, QdiscOption};
 use super::RealEffects;
 use netlink_packet_core::{
-    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
-    NLM_F_REPLACE, NLM_F_REQUEST,
+    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcMessage, TcOption};
@@ -211,9 +210,7 @@ impl Net for RealEffects {
         for reply in Rtnl::open(netns)?.request(ask, NLM_F_DUMP)? {
             match reply {
                 Ok(RouteNetlinkMessage::NewQueueDiscipline(m)) if m.header.index as u32 == ifindex => mine.push(to_qdisc(m)),
-                Err(u) if raw_ifindex(&u.raw) == Some(ifindex) => {
-                    return Err(invalid(format!("a qdisc of interface {ifindex} did not decode: {}", u.reason)))
-                }
+                Err(u) if raw_ifindex(&u.raw) == Some(ifindex) => return Err(invalid(format!("a qdisc of interface {ifindex} did not decode: {}", u.reason))),
                 _ => {}
             }
         }

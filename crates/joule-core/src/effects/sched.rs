@@ -35,6 +35,7 @@ impl Sched for RealEffects {
             return Err(io::Error::last_os_error());
         }
         let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as above; the kernel writes into `param`, which we own.
         if unsafe { libc::sched_getparam(tid, &mut param) } < 0 {
             return Err(io::Error::last_os_error());
         }

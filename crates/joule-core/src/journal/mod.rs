@@ -136,11 +136,7 @@ impl Journal {
     pub fn open(dir: &Path) -> Result<Self, JournalError> {
         let path = dir.join(JOURNAL_FILE);
         std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
         Ok(Self { path, file })
     }
 
@@ -235,11 +231,7 @@ pub fn restore_where(dir: &Path, fx: &dyn Effects, select: impl Fn(&Entry) -> bo
     if !path.exists() {
         return Ok(RestoreReport::default());
     }
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|source| JournalError::Open { path: path.clone(), source })?;
+    let lock = OpenOptions::new().read(true).write(true).open(&path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
     let _held = FileLock::exclusive(&lock);
     let all = entries(dir)?;
     let mut report = RestoreReport::default();

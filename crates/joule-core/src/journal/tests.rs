@@ -1,8 +1,8 @@
 //! The journal on FakeEffects: order, owners, torn lines, reused pids, cgroups that fill up or
 //! stay busy while they are emptied.
 
-use super::*;
 use super::undo::CGROUP_BUSY_PATIENCE;
+use super::*;
 use crate::effects::FakeEffects;
 use std::time::{Duration, Instant};
 
@@ -33,13 +33,10 @@ fn vanished_targets_count_as_gone_not_failed() {
 #[test]
 fn evacuates_tasks_before_removing_a_cgroup() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default()
-        .with_file("/cg/cgroup.procs", "1\n")
-        .with_file("/cg/joule/cgroup.procs", "7\n8\n");
+    let fx = FakeEffects::default().with_file("/cg/cgroup.procs", "1\n").with_file("/cg/joule/cgroup.procs", "7\n8\n");
     fx.dirs.lock().unwrap().insert("/cg/joule".into(), ());
     let mut j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) })
-        .unwrap();
+    j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
     restore(dir.path(), &fx).unwrap();
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 8", "rmdir /cg/joule"]);
@@ -125,10 +122,7 @@ fn restore_owner_leaves_other_owners_records_in_order() {
     assert_eq!(fx.file("/b").as_deref(), Some("b0"));
     assert_eq!(fx.file("/a").as_deref(), Some("new"));
     let left: Vec<_> = entries(dir.path()).unwrap().into_iter().map(|e| e.undo).collect();
-    assert_eq!(
-        left,
-        vec![Undo::Write { path: "/a".into(), old: "a0".into() }, Undo::Write { path: "/c".into(), old: "c0".into() }]
-    );
+    assert_eq!(left, vec![Undo::Write { path: "/a".into(), old: "a0".into() }, Undo::Write { path: "/c".into(), old: "c0".into() }]);
 }
 
 #[test]

@@ -84,7 +84,8 @@ fn remove_cgroup(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<
                 if Instant::now() >= deadline {
                     let (list, _) = task_lists(dir, dest_procs, fx);
                     let left = fx.read(&list).unwrap_or_default().split_whitespace().collect::<Vec<_>>().join(" ");
-                    let msg = format!("{e}, still after {CGROUP_BUSY_PATIENCE:?}; {} lists [{left}] (none: a child cgroup, or a task slow to exit)", list.display());
+                    let msg =
+                        format!("{e}, still after {CGROUP_BUSY_PATIENCE:?}; {} lists [{left}] (none: a child cgroup, or a task slow to exit)", list.display());
                     return Err(io::Error::new(e.kind(), msg));
                 }
                 std::thread::sleep(pause);

@@ -104,15 +104,7 @@ pub struct Plan {
 impl Plan {
     /// A plan with nothing in it yet, for `env`.
     pub(crate) fn empty(env: &AdmissionEnv) -> Plan {
-        Plan {
-            env: env.clone(),
-            classes: Vec::new(),
-            cores: Vec::new(),
-            arithmetic: Vec::new(),
-            refusals: Vec::new(),
-            notes: Vec::new(),
-            writes: Vec::new(),
-        }
+        Plan { env: env.clone(), classes: Vec::new(), cores: Vec::new(), arithmetic: Vec::new(), refusals: Vec::new(), notes: Vec::new(), writes: Vec::new() }
     }
 
     pub fn admitted(&self) -> bool {

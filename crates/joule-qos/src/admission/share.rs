@@ -25,12 +25,8 @@ pub(super) fn expected(name: &str, rt: Option<RtBw>, cfs: Option<CfsBw>, cpus: &
         } else {
             format!("{} / {}", r.runtime_us, r.period_us)
         };
-        let line = format!(
-            "{name}: RT {how} = {} of each of its CPUs ({}) → {} total (× {k} CPU(s))",
-            pct(each),
-            crate::cpulist::format(cpus),
-            pct(each * k as f64)
-        );
+        let line =
+            format!("{name}: RT {how} = {} of each of its CPUs ({}) → {} total (× {k} CPU(s))", pct(each), crate::cpulist::format(cpus), pct(each * k as f64));
         Share { kind: ShareKind::RtGuarantee, per_cpu: on_each(each), arithmetic: Some(line) }
     } else if let Some(q) = cfs {
         let total = q.ratio();

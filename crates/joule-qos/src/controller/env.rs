@@ -60,7 +60,9 @@ pub(super) fn hint_for(path: &Path, e: &io::Error) -> String {
     match (f, e.raw_os_error()) {
         ("cpu.rt_runtime_us", Some(libc::EINVAL)) => " — the parent's cpu.rt_runtime_us, or kernel.sched_rt_runtime_us, leaves too little RT budget".into(),
         ("cpu.rt_runtime_us", Some(libc::EBUSY)) => " — the group still has RT tasks and cannot get 0 runtime".into(),
-        ("cgroup.procs" | "tasks", Some(libc::EINVAL)) => " — a real-time task cannot join a v1 group with cpu.rt_runtime_us = 0; give its class rt_runtime_us".into(),
+        ("cgroup.procs" | "tasks", Some(libc::EINVAL)) => {
+            " — a real-time task cannot join a v1 group with cpu.rt_runtime_us = 0; give its class rt_runtime_us".into()
+        }
         ("cpuset.cpus", _) => " — the CPUs must be a subset of the parent cpuset's".into(),
         ("cgroup.subtree_control", _) => " — the controller is bound to a cgroup v1 hierarchy, or the cgroup has tasks of its own".into(),
         _ => String::new(),

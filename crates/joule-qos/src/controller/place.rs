@@ -59,7 +59,13 @@ impl QosController {
                 Err(e) => {
                     return Err(Some(match e.raw_os_error() {
                         Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => QosError::io("move a task", &dest, e),
-                        _ => QosError::KernelRefused { hint: hint_for(&dest, &e), what: format!("moving pid {pid} into class {class}"), path: dest, value: pid.to_string(), source: e },
+                        _ => QosError::KernelRefused {
+                            hint: hint_for(&dest, &e),
+                            what: format!("moving pid {pid} into class {class}"),
+                            path: dest,
+                            value: pid.to_string(),
+                            source: e,
+                        },
                     }))
                 }
             }

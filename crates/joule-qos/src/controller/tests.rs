@@ -3,11 +3,11 @@
 
 use super::*;
 use crate::backend::Step;
-use std::io;
 use crate::seed;
 use joule_core::config::MatchRules;
 use joule_core::effects::{FakeEffects, Files, Mounts, Net, Qdisc, Sched, SchedAttr};
 use joule_core::journal;
+use std::io;
 
 /// FakeEffects that behaves like cgroupfs: new directories get their knob files; writes can
 /// be made to fail; a read-only flag fails mkdir too.
@@ -58,7 +58,15 @@ impl CgFake {
     /// The files a new cgroup gets, per hierarchy (v2 gets all but cpuacct's).
     fn populate(&self, d: &str) {
         for (k, v) in KNOBS {
-            let h = if d.starts_with("/cg/cpuacct") { "cpuacct" } else if d.starts_with("/cg/cpuset") { "cpuset" } else if d.starts_with("/cg/cpu") { "cpu" } else { "v2" };
+            let h = if d.starts_with("/cg/cpuacct") {
+                "cpuacct"
+            } else if d.starts_with("/cg/cpuset") {
+                "cpuset"
+            } else if d.starts_with("/cg/cpu") {
+                "cpu"
+            } else {
+                "v2"
+            };
             let ok = match h {
                 "cpuacct" => k.starts_with("cgroup") || *k == "tasks" || k.starts_with("cpuacct"),
                 "cpuset" => k.starts_with("cgroup") || *k == "tasks" || k.starts_with("cpuset"),
@@ -92,7 +100,9 @@ impl Files for CgFake {
         self.fx.read(p)
     }
     fn write(&self, p: &Path, v: &str) -> io::Result<()> {
-        if let Some((_, _, e)) = self.fail.lock().unwrap().iter().find(|(s, val, _)| p.to_string_lossy().ends_with(s.as_str()) && val.as_ref().is_none_or(|x| x == v)) {
+        if let Some((_, _, e)) =
+            self.fail.lock().unwrap().iter().find(|(s, val, _)| p.to_string_lossy().ends_with(s.as_str()) && val.as_ref().is_none_or(|x| x == v))
+        {
             return Err(io::Error::from_raw_os_error(*e));
         }
         self.fx.write(p, v)
@@ -196,7 +206,9 @@ fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
     // recorded after its knobs (so a replay evacuates and removes it before resetting them).
     let undos: Vec<Undo> = journal::entries(jd.path()).unwrap().into_iter().map(|e| e.undo).collect();
     let budget = undos.iter().position(|u| *u == Undo::Write { path: "/cg/cpu/joule/cpu.rt_runtime_us".into(), old: "0".into() });
-    let barrier = undos.iter().rposition(|u| matches!(u, Undo::RemoveDir { path, evacuate_to: Some(e) } if path == Path::new("/cg/cpu/joule") && e == Path::new("/cg/cpu/cgroup.procs")));
+    let barrier = undos.iter().rposition(
+        |u| matches!(u, Undo::RemoveDir { path, evacuate_to: Some(e) } if path == Path::new("/cg/cpu/joule") && e == Path::new("/cg/cpu/cgroup.procs")),
+    );
     assert!(budget.is_some() && barrier > budget, "{undos:#?}");
     let rep = c.release(jd.path(), &f).unwrap();
     assert!(rep.failed.is_empty(), "{:?}", rep.failed);
@@ -375,7 +387,15 @@ fn v2_fixture_writes_cpu_max_and_undoes_the_controller_enable() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let cs = vec![
-        ClassConfig { name: "apps".into(), quota_us: Some(30_000), period_us: Some(100_000), burst_us: Some(5_000), weight: Some(50), cpus: Some("1".into()), ..Default::default() },
+        ClassConfig {
+            name: "apps".into(),
+            quota_us: Some(30_000),
+            period_us: Some(100_000),
+            burst_us: Some(5_000),
+            weight: Some(50),
+            cpus: Some("1".into()),
+            ..Default::default()
+        },
         ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), ..Default::default() },
     ];
     // RT bandwidth does not exist on v2: refused with the CFS equivalent offered ...

@@ -55,11 +55,7 @@ impl HwmonPower {
             let chip = read_trimmed(&RealEffects, &dir.join("name")).unwrap_or_default();
             for (n, input) in numbered_files(&dir, "power", "_input") {
                 let label = read_trimmed(&RealEffects, &dir.join(format!("power{n}_label"))).ok();
-                self.channels.push(Channel {
-                    name: format!("hwmon{m}/power{n}"),
-                    input,
-                    part_of_total: is_machine_total(&chip, label.as_deref()),
-                });
+                self.channels.push(Channel { name: format!("hwmon{m}/power{n}"), input, part_of_total: is_machine_total(&chip, label.as_deref()) });
             }
         }
     }

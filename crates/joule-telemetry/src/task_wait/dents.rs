@@ -38,6 +38,7 @@ pub(crate) fn for_each_name(fd: &OwnedFd, buf: &mut [u8], mut f: impl FnMut(&[u8
         }
     }
     loop {
+        // SAFETY: the kernel writes at most buf.len() bytes into the buffer we own.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
         if n < 0 {
             return Err(io::Error::last_os_error());

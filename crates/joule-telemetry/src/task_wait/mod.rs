@@ -80,8 +80,7 @@ impl TaskWaitSource {
 
     fn open_root(&mut self) -> Result<(), SourceError> {
         if self.root_fd.is_none() {
-            let c = CString::new(self.procfs_root.as_os_str().as_encoded_bytes())
-                .map_err(|_| SourceError::parse(&self.procfs_root, "NUL in path"))?;
+            let c = CString::new(self.procfs_root.as_os_str().as_encoded_bytes()).map_err(|_| SourceError::parse(&self.procfs_root, "NUL in path"))?;
             self.root_fd = Some(open_at(libc::AT_FDCWD, &c, true).map_err(|e| SourceError::read(&self.procfs_root, e))?);
         }
         Ok(())

@@ -2,8 +2,8 @@
 //! `testdata/`, the Sampler end to end, and a smoke test plus a cost measurement on this
 //! machine's real /proc and /sys (no root needed).
 
-mod common;
 mod cgroups;
+mod common;
 mod power;
 mod procfs;
 mod real_machine;

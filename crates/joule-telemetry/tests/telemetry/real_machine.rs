@@ -46,6 +46,7 @@ fn real_proc_and_sys_give_sane_values() {
 
 /// Process CPU time (user + system) of this process.
 fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain integers; all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
@@ -72,7 +73,12 @@ fn cost_of_one_sample_with_1000_sleeping_threads() {
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let stop = stop.clone();
-            std::thread::Builder::new().stack_size(64 * 1024).spawn(move || { stop.wait(); }).unwrap()
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    stop.wait();
+                })
+                .unwrap()
         })
         .collect();
     let threads = std::fs::read_dir("/proc/self/task").unwrap().count();

@@ -136,7 +136,15 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journ
     })
 }
 
-fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &mut Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
+fn run_loop(
+    cfg: &Config,
+    duration_s: &Option<f64>,
+    no_bpf: bool,
+    root: bool,
+    journal: &mut Journal,
+    events: &mut Events,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
     if !sense.bpf_status().enabled {
@@ -169,7 +177,10 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
 
         if last_stage != Some(snap.stage.value) {
             let st = &snap.stage;
-            (cx.events)("stage", serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by }));
+            (cx.events)(
+                "stage",
+                serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by }),
+            );
             stats.stage_transitions_total += u64::from(last_stage.is_some());
             last_stage = Some(st.value);
         }

@@ -72,7 +72,11 @@ fn validate(a: &OverheadArgs) -> Result<(), UsageError> {
     .into_iter()
     .filter_map(|(ok, msg)| (!ok).then_some(msg))
     .collect();
-    if problems.is_empty() { Ok(()) } else { Err(UsageError(problems.join("; "))) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(UsageError(problems.join("; ")))
+    }
 }
 
 fn bpf_mode(a: &OverheadArgs, root: bool) -> BpfMode {
@@ -170,7 +174,12 @@ fn sample(r0: &Reading, r1: &Reading, bpf: bool) -> Sample {
     let progs = r1.progs.iter().filter_map(|p1| {
         let p0 = r0.progs.iter().find(|p| p.id == p1.id)?;
         let (ns, cnt) = (p1.run_time_ns.saturating_sub(p0.run_time_ns), p1.run_cnt.saturating_sub(p0.run_cnt));
-        Some(ProgRate { name: p1.name.clone(), cpu_pct: ns as f64 / 1e9 / wall * 100.0, runs_per_s: cnt as f64 / wall, ns_per_run: (cnt > 0).then(|| ns as f64 / cnt as f64) })
+        Some(ProgRate {
+            name: p1.name.clone(),
+            cpu_pct: ns as f64 / 1e9 / wall * 100.0,
+            runs_per_s: cnt as f64 / wall,
+            ns_per_run: (cnt > 0).then(|| ns as f64 / cnt as f64),
+        })
     });
     Sample {
         agent_cpu_pct: per_s(r0.agent_ns, r1.agent_ns) / 1e9 * 100.0,
@@ -240,9 +249,8 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("joule-bench-").tempdir().context("while creating a temp dir")?;
     let cfg = write_config(tmp.path(), &a, on)?;
     let scenarios = summary::scenarios(&a);
-    let bar = indicatif::ProgressBar::new((a.runs * scenarios.len()) as u64).with_style(
-        indicatif::ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"),
-    );
+    let bar = indicatif::ProgressBar::new((a.runs * scenarios.len()) as u64)
+        .with_style(indicatif::ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"));
     let loadavg_before = loadavg();
     let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
     for _ in 0..a.runs {
@@ -256,27 +264,14 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
-    let s = Summary {
-        args: &a,
-        bpf,
-        scenarios,
-        results,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        loadavg_before,
-        loadavg_after: loadavg(),
-    };
+    let s = Summary { args: &a, bpf, scenarios, results, command: std::env::args().collect::<Vec<_>>().join(" "), loadavg_before, loadavg_after: loadavg() };
     println!("{}", s.header());
     report::print_table(&Summary::COLUMNS, &s.rows());
     if on {
         println!();
         report::print_table(&Summary::PROG_COLUMNS, &s.prog_rows());
     }
-    println!(
-        "target (< {}% of one CPU with {} sleeping threads): {}",
-        summary::TARGET_PCT,
-        a.threads,
-        if s.target_met() { "met" } else { "NOT met" }
-    );
+    println!("target (< {}% of one CPU with {} sleeping threads): {}", summary::TARGET_PCT, a.threads, if s.target_met() { "met" } else { "NOT met" });
     println!("load average before / after: {} / {}", s.loadavg_before.as_deref().unwrap_or("?"), s.loadavg_after.as_deref().unwrap_or("?"));
     if let Some(p) = &a.json {
         report::write_json(p, &s.json())?;

@@ -26,9 +26,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: Vec<String>| {
-        cells.iter().enumerate().map(|(i, c)| format!("{c:<width$}", width = w[i])).collect::<Vec<_>>().join("  ")
-    };
+    let line = |cells: Vec<String>| cells.iter().enumerate().map(|(i, c)| format!("{c:<width$}", width = w[i])).collect::<Vec<_>>().join("  ");
     println!("{}", line(header.iter().map(|s| s.to_string()).collect()));
     println!("{}", w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().join("  "));
     for r in rows {
@@ -63,7 +61,11 @@ pub fn bar_plot(path: &Path, title: &str, y_label: &str, groups: &[(String, Vec<
         .x_labels(2 * n + 1)
         .x_label_formatter(&|x| {
             let centred = (x - x.floor() - 0.5).abs() < 1e-6;
-            if centred { names.get(x.floor() as usize).cloned().unwrap_or_default() } else { String::new() }
+            if centred {
+                names.get(x.floor() as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
         .draw()?;
     for (i, (_, vals)) in groups.iter().enumerate() {

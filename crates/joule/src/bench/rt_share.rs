@@ -14,8 +14,8 @@ use anyhow::Context;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{RealEffects, Sched, SchedAttr};
 use joule_core::journal::{self, Journal, Undo};
-use joule_qos::seed::{self, GROUPS};
 use joule_qos::controller::machine_env;
+use joule_qos::seed::{self, GROUPS};
 use joule_qos::{admit, AdmissionEnv, Layout, QosController, QosOpts};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,13 @@ struct Conf {
 fn configurations() -> Vec<Conf> {
     let mut v: Vec<Conf> = seed::TABLE1
         .iter()
-        .map(|r| Conf { id: format!("S{}", r.no), origin: "seed Table 1", period_us: r.period_us, runtime_us: r.runtime_us, seed_top_pct: Some(r.seed_top_pct) })
+        .map(|r| Conf {
+            id: format!("S{}", r.no),
+            origin: "seed Table 1",
+            period_us: r.period_us,
+            runtime_us: r.runtime_us,
+            seed_top_pct: Some(r.seed_top_pct),
+        })
         .collect();
     // joule's variants: rows 6–8's ratios at the minimum period are row 5 itself, so these
     // instead show other admitted splits, each using the whole v1 budget of 0.95.
@@ -104,7 +110,12 @@ fn work_iteration(buf: &mut [u8; 256], seed: &mut u32) -> u32 {
     }
     let mut state = 0u8;
     for &b in buf.iter().take(64) {
-        state = match (state, b % 3) { (0, 0) => 1, (1, 1) => 2, (2, _) => 0, (s, _) => s };
+        state = match (state, b % 3) {
+            (0, 0) => 1,
+            (1, 1) => 2,
+            (2, _) => 0,
+            (s, _) => s,
+        };
     }
     std::hint::black_box(crc ^ m[3][3] as u32 ^ state as u32)
 }
@@ -233,7 +244,8 @@ fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &At
         let w = spawn(stop.clone(), go.clone(), (i == 2).then(|| count.clone()))?;
         let tid = w.tid;
         run.workers.push(w);
-        ctl.place(journal, &fx, g, tid, true).map_err(|e| anyhow::anyhow!("while placing {g}'s thread: {}", e.map(|e| e.to_string()).unwrap_or("it exited".into())))?;
+        ctl.place(journal, &fx, g, tid, true)
+            .map_err(|e| anyhow::anyhow!("while placing {g}'s thread: {}", e.map(|e| e.to_string()).unwrap_or("it exited".into())))?;
         journal.record(BENCH_OWNER, Undo::sched(&RealEffects, tid, SchedAttr::OTHER))?;
         fx.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).with_context(|| format!("while making {g}'s thread SCHED_FIFO"))?;
     }
@@ -276,7 +288,17 @@ fn verdict(classes: &[ClassConfig], env: &AdmissionEnv) -> (bool, String, [f64; 
         format!("admitted: {}", p.cores.iter().map(|c| format!("core {} sums to {:.1}%", c.cpu, c.rt_sum_pct)).collect::<Vec<_>>().join(", "))
     } else {
         let mut seen = Vec::new();
-        p.refusals.iter().filter(|r| { let k = format!("{:?}", r.rule); let new = !seen.contains(&k); seen.push(k); new }).map(|r| r.message.clone()).collect::<Vec<_>>().join("; ")
+        p.refusals
+            .iter()
+            .filter(|r| {
+                let k = format!("{:?}", r.rule);
+                let new = !seen.contains(&k);
+                seen.push(k);
+                new
+            })
+            .map(|r| r.message.clone())
+            .collect::<Vec<_>>()
+            .join("; ")
     };
     (p.admitted(), reason, exp)
 }
@@ -349,7 +371,13 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
             if ok { "admit".into() } else { "REFUSE".into() },
             if ok_seed { "admit".into() } else { "REFUSE".into() },
             format!("{:.1}/{:.1}/{:.1}", exp[0], exp[1], exp[2]),
-            ach.map(|a| format!("{:.1}/{:.1}/{:.1}", a[0], a[1], a[2])).unwrap_or_else(|| if ms.iter().any(|m| m.error.is_some()) { "kernel refused".into() } else { "-".into() }),
+            ach.map(|a| format!("{:.1}/{:.1}/{:.1}", a[0], a[1], a[2])).unwrap_or_else(|| {
+                if ms.iter().any(|m| m.error.is_some()) {
+                    "kernel refused".into()
+                } else {
+                    "-".into()
+                }
+            }),
             err.map(|e| format!("{:.1}", e.iter().fold(0.0f64, |m, x| m.max(x.abs())))).unwrap_or("-".into()),
             f(eff_rel),
             f(rate_rel),
@@ -378,8 +406,14 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
             "error": ms.iter().find_map(|m| m.error.clone()),
         }));
     }
-    println!("rt-share: {} run(s) × {:.0} s per configuration; shares are % of one CPU (top-style); cg0 on CPU 0, cg1 and cgA on CPU 1", args.runs, args.seconds);
-    println!("verdicts: 'joule' = this kernel (no RT runtime borrowing, min period {} µs); 'seed-k' = the seed's kernel model (RT_RUNTIME_SHARE borrowing)", args.min_period_us);
+    println!(
+        "rt-share: {} run(s) × {:.0} s per configuration; shares are % of one CPU (top-style); cg0 on CPU 0, cg1 and cgA on CPU 1",
+        args.runs, args.seconds
+    );
+    println!(
+        "verdicts: 'joule' = this kernel (no RT runtime borrowing, min period {} µs); 'seed-k' = the seed's kernel model (RT_RUNTIME_SHARE borrowing)",
+        args.min_period_us
+    );
     print_table(
         &["id", "period_us", "runtime cg0/cg1/cgA", "joule", "seed-k", "expected %", "achieved %", "max|err|", "cgA eff vs 1s %", "cgA rate vs S4 %"],
         &rows,
@@ -417,7 +451,10 @@ fn plot(path: &Path, pts: &[(f64, f64, bool, String)]) -> anyhow::Result<()> {
         .build_cartesian_2d(0f64..100f64, 0f64..100f64)?;
     chart.configure_mesh().x_desc("expected % of one CPU (joule's model)").y_desc("achieved % (cpuacct)").draw()?;
     chart.draw_series(std::iter::once(Polygon::new(vec![(0.0, 2.0), (98.0, 100.0), (100.0, 98.0), (2.0, 0.0)], GREEN.mix(0.15).filled())))?;
-    chart.draw_series(LineSeries::new([(0.0, 0.0), (100.0, 100.0)], BLACK.mix(0.5)))?.label("achieved = expected (±2 band)").legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK));
+    chart
+        .draw_series(LineSeries::new([(0.0, 0.0), (100.0, 100.0)], BLACK.mix(0.5)))?
+        .label("achieved = expected (±2 band)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK));
     chart
         .draw_series(pts.iter().filter(|p| p.2).map(|p| Circle::new((p.0, p.1), 4, BLUE.filled())))?
         .label("admitted by joule")

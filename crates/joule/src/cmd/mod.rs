@@ -4,7 +4,6 @@ pub mod check_config;
 pub mod qos;
 pub mod restore;
 
-
 /// `joule qos ...`: loads the agent config (for its `[[class]]` sections), then hands over.
 #[derive(clap::Args)]
 pub struct QosCmdArgs {

@@ -114,7 +114,11 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
             if *json {
                 println!("{}", serde_json::to_string_pretty(c.plan())?);
             } else {
-                println!("backend: cgroup {:?} ({})", c.layout().kind, c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", "));
+                println!(
+                    "backend: cgroup {:?} ({})",
+                    c.layout().kind,
+                    c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                );
                 print!("{}", c.plan().render());
             }
             if !c.plan().admitted() {
@@ -191,10 +195,9 @@ mod tests {
         cfg.agent.journal_dir = dir.path().into();
         cfg.classes = vec![joule_core::config::ClassConfig { name: "c".into(), quota_us: Some(30_000), ..Default::default() }];
         let _agent = joule_core::agent_lock::lock_agent(dir.path()).unwrap().expect("agent lock");
-        for (cmd, what) in [
-            (QosCmd::Apply { common: common(), follow: None, force: false }, "`qos apply`"),
-            (QosCmd::Release { force: false }, "`qos release`"),
-        ] {
+        for (cmd, what) in
+            [(QosCmd::Apply { common: common(), follow: None, force: false }, "`qos apply`"), (QosCmd::Release { force: false }, "`qos release`")]
+        {
             let e = run(&QosArgs { cmd }, &cfg).unwrap_err();
             assert!(e.downcast_ref::<crate::UsageError>().is_some(), "{e:#}");
             let msg = e.to_string();

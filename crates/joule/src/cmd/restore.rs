@@ -38,17 +38,11 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
     if !a.force {
         super::refuse_under_live_agent(&a.journal_dir, "restore")?;
     }
-    let report = journal::restore(&a.journal_dir, &RealEffects)
-        .with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
+    let report = journal::restore(&a.journal_dir, &RealEffects).with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
-            "restore: {} change(s) undone, {} already gone, {} failed",
-            report.undone,
-            report.already_gone,
-            report.failed.len()
-        );
+        println!("restore: {} change(s) undone, {} already gone, {} failed", report.undone, report.already_gone, report.failed.len());
         for f in &report.failed {
             println!("  failed: {f}");
         }

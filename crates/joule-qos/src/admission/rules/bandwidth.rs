@@ -19,11 +19,7 @@ pub(crate) enum PeriodOf {
 /// nothing after this has a ratio to work with.
 pub(crate) fn runtime_over_period(class: &str, runtime_us: u64, period_us: u64) -> Option<Refusal> {
     (period_us == 0 || runtime_us > period_us).then(|| {
-        refusal(
-            Rule::RuntimeOverPeriod,
-            vec![class.into()],
-            format!("class {class}: rt_runtime_us = {runtime_us} exceeds rt_period_us = {period_us}"),
-        )
+        refusal(Rule::RuntimeOverPeriod, vec![class.into()], format!("class {class}: rt_runtime_us = {runtime_us} exceeds rt_period_us = {period_us}"))
     })
 }
 
@@ -48,9 +44,8 @@ pub(crate) fn period_below_minimum(class: &str, of: PeriodOf, period_us: u64, mi
 /// bounds (`min_cfs_quota_period` 1 ms, `max_cfs_quota_period` 1 s, checked by
 /// `tg_set_cfs_bandwidth()` in kernel/sched/core.c, EINVAL).
 pub(crate) fn cfs_period_outside_kernel_range(class: &str, period_us: u64) -> Option<Refusal> {
-    (!(1000..=1_000_000).contains(&period_us)).then(|| {
-        refusal(Rule::BadConfig, vec![class.into()], format!("class {class}: period_us = {period_us} is outside the kernel's 1000..=1000000 µs"))
-    })
+    (!(1000..=1_000_000).contains(&period_us))
+        .then(|| refusal(Rule::BadConfig, vec![class.into()], format!("class {class}: period_us = {period_us} is outside the kernel's 1000..=1000000 µs")))
 }
 
 /// Refused (`BadConfig`) when a CFS quota is below 1000 µs: the kernel's

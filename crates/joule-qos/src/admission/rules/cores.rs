@@ -37,7 +37,10 @@ pub(crate) fn core_over_100(core: &CoreSum) -> Option<Refusal> {
         refusal(
             Rule::CoreOver100,
             members(core),
-            format!("core {cpu}: {} = {sum:.1}% > 100%: groups sharing a core must sum to ≤ 100% or the shares come out wrong (the seed's Table 2)", terms(core)),
+            format!(
+                "core {cpu}: {} = {sum:.1}% > 100%: groups sharing a core must sum to ≤ 100% or the shares come out wrong (the seed's Table 2)",
+                terms(core)
+            ),
         )
     })
 }

@@ -135,33 +135,19 @@ impl Summary<'_> {
             BpfMode::On => "eBPF on (in-kernel cost from BPF run-time stats)".to_string(),
             BpfMode::Off(why) => format!("eBPF off ({why}): no in-kernel cost to report"),
         };
-        format!(
-            "joule bench overhead: agent at {} ms period, {} run(s) × {} s after {} s warm-up, {bpf}",
-            a.period_ms, a.runs, a.seconds, a.warmup_s
-        )
+        format!("joule bench overhead: agent at {} ms period, {} run(s) × {} s after {} s warm-up, {bpf}", a.period_ms, a.runs, a.seconds, a.warmup_s)
     }
 
-    pub const COLUMNS: [&'static str; 8] = [
-        "scenario",
-        "load wake-ups/s",
-        "machine ctxt/s",
-        "agent CPU % (median)",
-        "agent runs",
-        "agent ratio",
-        "eBPF in-kernel %",
-        "eBPF ratio",
-    ];
+    pub const COLUMNS: [&'static str; 8] =
+        ["scenario", "load wake-ups/s", "machine ctxt/s", "agent CPU % (median)", "agent runs", "agent ratio", "eBPF in-kernel %", "eBPF ratio"];
 
     pub fn rows(&self) -> Vec<Vec<String>> {
         let (agent0, bpf0) = (self.agent(0), self.bpf_pct(0));
         (0..self.scenarios.len())
             .map(|i| {
                 let runs: Vec<String> = self.results[i].iter().map(|s| format!("{:.3}", s.agent_cpu_pct)).collect();
-                let (bpf, bpf_ratio) = if self.bpf_on() {
-                    (fmt(self.bpf_pct(i), 3), fmt(Self::ratio(self.bpf_pct(i), bpf0), 2))
-                } else {
-                    (OFF.to_string(), OFF.to_string())
-                };
+                let (bpf, bpf_ratio) =
+                    if self.bpf_on() { (fmt(self.bpf_pct(i), 3), fmt(Self::ratio(self.bpf_pct(i), bpf0), 2)) } else { (OFF.to_string(), OFF.to_string()) };
                 vec![
                     self.scenarios[i].name.clone(),
                     fmt(self.med(i, |s| s.load_wakeups_per_s), 0),
@@ -265,12 +251,8 @@ impl Summary<'_> {
 
     /// Agent CPU per scenario, then (eBPF on) the in-kernel cost per scenario.
     pub fn plot_groups(&self) -> Vec<(String, Vec<f64>)> {
-        let mut g: Vec<(String, Vec<f64>)> = self
-            .scenarios
-            .iter()
-            .zip(&self.results)
-            .map(|(sc, r)| (format!("agent {}", sc.label), r.iter().map(|s| s.agent_cpu_pct).collect()))
-            .collect();
+        let mut g: Vec<(String, Vec<f64>)> =
+            self.scenarios.iter().zip(&self.results).map(|(sc, r)| (format!("agent {}", sc.label), r.iter().map(|s| s.agent_cpu_pct).collect())).collect();
         if self.bpf_on() {
             g.extend(
                 self.scenarios.iter().zip(&self.results).map(|(sc, r)| (format!("eBPF {}", sc.label), r.iter().filter_map(Sample::bpf_cpu_pct).collect())),
