@@ -30,7 +30,7 @@ fn human(unit: Unit, v: f64) -> String {
 
 /// The labels that say which thing a row is (`source` is printed apart, at the end).
 fn what(labels: &Labels) -> String {
-    labels.iter().filter(|(k, _)| k != "source").map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    labels.iter().filter(|(k, v)| k != "source" && !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
 fn source(labels: &Labels) -> String {
