@@ -226,18 +226,32 @@ void BPF_STRUCT_OPS(joule_enqueue, struct task_struct *p, u64 enq_flags)
 		s->enqueued++;
 }
 
-static __always_inline bool serve(__u32 q, __u64 now, bool aged, struct joule_scx_stats *s)
+_Static_assert((JOULE_SCX_SCORE_DSQS & (JOULE_SCX_SCORE_DSQS - 1)) == 0, "serve() masks a score queue index");
+
+/* Moves the first task of score queue q (< JOULE_SCX_SCORE_DSQS) to this CPU. */
+static __always_inline bool serve(__u64 q, __u64 now, bool aged, struct joule_scx_stats *s)
 {
+	/* Hide what clang knows about q (a modulo) and mask it, so the verifier, which cannot
+	 * bound a modulo by a variable, sees the array index bounded. q is already in range. */
+	asm volatile("" : "+r"(q));
+	q &= JOULE_SCX_SCORE_DSQS - 1;
 	if (!scx_bpf_dsq_move_to_local(q))
 		return false;
-	if (q < JOULE_SCX_SCORE_DSQS)
-		queue_since_ns[q] = now;
+	queue_since_ns[q] = now;
 	if (s) {
-		if (q < JOULE_SCX_NR_DSQS)
-			s->dispatched[q]++;
+		s->dispatched[q]++;
 		if (aged)
 			s->aged++;
 	}
+	return true;
+}
+
+static __always_inline bool serve_labelled(struct joule_scx_stats *s)
+{
+	if (!scx_bpf_dsq_move_to_local(JOULE_SCX_DSQ_LABELLED))
+		return false;
+	if (s)
+		s->dispatched[JOULE_SCX_DSQ_LABELLED]++;
 	return true;
 }
 
@@ -251,7 +265,7 @@ void BPF_STRUCT_OPS(joule_dispatch, s32 cpu, struct task_struct *prev)
 		s->stage = stage;
 		s->stage_seen_ns = now;
 	}
-	if (serve(JOULE_SCX_DSQ_LABELLED, now, false, s))
+	if (serve_labelled(s))
 		return;
 	/* Aging first: any queue that has waited past age_ns, whatever the stage. */
 	for (q = 0; q < JOULE_SCX_SCORE_DSQS; q++) {

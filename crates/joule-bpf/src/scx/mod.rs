@@ -23,6 +23,11 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/scx.skel.rs"));
 }
 
+/// Checks `opts` as [`Scx::load`] will, without loading anything.
+pub fn opts_check(opts: &ScxOpts) -> Result<(), BpfError> {
+    opts::validate(opts).map(drop)
+}
+
 /// Where the kernel shows sched_ext's state (`state`, and `root/ops` while one is loaded).
 pub const SYSFS_SCHED_EXT: &str = "/sys/kernel/sched_ext";
 

@@ -53,7 +53,7 @@ impl Default for ScxOpts {
 /// The checked table as scx.bpf.c's `stage_cfg`, or what is wrong with the options. A hotter
 /// stage may never serve more queues or give a longer slice than a cooler one.
 pub(crate) fn validate(opts: &ScxOpts) -> Result<[joule_scx_stage_cfg; JOULE_SCX_STAGE_ROWS as usize], BpfError> {
-    let bad = |m: String| Err(BpfError::Config(m));
+    let bad = |m: String| Err(BpfError::ScxConfig(m));
     if opts.table.len() != JOULE_SCX_STAGE_ROWS as usize {
         return bad(format!("the stage table needs {JOULE_SCX_STAGE_ROWS} rows (stages 0..={}), got {}", JOULE_SCX_STAGE_ROWS - 1, opts.table.len()));
     }
