@@ -4,12 +4,14 @@
 # kernel said before, during and after, then the scheduler's JSON lines.
 # Usage: scx.sh PATH/TO/joule run   — the 8 s run
 #        scx.sh PATH/TO/joule kill  — SIGKILL a running `joule scx`, time the kernel's fallback
+#        scx.sh PATH/TO/joule stage — the guest's ACPI zone at 85 °C, `joule agent` pinning the
+#                                     stage it computes in the kernel, `joule scx` reading it
 set -euo pipefail
 J=${1:?usage: scx.sh PATH/TO/joule run|kill}
 S=/sys/kernel/sched_ext/state
 pids=()
 lab=/sys/fs/cgroup/joule-scx-label
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rmdir "$lab" 2>/dev/null || true' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; bash "$(dirname "$0")/set-temp.sh" off >/dev/null 2>&1 || true; wait 2>/dev/null || true; rmdir "$lab" 2>/dev/null || true' EXIT
 echo "state_before=$(cat $S)"
 case ${2:?run or kill} in
 run)
@@ -40,5 +42,15 @@ kill)
 	done
 	echo "fallback_ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
 	echo "state_after=$(cat $S)"
+	;;
+stage)
+	for _ in 1 2; do timeout 20 sh -c 'while :; do :; done' & pids+=($!); done
+	timeout 20 sh -c 'while :; do sleep 0.005; done' & pids+=($!)
+	bash "$(dirname "$0")/set-temp.sh" 85
+	"$J" agent --config "$(dirname "$0")/../../deploy/joule.toml" >/dev/null 2>"$JOULE_VM_OUT/agent.log" & pids+=($!)
+	for _ in $(seq 100); do [ -e /sys/fs/bpf/joule/thermal_stage ] && break; sleep 0.1; done
+	sleep 2 # a poll of the zone (1 s) reaches the stage
+	rc=0; "$J" scx --duration-s 4 --stats --json || rc=$?
+	echo "joule_rc=$rc"
 	;;
 esac

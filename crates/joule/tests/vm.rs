@@ -19,6 +19,7 @@ fn checks() -> Vec<(&'static str, String)> {
         ("qos_v2", format!("bash {} {}", repo_root().join("scripts/vm/qos-v2.sh").display(), joule.display())),
         ("scx_run", format!("bash {} {} run", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_kill", format!("bash {} {} kill", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
+        ("scx_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         (
             "thermal",
             // The untouched zone (a triangle wave) sampled 1 s apart, then set by the test.
@@ -176,4 +177,32 @@ fn vm_scx_sigkill_falls_back_to_the_default_scheduler() {
     let ms: u64 = kv["fallback_ms"].parse().expect("ms");
     println!("SIGKILL of joule scx -> sched_ext disabled after {ms} ms (guest clock under TCG)");
     assert!(ms <= 1_000, "the kernel took {ms} ms to fall back:\n{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_scx_reads_the_agents_pinned_stage_and_serves_fewer_queues() {
+    if !joule_core::testing::require(repo_root().join("target/release/joule").exists(), "target/release/joule; run cargo build --release") {
+        return;
+    }
+    if Vm::new().with_thermal_zone().ready().is_none() {
+        return;
+    }
+    let Some(out) = check("scx_stage") else { return };
+    assert_eq!(out.status, 0, "scx.sh stage failed:\n{}", out.describe());
+    assert!(out.stderr.contains("stage from /sys/fs/bpf/joule/thermal_stage"), "joule scx did not use the agent's pinned stage:\n{}", out.describe());
+    assert_eq!(kv(out).get("joule_rc"), Some(&"0"), "{}", out.describe());
+    let lines: Vec<serde_json::Value> = out.stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let exit = lines.iter().find(|v| v["event"] == "exit").unwrap_or_else(|| panic!("no exit report:\n{}", out.describe()));
+    // deploy/joule.toml: thresholds 70/80/90 °C, so 85 °C is stage 2, which serves queues 0 and 1.
+    for v in lines.iter().filter(|v| v["event"] == "stats") {
+        assert_eq!(v["interval"]["stage"], 2, "the scheduler did not see the zone's stage 2 in the kernel: {v}");
+    }
+    let t = &exit["total"];
+    let d: Vec<u64> = t["dispatched"].as_array().expect("dispatched").iter().map(|n| n.as_u64().unwrap()).collect();
+    let aged = t["aged"].as_u64().unwrap();
+    println!("stage 2 (85 °C, pinned by the agent): dispatched per queue {d:?}, aged {aged}, direct {}", t["direct"]);
+    assert_eq!(exit["exit"]["ejected"], false, "{exit}");
+    assert!(d[0] + d[1] > 0, "the served queues were not served: {d:?}");
+    assert!(d[2] + d[3] <= aged, "queues 2 and 3 were served other than by aging at stage 2: {d:?}, aged {aged}");
 }
