@@ -28,10 +28,11 @@ pub fn opts_check(opts: &ScxOpts) -> Result<(), BpfError> {
     opts::validate(opts).map(drop)
 }
 
-/// Where the kernel shows sched_ext's state (`state`, and `root/ops` while one is loaded).
-pub const SYSFS_SCHED_EXT: &str = "/sys/kernel/sched_ext";
+/// Where the kernel shows sched_ext's state (`state`, and `root/ops` while one is loaded),
+/// under sysfs.
+pub const SYSFS_SCHED_EXT: &str = "kernel/sched_ext";
 
-/// What the kernel's sysfs says about sched_ext under `dir` (normally [`SYSFS_SCHED_EXT`]).
+/// What the kernel's sysfs says about sched_ext under `dir` (`<sysfs>/`[`SYSFS_SCHED_EXT`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KernelState {
     /// `state`: disabled, enabling, enabled, disabling (None: unreadable).
@@ -81,7 +82,7 @@ impl Scx {
     /// given, else from a private map at stage 0), fills the labelled cgroups and attaches it.
     pub fn load(opts: ScxOpts) -> Result<Scx, BpfError> {
         let table = opts::validate(&opts)?;
-        probe_sched_ext(Path::new(SYSFS_SCHED_EXT))?;
+        probe_sched_ext(&opts.sysfs_root.join(SYSFS_SCHED_EXT))?;
         let stage_map = match &opts.stage_map {
             Some(p) => Some(bpf(format!("opening the pinned stage map {}", p.display()), MapHandle::from_pinned_path(p))?),
             None => None,

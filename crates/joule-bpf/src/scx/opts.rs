@@ -42,11 +42,20 @@ pub struct ScxOpts {
     pub wait_boost_ms: u64,
     /// cgroup ids (cgroup2 directory inode numbers) whose tasks go to the always-served queue.
     pub labelled_cgroups: Vec<u64>,
+    /// Where sysfs is (`/sys`); the loader checks `<sysfs_root>/kernel/sched_ext` first.
+    pub sysfs_root: PathBuf,
 }
 
 impl Default for ScxOpts {
     fn default() -> Self {
-        ScxOpts { stage_map: None, table: default_table(), age_ms: DEFAULT_AGE_MS, wait_boost_ms: DEFAULT_WAIT_BOOST_MS, labelled_cgroups: Vec::new() }
+        ScxOpts {
+            stage_map: None,
+            table: default_table(),
+            age_ms: DEFAULT_AGE_MS,
+            wait_boost_ms: DEFAULT_WAIT_BOOST_MS,
+            labelled_cgroups: Vec::new(),
+            sysfs_root: "/sys".into(),
+        }
     }
 }
 

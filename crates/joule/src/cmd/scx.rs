@@ -35,6 +35,10 @@ pub struct ScxArgs {
     /// every task's wait more tightly, higher lets a hot stage throttle harder.
     #[arg(long, value_name = "MS", default_value_t = joule_bpf::scx::DEFAULT_AGE_MS)]
     age_ms: u64,
+    /// Where sysfs is mounted; `<DIR>/kernel/sched_ext` says whether the kernel has sched_ext
+    /// and what it is doing (tests point it at a fixture tree).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs_root: PathBuf,
 }
 
 /// Why the run ended.
@@ -53,9 +57,10 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
         }
     }
     let labelled = a.label_cgroup.iter().map(|p| cgroup_id(p)).collect::<anyhow::Result<Vec<u64>>>()?;
-    let mut opts = ScxOpts { age_ms: a.age_ms, labelled_cgroups: labelled, ..ScxOpts::default() };
+    let sched_ext = a.sysfs_root.join(SYSFS_SCHED_EXT);
+    let mut opts = ScxOpts { age_ms: a.age_ms, labelled_cgroups: labelled, sysfs_root: a.sysfs_root.clone(), ..ScxOpts::default() };
     joule_bpf::scx::opts_check(&opts).map_err(crate::UsageError::from_display)?;
-    probe_sched_ext(Path::new(SYSFS_SCHED_EXT)).context("while checking for sched_ext")?;
+    probe_sched_ext(&sched_ext).context("while checking for sched_ext")?;
     joule_bpf::probe().context("while checking that BPF can load")?;
     let stage_pin = a.pin_dir.join(PIN_STAGE);
     opts.stage_map = stage_pin.exists().then_some(stage_pin.clone());
@@ -68,7 +73,7 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("while installing signal handlers")?;
     }
     let mut scx = Scx::load(opts).context("while loading the sched_ext scheduler")?;
-    let k = KernelState::read(Path::new(SYSFS_SCHED_EXT));
+    let k = KernelState::read(&sched_ext);
     eprintln!(
         "joule scx: attached; stage from {}; sched_ext state = {}, root/ops = {}",
         if scx.stage_shared() { stage_pin.display().to_string() } else { "a private map".into() },
@@ -94,13 +99,13 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
         if a.stats && Instant::now() >= next_print {
             next_print += Duration::from_secs(1);
             let total = scx.stats()?;
-            print_stats(a.json, started.elapsed().as_secs_f64(), &total, &total.since(&prev));
+            print_stats(a.json, &sched_ext, started.elapsed().as_secs_f64(), &total, &total.since(&prev));
             prev = total;
         }
     };
     let total = scx.stats()?;
     scx.detach();
-    let after = wait_disabled(Duration::from_secs(1));
+    let after = wait_disabled(&sched_ext, Duration::from_secs(1));
     let exit = scx.exit_info();
     report(a.json, ended_by, exit.as_ref(), &after, &total);
     drop(scx);
@@ -120,10 +125,10 @@ fn cgroup_id(p: &Path) -> anyhow::Result<u64> {
 }
 
 /// The kernel's state once it has let go of the scheduler (or after `limit`).
-fn wait_disabled(limit: Duration) -> KernelState {
+fn wait_disabled(sched_ext: &Path, limit: Duration) -> KernelState {
     let t = Instant::now();
     loop {
-        let k = KernelState::read(Path::new(SYSFS_SCHED_EXT));
+        let k = KernelState::read(sched_ext);
         if k.state.as_deref() == Some("disabled") || t.elapsed() >= limit {
             return k;
         }
@@ -131,8 +136,8 @@ fn wait_disabled(limit: Duration) -> KernelState {
     }
 }
 
-fn print_stats(json: bool, elapsed_s: f64, total: &ScxStats, interval: &ScxStats) {
-    let k = KernelState::read(Path::new(SYSFS_SCHED_EXT));
+fn print_stats(json: bool, sched_ext: &Path, elapsed_s: f64, total: &ScxStats, interval: &ScxStats) {
+    let k = KernelState::read(sched_ext);
     if json {
         let v = serde_json::json!({"event": "stats", "elapsed_s": elapsed_s, "kernel": k, "total": total, "interval": interval});
         println!("{v}");
