@@ -171,7 +171,13 @@ fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
 
 #[test]
 fn scx_refuses_bad_arguments_with_exit_2() {
-    for (args, names) in [(&["scx", "--age-ms", "0"][..], "age 0 ms"), (&["scx", "--duration-s", "0"][..], "--duration-s")] {
+    let tmp = tempfile::tempdir().unwrap();
+    let not_cgroup = tmp.path().to_str().unwrap();
+    for (args, names) in [
+        (&["scx", "--age-ms", "0"][..], "age 0 ms"),
+        (&["scx", "--duration-s", "0"][..], "--duration-s"),
+        (&["scx", "--label-cgroup", not_cgroup][..], "not a cgroup v2 directory"),
+    ] {
         let out = joule(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);

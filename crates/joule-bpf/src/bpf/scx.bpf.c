@@ -14,6 +14,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "intf.h"
+#include "thermal_stage_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -39,13 +40,6 @@ const volatile __u32 nr_cpus = 1;                 /* possible CPUs, for the agin
 #define DEFAULT_SLICE_NS 5000000ULL
 #define MSEC 1000000ULL
 #define CLOCK_MONOTONIC 1 /* uapi linux/time.h; vmlinux.h has no macros */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct joule_stage);
-} thermal_stage SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -115,11 +115,14 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The cgroup id the BPF side compares with: a cgroup2 directory's inode number.
+/// The cgroup id the BPF side compares with: a cgroup2 directory's inode number (the BPF
+/// side reads the task's cgroup in the v2 default hierarchy, so a v1 directory would never
+/// match).
 fn cgroup_id(p: &Path) -> anyhow::Result<u64> {
     let m = std::fs::metadata(p).with_context(|| format!("while reading the cgroup {}", p.display()))?;
-    if !m.is_dir() {
-        bail!(crate::UsageError(format!("--label-cgroup {}: not a cgroup directory", p.display())));
+    let fs = nix::sys::statfs::statfs(p).with_context(|| format!("while reading the file system of {}", p.display()))?;
+    if !m.is_dir() || fs.filesystem_type() != nix::sys::statfs::CGROUP2_SUPER_MAGIC {
+        bail!(crate::UsageError(format!("--label-cgroup {}: not a cgroup v2 directory", p.display())));
     }
     Ok(m.ino())
 }
