@@ -7,8 +7,9 @@
  * (cgroups user space puts in `labelled`) is served first at every stage. At stage 0 every
  * score queue is served round-robin with the longest slice; as the stage rises, the per-stage
  * table serves fewer of the low-score queues and shortens the slice. Aging bounds every wait:
- * a queue that was not served for age_us is served anyway, and a timer kicks idle CPUs so an
- * aged queue is noticed, so the kernel's watchdog never has a reason to eject us. */
+ * a queue that was not served for age_ns has its whole backlog served anyway, and a timer
+ * kicks idle CPUs so an aged queue is noticed, so the kernel's watchdog never has a reason to
+ * eject us. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -95,6 +96,9 @@ struct {
  * starved the moment a task arrives). Racy across CPUs by design: a lost update only shifts
  * one aging decision by one dispatch. */
 __u64 queue_since_ns[JOULE_SCX_SCORE_DSQS];
+/* Tasks an aged queue still has to hand out before its clock restarts: every task that was in
+ * it when it aged, so one aging serves the whole backlog, not one task per age_ns. */
+__s32 aged_left[JOULE_SCX_SCORE_DSQS];
 __u32 rr_cursor;
 
 static __always_inline struct joule_scx_stats *stats(void)
@@ -231,7 +235,10 @@ static __always_inline bool serve(__u64 q, __u64 now, bool aged, struct joule_sc
 	q &= JOULE_SCX_SCORE_DSQS - 1;
 	if (!scx_bpf_dsq_move_to_local(q))
 		return false;
-	queue_since_ns[q] = now;
+	if (!aged || __sync_fetch_and_add(&aged_left[q], -1) <= 1) {
+		aged_left[q] = 0;
+		queue_since_ns[q] = now;
+	}
 	if (s) {
 		s->dispatched[q]++;
 		if (aged)
@@ -261,10 +268,19 @@ void BPF_STRUCT_OPS(joule_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	if (serve_labelled(s))
 		return;
-	/* Aging first: any queue that has waited past age_ns, whatever the stage. */
+	/* Aging first, whatever the stage: a queue that has waited past age_ns is served until
+	 * its backlog at that moment has gone. Signed: another CPU may have stamped the queue
+	 * after this one read the clock. */
 	for (q = 0; q < JOULE_SCX_SCORE_DSQS; q++) {
-		if (scx_bpf_dsq_nr_queued(q) > 0 && now - queue_since_ns[q] >= age_ns &&
-		    serve(q, now, true, s))
+		s32 nr = scx_bpf_dsq_nr_queued(q);
+
+		if (nr <= 0) {
+			aged_left[q] = 0;
+			continue;
+		}
+		if (aged_left[q] <= 0 && (__s64)(now - queue_since_ns[q]) >= (__s64)age_ns)
+			aged_left[q] = nr;
+		if (aged_left[q] > 0 && serve(q, now, true, s))
 			return;
 	}
 	n = served_queues(stage);

@@ -47,7 +47,8 @@ pub struct ScxArgs {
 enum EndedBy {
     Duration,
     Signal,
-    Ejected,
+    /// The kernel ended it (an ejection, or sysrq): see the exit info.
+    Kernel,
 }
 
 pub fn run(a: ScxArgs) -> anyhow::Result<()> {
@@ -88,7 +89,7 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
     let ended_by = loop {
         std::thread::sleep(Duration::from_millis(50));
         if scx.exit_info().is_some() {
-            break EndedBy::Ejected;
+            break EndedBy::Kernel;
         }
         if stop.load(Ordering::Relaxed) {
             break EndedBy::Signal;
