@@ -4,8 +4,9 @@
 # kernel said before, during and after, then the scheduler's JSON lines.
 # Usage: scx.sh PATH/TO/joule run   — the 8 s run
 #        scx.sh PATH/TO/joule kill  — SIGKILL a running `joule scx`, time the kernel's fallback
-#        scx.sh PATH/TO/joule stage — the guest's ACPI zone at 85 °C, `joule agent` pinning the
+#        scx.sh PATH/TO/joule stage — the guest's ACPI zone at 95 °C, `joule agent` pinning the
 #                                     stage it computes in the kernel, `joule scx` reading it
+#                                     while 8 CPU hogs compete
 set -euo pipefail
 J=${1:?usage: scx.sh PATH/TO/joule run|kill}
 S=/sys/kernel/sched_ext/state
@@ -44,9 +45,9 @@ kill)
 	echo "state_after=$(cat $S)"
 	;;
 stage)
-	for _ in 1 2; do timeout 20 sh -c 'while :; do :; done' & pids+=($!); done
+	for _ in $(seq 8); do timeout 20 sh -c 'while :; do :; done' & pids+=($!); done
 	timeout 20 sh -c 'while :; do sleep 0.005; done' & pids+=($!)
-	bash "$(dirname "$0")/set-temp.sh" 85
+	bash "$(dirname "$0")/set-temp.sh" 95
 	"$J" agent --config "$(dirname "$0")/../../deploy/joule.toml" >/dev/null 2>"$JOULE_VM_OUT/agent.log" & pids+=($!)
 	for _ in $(seq 100); do [ -e /sys/fs/bpf/joule/thermal_stage ] && break; sleep 0.1; done
 	sleep 2 # a poll of the zone (1 s) reaches the stage
