@@ -14,6 +14,8 @@ pub enum BpfError {
     Io { path: PathBuf, source: io::Error },
     #[error("invalid thermal stage config: {0}")]
     Config(String),
+    #[error("invalid sched_ext scheduler options: {0}")]
+    ScxConfig(String),
     #[error("{path} is already pinned (another joule agent is running, or a crashed one left it: run `joule restore`)")]
     AlreadyPinned { path: PathBuf },
     #[error("recording the undo before pinning: {0}")]

@@ -25,6 +25,8 @@ pod!(
     crate::intf::joule_stage,
     crate::intf::joule_feed_ctx,
     crate::intf::joule_task_wait,
+    crate::intf::joule_scx_stats,
+    crate::intf::joule_scx_exit,
     u32,
     u64
 );

@@ -46,6 +46,11 @@ enum Cmd {
     /// CPU guarantees for task classes with cgroups: plan (the admission arithmetic), apply,
     /// status (configured vs expected vs achieved share), release.
     Qos(cmd::QosCmdArgs),
+    /// Run joule's thermal-aware sched_ext scheduler on its own (first step: the agent does
+    /// not drive it yet): it reads the thermal stage the agent pins, serves fewer low-score
+    /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
+    /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
+    Scx(cmd::scx::ScxArgs),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Cmd::CheckConfig(a) => cmd::check_config::run(a),
         Cmd::Restore(a) => cmd::restore::run(a),
         Cmd::Qos(a) => cmd::qos_entry(a),
+        Cmd::Scx(a) => cmd::scx::run(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -11,7 +11,7 @@ fn help_lists_every_subcommand() {
     let out = joule(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for sub in ["agent", "monitor", "check-config", "restore", "bench"] {
+    for sub in ["agent", "monitor", "check-config", "restore", "qos", "scx", "bench"] {
         assert!(text.contains(sub), "--help lacks {sub}:\n{text}");
     }
 }
@@ -167,4 +167,32 @@ fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
     assert_eq!(sc[1]["load_wakeups_per_s_median"], 0.0, "sleeping threads woke: {}", sc[1]);
     // 2 threads sleeping 1 ms each: ~1,800/s on an idle machine; far fewer only if starved.
     assert!(sc[2]["load_wakeups_per_s_median"].as_f64().unwrap() > 200.0, "{}", sc[2]);
+}
+
+#[test]
+fn scx_refuses_bad_arguments_with_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let not_cgroup = tmp.path().to_str().unwrap();
+    for (args, names) in [
+        (&["scx", "--age-ms", "0"][..], "age 0 ms"),
+        (&["scx", "--duration-s", "0"][..], "--duration-s"),
+        (&["scx", "--label-cgroup", not_cgroup][..], "not a cgroup v2 directory"),
+    ] {
+        let out = joule(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+}
+
+/// On a kernel without sched_ext (a sysfs without kernel/sched_ext, like this development
+/// host's) `joule scx` says what is missing and exits 1, before it needs root.
+#[test]
+fn scx_without_sched_ext_names_what_is_missing_and_exits_1() {
+    let sys = tempfile::tempdir().unwrap();
+    let out = joule(&["scx", "--duration-s", "1", "--sysfs-root", sys.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no sched_ext") && err.contains("CONFIG_SCHED_CLASS_EXT") && err.contains("kernel/sched_ext is absent"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

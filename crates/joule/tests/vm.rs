@@ -17,6 +17,9 @@ fn checks() -> Vec<(&'static str, String)> {
         ("sched_ext", "uname -r && cat /sys/kernel/sched_ext/state".to_string()),
         ("monitor", format!("{} monitor --once --json", joule.display())),
         ("qos_v2", format!("bash {} {}", repo_root().join("scripts/vm/qos-v2.sh").display(), joule.display())),
+        ("scx_run", format!("bash {} {} run", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
+        ("scx_kill", format!("bash {} {} kill", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
+        ("scx_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         (
             "thermal",
             // The untouched zone (a triangle wave) sampled 1 s apart, then set by the test.
@@ -108,7 +111,7 @@ fn vm_acpi_thermal_zone_temperature_moves() {
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_qos_class_on_cgroup_v2_lands_and_releases() {
-    if !joule_core::testing::require(repo_root().join("target/release/joule").exists(), "target/release/joule; run cargo build --release") {
+    if !joule_built() {
         return;
     }
     let Some(out) = check("qos_v2") else { return };
@@ -124,4 +127,98 @@ fn vm_qos_class_on_cgroup_v2_lands_and_releases() {
     // the band is wide on purpose: what is asserted is that the cap is enforced.
     assert!((20.0..=40.0).contains(&achieved), "achieved {achieved}%: {status}");
     assert_eq!(kv.get("left"), Some(&"no"), "release left /sys/fs/cgroup/joule");
+}
+
+/// True when the guest can run the host's release binary; else reported by `require`.
+fn joule_built() -> bool {
+    joule_core::testing::require(repo_root().join("target/release/joule").exists(), "target/release/joule; run cargo build --release")
+}
+
+/// The JSON lines `joule scx --stats --json` printed: its stats lines and its exit report.
+fn scx_report(out: &VmOutput) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let lines: Vec<serde_json::Value> = out.stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let exit = lines.iter().find(|v| v["event"] == "exit").unwrap_or_else(|| panic!("no exit report:\n{}", out.describe())).clone();
+    (lines.into_iter().filter(|v| v["event"] == "stats").collect(), exit)
+}
+
+/// Dispatches per queue (score queues 0..=3, then the labelled one) of a stats object.
+fn dispatched(stats: &serde_json::Value) -> Vec<u64> {
+    stats["dispatched"].as_array().expect("dispatched").iter().map(|n| n.as_u64().expect("a count")).collect()
+}
+
+/// `key=value` lines of a check's stdout.
+fn kv(out: &VmOutput) -> BTreeMap<&str, &str> {
+    out.stdout.lines().filter_map(|l| l.split_once('=')).collect()
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_scx_schedules_and_detaches_cleanly() {
+    if !joule_built() {
+        return;
+    }
+    let Some(out) = check("scx_run") else { return };
+    assert_eq!(out.status, 0, "scx.sh run failed:\n{}", out.describe());
+    let kv = kv(out);
+    assert_eq!(kv.get("state_before"), Some(&"disabled"), "{}", out.describe());
+    assert_eq!(kv.get("state_during"), Some(&"enabled"), "sched_ext was not enabled during the run:\n{}", out.describe());
+    assert_eq!(kv.get("ops_during"), Some(&"joule"), "{}", out.describe());
+    assert_eq!(kv.get("joule_rc"), Some(&"0"), "{}", out.describe());
+    assert_eq!(kv.get("state_after"), Some(&"disabled"), "the kernel kept a scheduler after joule scx exited:\n{}", out.describe());
+    let (stats, exit) = scx_report(out);
+    assert!(stats.len() >= 5, "expected a stats line a second for 8 s, got {}:\n{}", stats.len(), out.describe());
+    assert_eq!(exit["ended_by"], "duration", "{exit}");
+    assert_eq!(exit["exit"]["ejected"], false, "the kernel ejected the scheduler: {exit}");
+    assert_eq!(exit["exit"]["kind_name"], "UNREG", "{exit}");
+    assert_eq!(exit["kernel_after"]["state"], "disabled", "{exit}");
+    let per_dsq = dispatched(&exit["total"]);
+    println!("joule scx, 8 s with 2 hogs, a sleeper and a labelled sleeper: dispatched per queue (0..3, labelled) {per_dsq:?}, aged {}", exit["total"]["aged"]);
+    assert!(per_dsq.iter().filter(|&&n| n > 0).count() >= 3, "dispatches in fewer than 3 queues: {per_dsq:?}");
+    assert!(per_dsq[4] > 0, "the labelled cgroup's task never went through the labelled queue: {per_dsq:?}");
+    assert_eq!(exit["total"]["stage"], 0, "no stage map is pinned in the guest, so the private one stays at 0: {exit}");
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_scx_sigkill_falls_back_to_the_default_scheduler() {
+    if !joule_built() {
+        return;
+    }
+    let Some(out) = check("scx_kill") else { return };
+    assert_eq!(out.status, 0, "scx.sh kill failed:\n{}", out.describe());
+    let kv = kv(out);
+    assert_eq!(kv.get("state_during"), Some(&"enabled"), "joule scx never attached:\n{}", out.describe());
+    assert_eq!(kv.get("state_after"), Some(&"disabled"), "{}", out.describe());
+    let ms: u64 = kv["fallback_ms"].parse().expect("ms");
+    println!("SIGKILL of joule scx -> sched_ext disabled after {ms} ms (guest clock under TCG)");
+    assert!(ms <= 1_000, "the kernel took {ms} ms to fall back:\n{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_scx_reads_the_agents_pinned_stage_and_serves_fewer_queues() {
+    if !joule_built() {
+        return;
+    }
+    if Vm::new().with_thermal_zone().ready().is_none() {
+        return;
+    }
+    let Some(out) = check("scx_stage") else { return };
+    assert_eq!(out.status, 0, "scx.sh stage failed:\n{}", out.describe());
+    assert!(out.stderr.contains("stage from /sys/fs/bpf/joule/thermal_stage"), "joule scx did not use the agent's pinned stage:\n{}", out.describe());
+    assert_eq!(kv(out).get("joule_rc"), Some(&"0"), "{}", out.describe());
+    let (stats, exit) = scx_report(out);
+    assert!(!stats.is_empty(), "no stats line:\n{}", out.describe());
+    // deploy/joule.toml: thresholds 70/80/90 °C, so 95 °C is stage 3, which serves queue 0 only.
+    for v in &stats {
+        assert_eq!(v["interval"]["stage"], 3, "the scheduler did not see the zone's stage 3 in the kernel: {v}");
+    }
+    let t = &exit["total"];
+    let d = dispatched(t);
+    let aged = t["aged"].as_u64().unwrap();
+    println!("stage 3 (95 °C, pinned by the agent), 8 hogs: dispatched per queue {d:?}, aged {aged}, direct {}", t["direct"]);
+    assert_eq!(exit["exit"]["ejected"], false, "aging did not keep the watchdog away: {exit}");
+    assert!(d[0] > 0, "the served queue was not served: {d:?}");
+    assert!(d[1] + d[2] + d[3] <= aged, "queues 1..3 were served other than by aging at stage 3: {d:?}, aged {aged}");
+    assert!(aged > 0, "the throttled queues were never served: {d:?}");
 }

@@ -130,4 +130,46 @@ enum joule_feed_ret {
 	JOULE_FEED_ZONES_FULL = 2,
 };
 
+/* scx.bpf.c, the thermal-aware sched_ext scheduler: its queues. Score queues are custom DSQs
+ * 0..JOULE_SCX_SCORE_DSQS-1, queue 0 for the highest score (interactive, I/O-bound), the last
+ * for CPU hogs; the labelled queue is served before them at every stage. */
+enum joule_scx_dsqs {
+	JOULE_SCX_SCORE_DSQS = 4,
+	JOULE_SCX_DSQ_LABELLED = JOULE_SCX_SCORE_DSQS,
+	JOULE_SCX_NR_DSQS = JOULE_SCX_SCORE_DSQS + 1,
+	/* Rows of the per-stage table: stage 0 (cool) .. JOULE_MAX_STAGES. */
+	JOULE_SCX_STAGE_ROWS = JOULE_MAX_STAGES + 1,
+	/* Bytes of the exit reason and message kept from the kernel's scx_exit_info. */
+	JOULE_SCX_REASON_LEN = 128,
+	JOULE_SCX_MSG_LEN = 1024,
+};
+
+/* One row of the per-stage table (const volatile, set from Rust before load): at this stage
+ * the first `queues` score queues (1..=JOULE_SCX_SCORE_DSQS) are served round-robin, and every
+ * task gets `slice_us` of CPU per dispatch. The others wait for aging. */
+struct joule_scx_stage_cfg {
+	__u32 queues;
+	__u32 slice_us;
+};
+
+/* scx_stats[0], per CPU (no atomics in the callbacks); user space sums the CPUs. */
+struct joule_scx_stats {
+	__u64 dispatched[JOULE_SCX_NR_DSQS]; /* tasks moved from each custom DSQ to a CPU */
+	__u64 direct;       /* woken onto an idle CPU, straight to its local DSQ */
+	__u64 aged;         /* of `dispatched`: served only because their queue waited past age_us */
+	__u64 enqueued;     /* ops.enqueue calls */
+	__u64 stage;        /* the stage this CPU last read from thermal_stage */
+	__u64 stage_seen_ns; /* when it read it (bpf_ktime_get_ns), 0: never */
+};
+
+/* scx_exit[0]: how the scheduler ended, copied from the kernel's scx_exit_info in ops.exit.
+ * kind is enum scx_exit_kind (0: still running); >= 1024 (SCX_EXIT_ERROR) means ejected. */
+struct joule_scx_exit {
+	__s64 exit_code;
+	__u32 kind;
+	__u32 _pad;
+	char reason[JOULE_SCX_REASON_LEN];
+	char msg[JOULE_SCX_MSG_LEN];
+};
+
 #endif /* __JOULE_INTF_H */

@@ -7,6 +7,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "intf.h"
+#include "thermal_stage_map.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -23,13 +24,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct joule_zone_state);
 } thermal_zones SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct joule_stage);
-} thermal_stage SEC(".maps");
 
 /* Stage rule: rise to n when temp >= threshold[n-1]; fall from n only when
  * temp < threshold[n-1] - hysteresis, possibly several stages at once. */

@@ -1,8 +1,9 @@
-//! Small one-shot subcommands (check-config, restore) and the glue to `joule qos`.
+//! Small subcommands (check-config, restore, scx) and the glue to `joule qos`.
 
 pub mod check_config;
 pub mod qos;
 pub mod restore;
+pub mod scx;
 
 /// `joule qos ...`: loads the agent config (for its `[[class]]` sections), then hands over.
 #[derive(clap::Args)]

@@ -1,0 +1,401 @@
+/* Mechanism 1's scheduler half: a sched_ext scheduler that reads the thermal stage from the
+ * very `thermal_stage` map thermal.bpf.c writes (user space hands the pinned map's fd over
+ * before load), so a hotter machine is scheduled differently with no user-space hop.
+ *
+ * Tasks are scored from how they behave (sleep/wake pattern, length of their runs, time spent
+ * waiting for a CPU) into JOULE_SCX_SCORE_DSQS custom DSQs, queue 0 the best. A labelled queue
+ * (cgroups user space puts in `labelled`) is served first at every stage. At stage 0 every
+ * score queue is served round-robin with the longest slice; as the stage rises, the per-stage
+ * table serves fewer of the low-score queues and shortens the slice. Aging bounds every wait:
+ * a queue that was not served for age_ns has its whole backlog served anyway, and a timer
+ * kicks idle CPUs so an aged queue is noticed, so the kernel's watchdog never has a reason to
+ * eject us. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "intf.h"
+#include "thermal_stage_map.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The sched_ext kfuncs used here, as the 7.3 kernel's BTF declares them (not in vmlinux.h). */
+s32 scx_bpf_create_dsq(u64 dsq_id, s32 node) __ksym;
+void scx_bpf_dsq_insert(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym;
+bool scx_bpf_dsq_move_to_local(u64 dsq_id) __ksym;
+s32 scx_bpf_dsq_nr_queued(u64 dsq_id) __ksym;
+void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
+s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym;
+
+#define BPF_STRUCT_OPS(name, args...) SEC("struct_ops/" #name) BPF_PROG(name, ##args)
+#define BPF_STRUCT_OPS_SLEEPABLE(name, args...) SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
+
+/* Set from Rust before load (ScxOpts). Zeros are guarded so an unset table still schedules. */
+const volatile struct joule_scx_stage_cfg stage_cfg[JOULE_SCX_STAGE_ROWS];
+const volatile __u64 age_ns = 100000000ULL;      /* a waiting queue is served after this */
+const volatile __u64 wait_boost_ns = 10000000ULL; /* a task that waits this long ranks up */
+const volatile __u32 nr_cpus = 1;                 /* possible CPUs, for the aging timer's kicks */
+
+/* JOULE_SCX_SCORE_DSQS is small; a CPU loop bound the verifier can walk. */
+#define MAX_KICK_CPUS 512
+#define DEFAULT_SLICE_NS 5000000ULL
+#define MSEC 1000000ULL
+#define CLOCK_MONOTONIC 1 /* uapi linux/time.h; vmlinux.h has no macros */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct joule_scx_stats);
+} scx_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct joule_scx_exit);
+} scx_exit SEC(".maps");
+
+/* cgroup id (v2 default hierarchy, the cgroup directory's inode number) -> unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u32);
+} labelled SEC(".maps");
+
+/* What the score is computed from, per task; exponentially weighted (1/4 per sample). */
+struct task_ctx {
+	__u64 ready_ns;     /* when it last became ready to run (woken or put back) */
+	__u64 start_ns;     /* when it last started running */
+	__u64 wait_ewma_ns; /* time ready but not running */
+	__u64 run_ewma_ns;  /* length of a run */
+	__u32 sleep_ewma;   /* share of runs that ended in a sleep, 0..1024 */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+struct aging_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct aging_timer);
+} scx_timer SEC(".maps");
+
+/* When each score queue was last served, or became non-empty (so an empty queue does not look
+ * starved the moment a task arrives). Racy across CPUs by design: a lost update only shifts
+ * one aging decision by one dispatch. */
+__u64 queue_since_ns[JOULE_SCX_SCORE_DSQS];
+/* Tasks an aged queue still has to hand out before its clock restarts: every task that was in
+ * it when it aged, so one aging serves the whole backlog, not one task per age_ns. */
+__s32 aged_left[JOULE_SCX_SCORE_DSQS];
+__u32 rr_cursor;
+
+static __always_inline struct joule_scx_stats *stats(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&scx_stats, &zero);
+}
+
+static __always_inline __u32 current_stage(void)
+{
+	__u32 zero = 0, stage = 0;
+	struct joule_stage *st = bpf_map_lookup_elem(&thermal_stage, &zero);
+
+	if (st)
+		stage = st->stage;
+	return stage > JOULE_MAX_STAGES ? JOULE_MAX_STAGES : stage;
+}
+
+static __always_inline __u32 served_queues(__u32 stage)
+{
+	__u32 n;
+
+	if (stage > JOULE_MAX_STAGES)
+		stage = JOULE_MAX_STAGES;
+	n = stage_cfg[stage].queues;
+	if (n == 0 || n > JOULE_SCX_SCORE_DSQS)
+		n = JOULE_SCX_SCORE_DSQS;
+	return n;
+}
+
+static __always_inline __u64 slice_ns(__u32 stage)
+{
+	__u64 us;
+
+	if (stage > JOULE_MAX_STAGES)
+		stage = JOULE_MAX_STAGES;
+	us = stage_cfg[stage].slice_us;
+	return us ? us * 1000 : DEFAULT_SLICE_NS;
+}
+
+static __always_inline __u64 ewma(__u64 old, __u64 sample)
+{
+	return old - (old >> 2) + (sample >> 2);
+}
+
+/* Higher score, lower queue index. A task earns points for sleeping between runs (I/O-bound,
+ * interactive), for short runs, and for having waited long for a CPU (the seed's one axis,
+ * kept as a boost so a starved task climbs instead of sinking); a CPU hog earns none. */
+static __always_inline __u32 score_queue(const struct task_ctx *c)
+{
+	__u32 points = 0;
+
+	if (c->sleep_ewma >= 512)
+		points += 2;
+	else if (c->sleep_ewma >= 128)
+		points += 1;
+	if (c->run_ewma_ns < MSEC)
+		points += 1;
+	if (c->wait_ewma_ns >= wait_boost_ns)
+		points += 1;
+	if (points > JOULE_SCX_SCORE_DSQS - 1)
+		points = JOULE_SCX_SCORE_DSQS - 1;
+	return JOULE_SCX_SCORE_DSQS - 1 - points;
+}
+
+static __always_inline bool is_labelled(struct task_struct *p)
+{
+	__u64 cgid = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+
+	return bpf_map_lookup_elem(&labelled, &cgid) != NULL;
+}
+
+static __always_inline struct task_ctx *task_ctx(struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
+}
+
+s32 BPF_STRUCT_OPS(joule_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct joule_scx_stats *s;
+	struct task_ctx *c;
+	bool is_idle = false;
+	__u32 stage;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (!is_idle)
+		return cpu;
+	/* Straight onto an idle CPU only when its queue is served at this stage: a throttled
+	 * queue must not be bypassed by waking onto an idle CPU. */
+	stage = current_stage();
+	c = task_ctx(p);
+	if (c && !is_labelled(p) && score_queue(c) >= served_queues(stage))
+		return cpu;
+	if (c)
+		c->ready_ns = bpf_ktime_get_ns();
+	scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns(stage), 0);
+	s = stats();
+	if (s)
+		s->direct++;
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(joule_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct joule_scx_stats *s = stats();
+	struct task_ctx *c = task_ctx(p);
+	__u64 now = bpf_ktime_get_ns();
+	__u32 q = JOULE_SCX_SCORE_DSQS - 1;
+
+	if (c) {
+		c->ready_ns = now;
+		q = score_queue(c);
+	}
+	if (is_labelled(p)) {
+		q = JOULE_SCX_DSQ_LABELLED;
+	} else if (q < JOULE_SCX_SCORE_DSQS && scx_bpf_dsq_nr_queued(q) == 0) {
+		queue_since_ns[q] = now;
+	}
+	scx_bpf_dsq_insert(p, q, slice_ns(current_stage()), enq_flags);
+	if (s)
+		s->enqueued++;
+}
+
+_Static_assert((JOULE_SCX_SCORE_DSQS & (JOULE_SCX_SCORE_DSQS - 1)) == 0, "serve() masks a score queue index");
+
+/* Moves the first task of score queue q (< JOULE_SCX_SCORE_DSQS) to this CPU. */
+static __always_inline bool serve(__u64 q, __u64 now, bool aged, struct joule_scx_stats *s)
+{
+	/* Hide what clang knows about q (a modulo) and mask it, so the verifier, which cannot
+	 * bound a modulo by a variable, sees the array index bounded. q is already in range. */
+	asm volatile("" : "+r"(q));
+	q &= JOULE_SCX_SCORE_DSQS - 1;
+	if (!scx_bpf_dsq_move_to_local(q))
+		return false;
+	if (!aged || __sync_fetch_and_add(&aged_left[q], -1) <= 1) {
+		aged_left[q] = 0;
+		queue_since_ns[q] = now;
+	}
+	if (s) {
+		s->dispatched[q]++;
+		if (aged)
+			s->aged++;
+	}
+	return true;
+}
+
+static __always_inline bool serve_labelled(struct joule_scx_stats *s)
+{
+	if (!scx_bpf_dsq_move_to_local(JOULE_SCX_DSQ_LABELLED))
+		return false;
+	if (s)
+		s->dispatched[JOULE_SCX_DSQ_LABELLED]++;
+	return true;
+}
+
+void BPF_STRUCT_OPS(joule_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct joule_scx_stats *s = stats();
+	__u64 now = bpf_ktime_get_ns();
+	__u32 stage = current_stage(), n, start, q, k;
+
+	if (s) {
+		s->stage = stage;
+		s->stage_seen_ns = now;
+	}
+	if (serve_labelled(s))
+		return;
+	/* Aging first, whatever the stage: a queue that has waited past age_ns is served until
+	 * its backlog at that moment has gone. Signed: another CPU may have stamped the queue
+	 * after this one read the clock. */
+	for (q = 0; q < JOULE_SCX_SCORE_DSQS; q++) {
+		s32 nr = scx_bpf_dsq_nr_queued(q);
+
+		if (nr <= 0) {
+			aged_left[q] = 0;
+			continue;
+		}
+		if (aged_left[q] <= 0 && (__s64)(now - queue_since_ns[q]) >= (__s64)age_ns)
+			aged_left[q] = nr;
+		if (aged_left[q] > 0 && serve(q, now, true, s))
+			return;
+	}
+	n = served_queues(stage);
+	start = __sync_fetch_and_add(&rr_cursor, 1);
+	for (k = 0; k < JOULE_SCX_SCORE_DSQS; k++) {
+		if (k >= n)
+			break;
+		if (serve((start + k) % n, now, false, s))
+			return;
+	}
+}
+
+void BPF_STRUCT_OPS(joule_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *c = task_ctx(p);
+
+	if (c)
+		c->ready_ns = bpf_ktime_get_ns();
+}
+
+void BPF_STRUCT_OPS(joule_running, struct task_struct *p)
+{
+	struct task_ctx *c = task_ctx(p);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!c)
+		return;
+	if (c->ready_ns && now > c->ready_ns)
+		c->wait_ewma_ns = ewma(c->wait_ewma_ns, now - c->ready_ns);
+	c->start_ns = now;
+}
+
+void BPF_STRUCT_OPS(joule_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *c = task_ctx(p);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!c)
+		return;
+	if (c->start_ns && now > c->start_ns)
+		c->run_ewma_ns = ewma(c->run_ewma_ns, now - c->start_ns);
+	/* Not runnable any more: it went to sleep (I/O, a lock, a timer) rather than being
+	 * preempted at the end of its slice. */
+	c->sleep_ewma = ewma(c->sleep_ewma, runnable ? 0 : 1024);
+}
+
+s32 BPF_STRUCT_OPS(joule_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	/* A new task starts in the middle: it has to sleep to rank up, or hog to rank down. */
+	struct task_ctx init = { .sleep_ewma = 256, .run_ewma_ns = MSEC };
+	struct task_ctx *c = bpf_task_storage_get(&task_ctxs, p, &init, BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	return c ? 0 : -12; /* -ENOMEM */
+}
+
+/* Kicks idle CPUs while any queue holds tasks, so an aged queue is served even when every CPU
+ * went idle at a stage that does not serve it. */
+static int aging_tick(void *map, int *key, struct bpf_timer *timer)
+{
+	bool waiting = false;
+	__u32 q, cpu;
+
+	for (q = 0; q < JOULE_SCX_NR_DSQS; q++)
+		if (scx_bpf_dsq_nr_queued(q) > 0)
+			waiting = true;
+	if (waiting)
+		for (cpu = 0; cpu < MAX_KICK_CPUS && cpu < nr_cpus; cpu++)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	bpf_timer_start(timer, age_ns / 2 ? age_ns / 2 : MSEC, 0);
+	return 0;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(joule_init)
+{
+	struct aging_timer *t;
+	__u32 zero = 0, q;
+	s32 err;
+
+	for (q = 0; q < JOULE_SCX_NR_DSQS; q++) {
+		err = scx_bpf_create_dsq(q, -1);
+		if (err)
+			return err;
+	}
+	t = bpf_map_lookup_elem(&scx_timer, &zero);
+	if (!t)
+		return -2; /* -ENOENT */
+	bpf_timer_init(&t->timer, &scx_timer, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&t->timer, aging_tick);
+	return bpf_timer_start(&t->timer, age_ns / 2 ? age_ns / 2 : MSEC, 0);
+}
+
+void BPF_STRUCT_OPS(joule_exit, struct scx_exit_info *ei)
+{
+	__u32 zero = 0;
+	struct joule_scx_exit *e = bpf_map_lookup_elem(&scx_exit, &zero);
+
+	if (!e)
+		return;
+	bpf_probe_read_kernel_str(e->reason, sizeof(e->reason), ei->reason);
+	bpf_probe_read_kernel_str(e->msg, sizeof(e->msg), ei->msg);
+	e->exit_code = ei->exit_code;
+	/* Last: a reader that sees a kind sees the reason and message too. */
+	__sync_lock_test_and_set(&e->kind, ei->kind);
+}
+
+SEC(".struct_ops.link")
+struct sched_ext_ops joule_ops = {
+	.select_cpu = (void *)joule_select_cpu,
+	.enqueue = (void *)joule_enqueue,
+	.dispatch = (void *)joule_dispatch,
+	.runnable = (void *)joule_runnable,
+	.running = (void *)joule_running,
+	.stopping = (void *)joule_stopping,
+	.init_task = (void *)joule_init_task,
+	.init = (void *)joule_init,
+	.exit = (void *)joule_exit,
+	.name = "joule",
+};
