@@ -178,9 +178,12 @@ mod tests {
         assert_eq!(ensure(PseudoFs::Tracefs, Path::new("/t/x"), &fx, None).unwrap().as_deref(), Some(Path::new("/t")));
         assert_eq!(fx.fs_magic(Path::new("/t/x")).unwrap_or(-1), -1, "/t/x does not exist");
         assert_eq!(fx.fs_magic(Path::new("/t")).unwrap(), TRACEFS_MAGIC);
-        let err =
-            MountError::Mount { dir: "/t/x".into(), at: "/t".into(), fs: "bpf", source: io::Error::from_raw_os_error(libc::EPERM), hint: " (needs root)" };
-        assert!(err.to_string().contains("`mount -t bpf bpf /t`"), "{err}");
+        // A mount the kernel refuses (not root) names the reason and the command to run.
+        let fx = fake_with_dirs(&["/", "/b"]);
+        fx.fail_calls("mount bpf /b", libc::EPERM);
+        let err = ensure(PseudoFs::Bpf, Path::new("/b/joule"), &fx, None).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, MountError::Mount { .. }) && text.contains("needs root") && text.contains("`mount -t bpf bpf /b`"), "{text}");
     }
 
     #[test]

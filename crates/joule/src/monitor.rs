@@ -42,15 +42,7 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     anyhow::ensure!((10..=600_000).contains(&a.interval_ms), crate::UsageError(format!("--interval-ms {} is outside 10..=600000", a.interval_ms)));
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
     // as root, eBPF that was not turned off must load, or the command fails with the reason.
-    let bpf = if a.no_bpf {
-        Bpf::Off(BpfOff::Flag)
-    } else if !cfg.telemetry.bpf {
-        Bpf::Off(BpfOff::Config)
-    } else if !joule_core::testing::is_root() {
-        Bpf::Off(BpfOff::NotRoot)
-    } else {
-        Bpf::Private
-    };
+    let bpf = BpfOff::reason(a.no_bpf, &cfg, joule_core::testing::is_root()).map_or(Bpf::Private, Bpf::Off);
     let mut snapper = Snapshotter::new(&cfg, bpf).context("eBPF is on (pass --no-bpf to run without it)")?;
     let interval = Duration::from_millis(a.interval_ms);
     snapper.sample(); // primes counters and histograms

@@ -123,17 +123,14 @@ fn actuators(cfg: &Config, root: bool) -> anyhow::Result<Vec<Box<dyn Actuator>>>
 
 /// What eBPF the agent loads: on unless the user turned it off, and then it needs root.
 fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journal) -> anyhow::Result<Bpf<'j>> {
-    Ok(if no_bpf {
-        Bpf::Off(BpfOff::Flag)
-    } else if !cfg.telemetry.bpf {
-        Bpf::Off(BpfOff::Config)
-    } else if !root {
-        anyhow::bail!(crate::UsageError(
-            "the agent loads eBPF programs, which needs root: run it as root, or pass --no-bpf (or set telemetry.bpf = false) to run without them".into()
-        ));
-    } else {
-        Bpf::Pinned(journal)
-    })
+    match BpfOff::reason(no_bpf, cfg, root) {
+        None => Ok(Bpf::Pinned(journal)),
+        Some(BpfOff::NotRoot) => Err(crate::UsageError(
+            "the agent loads eBPF programs, which needs root: run it as root, or pass --no-bpf (or set telemetry.bpf = false) to run without them".into(),
+        )
+        .into()),
+        Some(off) => Ok(Bpf::Off(off)),
+    }
 }
 
 fn run_loop(

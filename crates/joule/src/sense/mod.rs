@@ -40,6 +40,19 @@ pub enum BpfOff {
 }
 
 impl BpfOff {
+    /// Why eBPF is off, if it is: the user's flag, then the config, then a caller without root.
+    pub fn reason(no_bpf_flag: bool, cfg: &Config, root: bool) -> Option<BpfOff> {
+        if no_bpf_flag {
+            Some(BpfOff::Flag)
+        } else if !cfg.telemetry.bpf {
+            Some(BpfOff::Config)
+        } else if !root {
+            Some(BpfOff::NotRoot)
+        } else {
+            None
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             BpfOff::Flag => "flag",
