@@ -31,6 +31,13 @@ pod!(
     u64
 );
 
+/// A NUL-terminated C string of a fixed-size array in a map value (a task's comm, an exit
+/// reason): the bytes up to the first NUL, lossily as UTF-8.
+pub(crate) fn c_string(raw: &[std::os::raw::c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Reads a `T` from a map value; `None` when the size does not match (a stale pinned map of an
 /// older layout, for example).
 pub(crate) fn from_bytes<T: Pod>(bytes: &[u8]) -> Option<T> {

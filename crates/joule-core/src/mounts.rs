@@ -115,10 +115,9 @@ pub(crate) fn undo_mount(path: &Path, magic: i64, fx: &dyn Effects) -> io::Resul
     if !fx.exists(path) || fx.fs_magic(path)? != magic {
         return Ok(false);
     }
-    let fs = PseudoFs::from_magic(magic);
-    if !fs.map_or(fx.list_dir(path)?.is_empty(), |fs| is_empty(fs, path, fx).unwrap_or(false)) {
-        let fs = fs.map_or("filesystem", PseudoFs::fstype);
-        tracing::info!("leaving the {fs} joule mounted at {} in place: something else was put there since", path.display());
+    let Some(fs) = PseudoFs::from_magic(magic) else { return Ok(false) };
+    if !is_empty(fs, path, fx)? {
+        tracing::info!("leaving the {} joule mounted at {} in place: something else was put there since", fs.fstype(), path.display());
         return Ok(false);
     }
     fx.unmount(path)?;

@@ -7,11 +7,9 @@ use crate::{QosController, QosError, QosOpts};
 use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::policy::QOS_ACTUATOR;
-use std::path::{Path, PathBuf};
 
 pub struct ClassActuator {
     ctl: QosController,
-    classes: usize,
     moved_total: u64,
     recreated_total: u64,
 }
@@ -20,16 +18,12 @@ impl ClassActuator {
     /// Runs admission control on `classes` (nothing is written yet): a refusal is the user's
     /// to fix, with the arithmetic in the error.
     pub fn new(classes: &[ClassConfig], opts: QosOpts) -> Result<ClassActuator, QosError> {
-        Ok(Self::with_controller(QosController::new(classes, opts)?, classes.len()))
+        Ok(Self::with_controller(QosController::new(classes, opts)?))
     }
 
-    pub fn with_controller(ctl: QosController, classes: usize) -> ClassActuator {
-        ClassActuator { ctl, classes, moved_total: 0, recreated_total: 0 }
+    pub fn with_controller(ctl: QosController) -> ClassActuator {
+        ClassActuator { ctl, moved_total: 0, recreated_total: 0 }
     }
-}
-
-fn journal_dir(cx: &ActCx<'_>) -> PathBuf {
-    cx.journal.path().parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 impl Actuator for ClassActuator {
@@ -55,7 +49,7 @@ impl Actuator for ClassActuator {
             }
         }
         Ok(serde_json::json!({
-            "classes": self.classes,
+            "classes": self.ctl.plan().classes.len(),
             "holding": hold,
             "moved_total": self.moved_total,
             "recreated_total": self.recreated_total,
@@ -63,7 +57,7 @@ impl Actuator for ClassActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = self.ctl.release(&journal_dir(cx), cx.fx)?;
+        let r = self.ctl.release(cx.journal.dir(), cx.fx)?;
         if !r.failed.is_empty() {
             return Err(format!("could not undo {} class change(s): {:?}", r.failed.len(), r.failed).into());
         }

@@ -68,7 +68,7 @@ impl Layout {
         let pick = match prefer {
             Some(BackendKind::V1) => v1,
             Some(BackendKind::V2) => v2,
-            None => v1.or(v2.filter(|l| l.v2_controllers.iter().any(|c| c == "cpu"))),
+            None => v1.or(v2.filter(|l| l.v2_offers("cpu"))),
         };
         pick.ok_or_else(|| crate::QosError::NoCpuController(cgroup_root.into()))
     }
@@ -95,6 +95,11 @@ impl Layout {
             v2_controllers: unified.controllers.clone(),
             group: group.into(),
         })
+    }
+
+    /// Whether the v2 hierarchy offers controller `name` (its `cgroup.controllers`).
+    pub fn v2_offers(&self, name: &str) -> bool {
+        self.v2_controllers.iter().any(|c| c == name)
     }
 
     pub fn mount(&self, h: Hier) -> Option<&Path> {

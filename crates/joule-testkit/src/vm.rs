@@ -141,8 +141,3 @@ impl Default for Vm {
         Vm::new()
     }
 }
-
-/// Boots a VM and runs one command in it; the simplest entry point.
-pub fn run_in_vm(cmd: &str, timeout_s: u64) -> VmOutput {
-    Vm::new().run(cmd, timeout_s)
-}

@@ -41,8 +41,7 @@ pub(crate) fn top_task_waits(prev: &mut HashMap<u32, u64>, entries: &[(u32, joul
 
 /// The thread name in an entry: bytes up to the first NUL (the kernel pads comm with NULs).
 fn comm(w: &joule_task_wait) -> String {
-    let bytes: Vec<u8> = w.comm.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    crate::pod::c_string(&w.comm)
 }
 
 /// The `top_n` largest waits since the previous read, largest first (ties: lower tid first),

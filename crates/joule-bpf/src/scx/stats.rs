@@ -80,8 +80,8 @@ impl ExitInfo {
             kind: e.kind,
             kind_name: kind_name(e.kind),
             exit_code: e.exit_code,
-            reason: c_string(&e.reason),
-            msg: c_string(&e.msg),
+            reason: crate::pod::c_string(&e.reason),
+            msg: crate::pod::c_string(&e.msg),
             ejected: e.kind >= SCX_EXIT_ERROR,
         })
     }
@@ -105,11 +105,6 @@ pub fn kind_name(kind: u32) -> &'static str {
         1028 => "ERROR_RESCUE",
         _ => "UNKNOWN",
     }
-}
-
-fn c_string(raw: &[std::os::raw::c_char]) -> String {
-    let bytes: Vec<u8> = raw.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]

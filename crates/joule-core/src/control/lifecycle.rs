@@ -38,7 +38,9 @@ impl Actuators {
                 let name = a.name().to_string();
                 self.status[i].last_error = Some(e.to_string());
                 self.started = i;
-                self.shutdown_all(cx);
+                for (other, why) in self.shutdown_all(cx) {
+                    tracing::warn!("stopping the {other} actuator after {name} failed to start: {why} (the journal replay that follows retries)");
+                }
                 return Err((name, e));
             }
             self.status[i].ok = true;

@@ -30,7 +30,7 @@ pub struct Decision {
 pub enum Want {
     /// Keep these `[[class]]`es' CPU guarantees in place (cgroups created, tasks in them).
     HoldClasses { classes: Vec<String> },
-    /// The thermal stage and the actions the config gives it.
+    /// The thermal stage and its actions (none yet: mechanism 1 gives stages their actions).
     ThermalStage { stage: u32, actions: Vec<String> },
 }
 

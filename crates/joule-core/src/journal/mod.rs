@@ -144,6 +144,11 @@ impl Journal {
         &self.path
     }
 
+    /// The journal directory (what `restore` and friends take).
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// Appends one record and syncs it to the file before returning, so the change the caller
     /// makes next is always undoable.
     pub fn record(&mut self, owner: &str, undo: Undo) -> Result<(), JournalError> {

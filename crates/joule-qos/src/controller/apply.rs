@@ -25,7 +25,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
-            let failed = self.undo(&mine, journal.path().parent(), fx).failed;
+            let failed = self.undo(&mine, Some(journal.dir()), fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
             }

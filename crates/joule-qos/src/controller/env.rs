@@ -32,10 +32,12 @@ pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> Admissi
     // RT bandwidth other groups at joule's level already hold (v1 checks siblings' sum).
     let mut others = 0.0;
     if let (BackendKind::V1, Some(cpu)) = (layout.kind, layout.mount(Hier::Cpu)) {
-        if let Ok(rd) = std::fs::read_dir(cpu) {
-            for e in rd.flatten().filter(|e| e.path().is_dir() && e.file_name() != opts.group_name.as_str()) {
-                let r: f64 = read_trimmed(fx, &e.path().join("cpu.rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
-                let p: f64 = read_trimmed(fx, &e.path().join("cpu.rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1e6);
+        for name in fx.list_dir(cpu).unwrap_or_default().into_iter().filter(|n| *n != opts.group_name) {
+            let dir = cpu.join(name);
+            // A sibling cgroup is a directory with its own RT knob (files at the root have none).
+            if let Ok(r) = read_trimmed(fx, &dir.join("cpu.rt_runtime_us")) {
+                let r: f64 = r.parse().unwrap_or(0.0);
+                let p: f64 = read_trimmed(fx, &dir.join("cpu.rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1e6);
                 if r > 0.0 {
                     others += r / p;
                 }

@@ -122,7 +122,7 @@ impl QosController {
         let layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
         let env = machine_env(&layout, &opts, fx);
         let mut plan = admit(classes, &env);
-        if layout.kind == BackendKind::V2 && !layout.v2_controllers.iter().any(|c| c == "cpu") {
+        if layout.kind == BackendKind::V2 && !layout.v2_offers("cpu") {
             plan.notes.push(format!(
                 "cgroup v2 at {} offers no cpu controller (cgroup.controllers: {:?}); on this machine it is bound to a v1 hierarchy, so only grouping and accounting work here",
                 layout.hiers[0].1.display(),

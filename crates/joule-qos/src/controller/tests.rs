@@ -480,7 +480,7 @@ fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
     let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
     cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
     let ctl = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
-    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl, cs.len()))]);
+    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
     let mut journal = Journal::open(jd.path()).unwrap();
     let mut events = Vec::new();
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
@@ -488,14 +488,12 @@ fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
     acts.init_all(&mut cx).unwrap();
     assert!(f.fx.dirs.lock().unwrap().contains_key(Path::new("/cg/cpu/joule/cgA")));
     proc_fixture(pd.path(), 600, "thirdparty");
-    std::thread::sleep(opts(pd.path()).reconcile_interval); // reconcile is rate-limited
     acts.reconcile_all(&Plan::default(), &mut cx);
     assert_eq!(acts.status()[0].state["holding"], false);
     assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
     let mut plan = Plan::default();
     plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["cgA".into()] }, "configured");
-    std::thread::sleep(opts(pd.path()).reconcile_interval); // reconcile is rate-limited
-    acts.reconcile_all(&plan, &mut cx);
+    acts.reconcile_all(&plan, &mut cx); // the first reconcile: apply does not start the rate limit
     let st = &acts.status()[0];
     assert!(st.ok, "{:?}", st.last_error);
     assert_eq!((st.state["holding"].clone(), st.state["moved_total"].clone()), (true.into(), 1.into()));
@@ -504,4 +502,19 @@ fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
     assert!(journal::entries(jd.path()).unwrap().is_empty());
     assert_eq!(events, ["qos_applied", "actuator_started", "qos_reconciled"]);
+}
+
+/// Admission counts the RT budget of joule's sibling groups in the v1 cpu hierarchy (read
+/// through the effects seam, so a fake tree shows it), and not joule's own group.
+#[test]
+fn machine_env_sums_the_rt_budget_of_sibling_groups_only() {
+    let f = CgFake::v1();
+    f.mkdir_raw("/cg/cpu/other");
+    f.set("/cg/cpu/other/cpu.rt_runtime_us", "200000");
+    f.mkdir_raw("/cg/cpu/joule");
+    f.set("/cg/cpu/joule/cpu.rt_runtime_us", "500000");
+    let pd = tempfile::tempdir().unwrap();
+    let layout = Layout::detect(Path::new("/cg"), &f, None, "joule").unwrap();
+    let env = machine_env(&layout, &opts(pd.path()), &f);
+    assert!((env.others_rt_ratio - 0.2).abs() < 1e-9, "{}", env.others_rt_ratio);
 }

@@ -107,8 +107,7 @@ impl Switches {
 /// Context switches on the whole machine so far (`ctxt` in /proc/stat): what a sched_switch
 /// program sees.
 pub fn machine_ctxt() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines().find_map(|l| l.strip_prefix("ctxt "))?.trim().parse().ok()
+    joule_core::fsread::keyed_u64(&std::fs::read_to_string("/proc/stat").ok()?, "ctxt")
 }
 
 #[cfg(test)]
