@@ -18,7 +18,7 @@ mod storage;
 pub mod thermal;
 
 pub use error::BpfError;
-pub use pins::{FakePinEffects, PinEffects, RealPinEffects, UndoRecorder};
+pub use pins::UndoRecorder;
 pub use probe::probe;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};
 pub use scx::{Scx, ScxOpts, ScxStats};

@@ -6,12 +6,14 @@
 
 use crate::error::BpfError;
 use joule_core::journal::{Journal, JournalError, Undo};
+#[cfg(test)]
 use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+#[cfg(test)]
 use std::sync::Mutex;
 
 /// The privileged side effects of pinning.
@@ -57,6 +59,7 @@ impl PinEffects for RealPinEffects {
 }
 
 /// An in-memory bpffs for unit tests: the paths that exist, and every mutating call in order.
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct FakePinEffects {
     /// Directories and pins that exist.
@@ -68,6 +71,7 @@ pub struct FakePinEffects {
     pub refuse_pin: Mutex<Option<PathBuf>>,
 }
 
+#[cfg(test)]
 impl FakePinEffects {
     pub fn with_path(self, path: impl Into<PathBuf>) -> Self {
         self.paths.lock().unwrap().insert(path.into());
@@ -99,6 +103,7 @@ impl FakePinEffects {
     }
 }
 
+#[cfg(test)]
 impl PinEffects for FakePinEffects {
     fn exists(&self, path: &Path) -> bool {
         self.paths.lock().unwrap().contains(path)

@@ -2,7 +2,7 @@
 //! workload in a temporary v1 cpu cgroup, and the in-kernel thermal stage with its pins.
 
 use joule_bpf::thermal::{MODEL_ZONE, PIN_CONFIG, PIN_STAGE, PIN_ZONES};
-use joule_bpf::{Hierarchy, RealPinEffects, RunqLat, RunqLatOpts, StageReading, TempSource, ThermalStage, ThermalStageOpts};
+use joule_bpf::{Hierarchy, RunqLat, RunqLatOpts, StageReading, TempSource, ThermalStage, ThermalStageOpts};
 use joule_core::journal::{self, Journal, Undo};
 use joule_core::testing::{is_root, require};
 use joule_testkit::TempBpffs;
@@ -394,7 +394,7 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
     let jdir = tempfile::tempdir().unwrap();
     let mut journal = CheckedJournal { journal: Journal::open(jdir.path()).unwrap(), existed: vec![] };
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
-    let ts = ThermalStage::load_with(opts, Some(&mut journal), Box::new(RealPinEffects)).expect("loading the thermal stage");
+    let ts = ThermalStage::load_with(opts, Some(&mut journal)).expect("loading the thermal stage");
 
     let undos: Vec<Undo> = journal::entries(jdir.path()).unwrap().into_iter().map(|e| e.undo).collect();
     let mut expect = vec![Undo::RemoveDir { path: pin_dir.clone(), evacuate_to: None }];

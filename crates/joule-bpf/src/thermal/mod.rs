@@ -11,7 +11,7 @@ pub use stats::{StageReading, TempSource, ZoneReading};
 
 use crate::error::{bpf, BpfError};
 use crate::intf::{joule_feed_ctx, joule_thermal_config, JOULE_FEED_NO_CONFIG, JOULE_FEED_OK, JOULE_FEED_ZONES_FULL};
-use crate::pins::{PinEffects, PinSet, RealPinEffects, UndoRecorder};
+use crate::pins::{PinSet, RealPinEffects, UndoRecorder};
 use crate::pod::as_bytes;
 use crate::storage::ObjectStorage;
 use joule_core::journal::Journal;
@@ -43,7 +43,6 @@ pub struct ThermalStage {
     tp_link: Option<Link>,
     tp_error: Option<String>,
     pins: Option<PinSet>,
-    pin_fx: Box<dyn PinEffects + Send>,
     /// What `thermal_config` holds.
     cfg: joule_thermal_config,
     _storage: ObjectStorage,
@@ -54,26 +53,25 @@ impl ThermalStage {
     /// `journal` first) and attaches the tracepoint. A tracepoint that cannot attach is not an
     /// error: `feed` still works; see `attached_to_tracepoint`.
     pub fn load(opts: ThermalStageOpts, journal: Option<&mut Journal>) -> Result<ThermalStage, BpfError> {
-        Self::load_with(opts, journal.map(|j| j as &mut dyn UndoRecorder), Box::new(RealPinEffects))
+        Self::load_with(opts, journal.map(|j| j as &mut dyn UndoRecorder))
     }
 
-    /// [`Self::load`] with any [`UndoRecorder`] in place of the journal, and pins made through
-    /// `pin_fx`.
-    pub fn load_with(opts: ThermalStageOpts, journal: Option<&mut dyn UndoRecorder>, pin_fx: Box<dyn PinEffects + Send>) -> Result<ThermalStage, BpfError> {
+    /// [`Self::load`] with any [`UndoRecorder`] in place of the journal (pins go through
+    /// `PinSet`, whose order of records and pins the unit tests check on a fake).
+    pub fn load_with(opts: ThermalStageOpts, journal: Option<&mut dyn UndoRecorder>) -> Result<ThermalStage, BpfError> {
         let cfg = opts::validate(&opts)?;
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
         let open = bpf("opening thermal.bpf.o", ThermalSkelBuilder::default().open(open_object))?;
         let skel = bpf("loading the thermal stage programs into the kernel", open.load())?;
-        let mut me =
-            ThermalStage { skel: ManuallyDrop::new(skel), tp_link: None, tp_error: None, pins: opts.pin_dir.map(PinSet::new), pin_fx, cfg, _storage: storage };
+        let mut me = ThermalStage { skel: ManuallyDrop::new(skel), tp_link: None, tp_error: None, pins: opts.pin_dir.map(PinSet::new), cfg, _storage: storage };
         me.write_config()?;
         if let Some(pins) = me.pins.as_mut() {
             let maps = &me.skel.maps;
             let objects = [(PIN_STAGE, maps.thermal_stage.as_fd()), (PIN_ZONES, maps.thermal_zones.as_fd()), (PIN_CONFIG, maps.thermal_config.as_fd())];
             // On error `me` drops here and removes whatever it pinned already.
-            pins.pin_all(&*me.pin_fx, &objects, journal)?;
+            pins.pin_all(&RealPinEffects, &objects, journal)?;
         }
         match me.skel.progs.joule_thermal_temperature.attach() {
             Ok(link) => me.tp_link = Some(link),
@@ -161,7 +159,7 @@ impl ThermalStage {
 
     fn remove_pins(&mut self) -> Result<(), BpfError> {
         match self.pins.as_mut() {
-            Some(pins) => pins.remove(&*self.pin_fx),
+            Some(pins) => pins.remove(&RealPinEffects),
             None => Ok(()),
         }
     }
