@@ -545,8 +545,13 @@ fn root_agent_without_bpf_only_when_asked_and_says_so() {
         ),
     )
     .unwrap();
+    // A copy nobody can run: the build's own path may sit under a directory only root may
+    // enter (a clone in a `mktemp -d` directory, mode 0700).
+    let exe = dir.path().join("joule");
+    std::fs::copy(JOULE, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let as_nobody = |extra: &[&str]| {
-        let mut c = Command::new(JOULE);
+        let mut c = Command::new(&exe);
         c.args(["agent", "--config"]).arg(&cfg).args(["--duration-s", "1"]).args(extra);
         std::os::unix::process::CommandExt::uid(&mut c, 65534);
         std::os::unix::process::CommandExt::gid(&mut c, 65534);
