@@ -30,6 +30,7 @@ fn checks() -> Vec<(&'static str, String)> {
                 set = repo_root().join("scripts/vm/set-temp.sh").display()
             ),
         ),
+        ("text_poke", format!("bash {} 10", repo_root().join("scripts/vm/tcg-text-poke.sh").display())),
     ]
 }
 
@@ -127,6 +128,16 @@ fn vm_qos_class_on_cgroup_v2_lands_and_releases() {
     // the band is wide on purpose: what is asserted is that the cap is enforced.
     assert!((20.0..=40.0).contains(&achieved), "achieved {achieved}%: {status}");
     assert_eq!(kv.get("left"), Some(&"no"), "release left /sys/fs/cgroup/joule");
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_guest_survives_kernel_text_patching_under_load() {
+    let Some(out) = check("text_poke") else { return };
+    assert_eq!(out.status, 0, "the guest did not survive 10 s of static-key flips (multi-threaded TCG?):\n{}", out.describe());
+    let toggles: u64 = out.stdout.trim().strip_prefix("toggles=").and_then(|n| n.parse().ok()).unwrap_or(0);
+    println!("{toggles} rounds of 9 static-key flips in 10 s with both vCPUs busy");
+    assert!(toggles >= 5, "too few flips to mean anything: {}", out.describe());
 }
 
 /// True when the guest can run the host's release binary; else reported by `require`.
