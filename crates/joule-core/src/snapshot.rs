@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub runq_latency: Vec<RunqLatency>,
     /// Whether joule's eBPF programs are running, and if not, why.
     pub bpf: BpfStatus,
+    /// Which scheduler class runs the machine's tasks: the kernel's own, or a sched_ext one.
+    pub sched_ext: SchedExt,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
 }
@@ -138,6 +140,23 @@ pub struct TripPoint {
 pub struct ModelTemperature {
     pub temp_celsius: f64,
     pub source: Origin,
+}
+
+/// What `<sysfs>/kernel/sched_ext` says: `state` ("enabled", "disabled", …; "absent" when the
+/// kernel has no sched_ext) and `ops`, the name of the BPF scheduler running ("" for none;
+/// joule's is "joule").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedExt {
+    pub state: String,
+    pub ops: String,
+    pub source: Origin,
+}
+
+impl SchedExt {
+    /// joule's own scheduler is the one running.
+    pub fn ours(&self) -> bool {
+        self.state == "enabled" && self.ops == "joule"
+    }
 }
 
 /// The thermal stage (0 = cool) and the temperature it was computed from.

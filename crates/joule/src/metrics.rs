@@ -368,7 +368,12 @@ mod tests {
     fn control_families_count_decisions_per_policy_and_report_each_actuator() {
         use joule_core::control::Want;
         let mut plan = Plan::default();
-        plan.push("thermal", None, Want::ThermalStage { stage: 1, actions: vec![] }, "r");
+        plan.push(
+            "thermal",
+            None,
+            Want::ThermalStage { stage: 1, path: joule_core::control::ThermalPath::Cgroup, actions: joule_core::config::StageActions::default_for(1) },
+            "r",
+        );
         plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["a".into()] }, "r");
         let acts = [ActuatorStatus { name: "qos".into(), ok: false, errors_total: 3, ..Default::default() }];
         let fams = control_families(&plan, &acts);

@@ -25,6 +25,22 @@ pub struct ClassConfig {
     pub weight: Option<u64>,
     /// CPUs the class may use, in cpuset list syntax ("0", "1-3,6").
     pub cpus: Option<String>,
+    /// What the thermal stages do to the class (see `[[thermal.stage]]`).
+    #[serde(default)]
+    pub thermal: ThermalRole,
+}
+
+/// A class's part in thermal degradation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThermalRole {
+    /// Untouched by the stages (cpufreq caps still apply to the whole machine).
+    #[default]
+    None,
+    /// Protected: the scheduler's always-served queue; never capped.
+    Labelled,
+    /// Takes the cuts: capped to the stage's `best_effort_cpu_pct`.
+    BestEffort,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -4,10 +4,12 @@
 
 mod class;
 mod locate;
+mod thermal;
 mod validate;
 
-pub use class::{ClassConfig, MatchRules};
+pub use class::{ClassConfig, MatchRules, ThermalRole};
 pub use locate::Problem;
+pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -114,32 +116,6 @@ pub struct ThermalModelConfig {
 impl Default for ThermalModelConfig {
     fn default() -> Self {
         Self { ambient_celsius: 25.0, resistance_celsius_per_watt: 1.2, capacitance_joules_per_celsius: 40.0 }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThermalScheduler {
-    /// Degrade with cgroup actuators (works on every kernel).
-    #[default]
-    Cgroup,
-    /// Degrade inside a sched_ext BPF scheduler (kernels with CONFIG_SCHED_CLASS_EXT).
-    Scx,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ThermalConfig {
-    /// Stage n is entered when the temperature reaches the n-th threshold (stage 0 = cool).
-    pub stage_thresholds_celsius: Vec<f64>,
-    /// A stage is left only when the temperature falls this far below its threshold.
-    pub hysteresis_celsius: f64,
-    pub scheduler: ThermalScheduler,
-}
-
-impl Default for ThermalConfig {
-    fn default() -> Self {
-        Self { stage_thresholds_celsius: vec![70.0, 80.0, 90.0], hysteresis_celsius: 3.0, scheduler: ThermalScheduler::Cgroup }
     }
 }
 

@@ -52,6 +52,63 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         }
     }
 
+    let p = &th.power_thresholds_watts;
+    if !p.is_empty() {
+        if p.len() != t.len() {
+            bad("thermal.power_thresholds_watts", format!("{} power thresholds for {} temperature thresholds", p.len(), t.len()), "one per stage, or none");
+        } else if p.windows(2).any(|w| w[1] <= w[0]) || p.iter().any(|v| !v.is_finite() || *v <= 0.0) {
+            bad(
+                "thermal.power_thresholds_watts",
+                format!("power thresholds {p:?} must be finite, > 0 and strictly increasing"),
+                "stage n starts at the n-th value",
+            );
+        } else {
+            let min_gap = p.windows(2).map(|w| w[1] - w[0]).fold(p[0], f64::min);
+            if !(th.power_hysteresis_watts >= 0.0 && th.power_hysteresis_watts < min_gap) {
+                bad(
+                    "thermal.power_hysteresis_watts",
+                    format!(
+                        "power_hysteresis_watts = {} must be ≥ 0 and below the smallest gap between power thresholds ({min_gap})",
+                        th.power_hysteresis_watts
+                    ),
+                    "otherwise a stage could be left above the threshold below it",
+                );
+            }
+        }
+    }
+    if !th.stages.is_empty() && th.stages.len() != t.len() + 1 {
+        bad(
+            "thermal.stage",
+            format!("{} [[thermal.stage]] rows for {} thresholds", th.stages.len(), t.len()),
+            "one row per stage, stage 0 (cool) first: thresholds + 1 rows",
+        );
+    }
+    for (i, r) in th.stages.iter().enumerate() {
+        let key = format!("thermal.stage[{i}]");
+        if !(1..=4).contains(&r.queues) {
+            bad(&key, format!("queues = {} is not in 1..=4", r.queues), "the scheduler has four score queues");
+        }
+        if !(100..=100_000).contains(&r.slice_us) {
+            bad(&key, format!("slice_us = {} is not in 100..=100000", r.slice_us), "5000 is a good stage-0 slice");
+        }
+        if !(r.best_effort_cpu_pct > 0.0 && r.best_effort_cpu_pct <= 100.0) {
+            bad(&key, format!("best_effort_cpu_pct = {} is not in (0, 100]", r.best_effort_cpu_pct), "% of the whole machine");
+        }
+        if !(r.cpufreq_max_pct >= 10.0 && r.cpufreq_max_pct <= 100.0) {
+            bad(&key, format!("cpufreq_max_pct = {} is not in [10, 100]", r.cpufreq_max_pct), "% of cpuinfo_max_freq");
+        }
+    }
+    for (i, w) in th.stages.windows(2).enumerate() {
+        let (a, b) = (&w[0], &w[1]);
+        if b.queues > a.queues || b.slice_us > a.slice_us || b.best_effort_cpu_pct > a.best_effort_cpu_pct || b.cpufreq_max_pct > a.cpufreq_max_pct {
+            bad(
+                &format!("thermal.stage[{}]", i + 1),
+                format!("stage {} is more generous than stage {i} ({b:?} after {a:?})", i + 1),
+                "a hotter stage never gives more",
+            );
+        }
+    }
+
     let mut seen = std::collections::HashSet::new();
     for (i, c) in cfg.classes.iter().enumerate() {
         let key = format!("class[{i}].name");

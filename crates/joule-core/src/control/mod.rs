@@ -7,7 +7,7 @@ mod lifecycle;
 mod plan;
 
 pub use lifecycle::{ActuatorStatus, Actuators};
-pub use plan::{Decision, Plan, Want};
+pub use plan::{Decision, Plan, ThermalPath, Want};
 
 use crate::effects::Effects;
 use crate::journal::Journal;

@@ -2,6 +2,7 @@
 //! Snapshot; actuators read the decisions addressed to them and reconcile the machine to them;
 //! exporters publish it next to the Snapshot, so a user can always see *why* joule acts.
 
+use crate::config::StageActions;
 use serde::{Deserialize, Serialize};
 
 /// One period's decisions, made from the snapshot taken at `taken_at_ms`.
@@ -30,8 +31,25 @@ pub struct Decision {
 pub enum Want {
     /// Keep these `[[class]]`es' CPU guarantees in place (cgroups created, tasks in them).
     HoldClasses { classes: Vec<String> },
-    /// The thermal stage and its actions (none yet: mechanism 1 gives stages their actions).
-    ThermalStage { stage: u32, actions: Vec<String> },
+    /// The thermal stage, the path acting on it and the stage's actions (`[[thermal.stage]]`).
+    /// Addressed to the sched_ext actuator on the scx path; informational on the cgroup path,
+    /// where [`Want::CapClass`] and [`Want::CpufreqMax`] carry the actions.
+    ThermalStage { stage: u32, path: ThermalPath, actions: StageActions },
+    /// Cap a class's CPU to `cpu_pct` % of the whole machine (CFS bandwidth); 100 lifts the
+    /// cap back to the class's configured quota.
+    CapClass { class: String, cpu_pct: f64 },
+    /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
+    CpufreqMax { pct: f64 },
+}
+
+/// Which mechanism acts on the thermal stage this period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThermalPath {
+    /// joule's sched_ext scheduler runs and reads the stage in the kernel.
+    Scx,
+    /// cgroup CFS bandwidth of best-effort classes, and cpufreq limits.
+    Cgroup,
 }
 
 impl Plan {
@@ -57,7 +75,8 @@ mod tests {
     fn actuators_see_only_their_decisions_and_json_names_the_kind() {
         let mut p = Plan::new(7);
         p.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["main".into()] }, "configured");
-        p.push("thermal", None, Want::ThermalStage { stage: 2, actions: vec![] }, "81.0 °C (model)");
+        let actions = StageActions::default_for(2);
+        p.push("thermal", None, Want::ThermalStage { stage: 2, path: ThermalPath::Cgroup, actions }, "81.0 °C (model)");
         assert_eq!(p.for_actuator("qos").count(), 1);
         assert_eq!(p.for_actuator("thermal").count(), 0, "an informational decision reaches no actuator");
         let v = serde_json::to_value(&p).unwrap();

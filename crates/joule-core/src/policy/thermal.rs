@@ -1,20 +1,27 @@
-//! What to do at each thermal stage. The stage itself is a reading (computed in the kernel);
-//! this policy turns it into the stage's actions. No actuator acts on stages yet — mechanism 1
-//! brings the sched_ext scheduler and the cgroup degradation — so the decision is published
-//! for the user and addressed to no actuator.
+//! What to do at each thermal stage. The stage itself is a reading (computed in the kernel
+//! from temperature and, with a power budget, power); this policy turns it into the stage's
+//! actions (`[[thermal.stage]]`) and picks the path that carries them out: joule's sched_ext
+//! scheduler when it is the one running, else the cgroup path (CFS bandwidth of best-effort
+//! classes) — so an ejected scheduler is replaced by the cgroup path the very next period.
 
-use crate::config::{Config, ThermalScheduler};
-use crate::control::{Plan, Policy, Want};
+use crate::config::{Config, ThermalConfig, ThermalRole, ThermalScheduler};
+use crate::control::{Plan, Policy, ThermalPath, Want};
 use crate::snapshot::StageEngine;
 use crate::Snapshot;
 
+/// The actuators this policy addresses (see joule's agent for who implements them).
+pub const SCX_ACTUATOR: &str = "scx";
+pub const CPUFREQ_ACTUATOR: &str = "cpufreq";
+
 pub struct ThermalPolicy {
-    scheduler: ThermalScheduler,
+    cfg: ThermalConfig,
+    best_effort: Vec<String>,
 }
 
 impl ThermalPolicy {
     pub fn from_config(cfg: &Config) -> ThermalPolicy {
-        ThermalPolicy { scheduler: cfg.thermal.scheduler }
+        let best_effort = cfg.classes.iter().filter(|c| c.thermal == ThermalRole::BestEffort).map(|c| c.name.clone()).collect();
+        ThermalPolicy { cfg: cfg.thermal.clone(), best_effort }
     }
 }
 
@@ -24,32 +31,103 @@ impl Policy for ThermalPolicy {
     }
     fn decide(&mut self, snap: &Snapshot, plan: &mut Plan) {
         let st = &snap.stage;
+        let stage = st.value;
+        let actions = self.cfg.actions(stage);
         let why = match st.computed_by {
             StageEngine::None => "no temperature reading yet".to_string(),
             by => format!("{:.1} °C ({}), stage computed by {}", st.temp_celsius, st.temp_source, by.as_str()),
         };
-        let reason = format!("stage {} from {why}; thermal.scheduler = {:?}: no actuator acts on the stage yet", st.value, self.scheduler);
-        plan.push(self.name(), None, Want::ThermalStage { stage: st.value, actions: Vec::new() }, reason);
+        let wants_scx = self.cfg.scheduler == ThermalScheduler::Scx;
+        let path = if wants_scx && snap.sched_ext.ours() { ThermalPath::Scx } else { ThermalPath::Cgroup };
+        let path_why = match (wants_scx, path) {
+            (false, _) => "thermal.scheduler = \"cgroup\"".to_string(),
+            (true, ThermalPath::Scx) => "joule's sched_ext scheduler is running".to_string(),
+            (true, ThermalPath::Cgroup) => {
+                format!("thermal.scheduler = \"scx\" but sched_ext is {:?} with {:?}: cgroup path", snap.sched_ext.state, snap.sched_ext.ops)
+            }
+        };
+        let reason = format!("stage {stage} from {why}; {path_why}");
+        // The scheduler's actuator sees the stage on every path: it (re)loads, or backs off.
+        let to = wants_scx.then_some(SCX_ACTUATOR);
+        plan.push(self.name(), to, Want::ThermalStage { stage, path, actions }, reason);
+
+        for class in &self.best_effort {
+            let (cpu_pct, why) = match path {
+                ThermalPath::Cgroup => {
+                    (actions.best_effort_cpu_pct, format!("stage {stage}: best-effort classes get {}% of the machine", actions.best_effort_cpu_pct))
+                }
+                ThermalPath::Scx => (100.0, "the sched_ext scheduler degrades best-effort classes itself".to_string()),
+            };
+            plan.push(self.name(), Some(crate::policy::classes::QOS_ACTUATOR), Want::CapClass { class: class.clone(), cpu_pct }, why);
+        }
+        let why = format!("stage {stage}: CPU frequency capped to {}% of the maximum", actions.cpufreq_max_pct);
+        plan.push(self.name(), Some(CPUFREQ_ACTUATOR), Want::CpufreqMax { pct: actions.cpufreq_max_pct }, why);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::StageActions;
+    use crate::snapshot::{SchedExt, Stage};
     use crate::Origin;
 
-    #[test]
-    fn publishes_the_stage_with_where_it_came_from_and_acts_on_nothing_yet() {
-        let mut p = ThermalPolicy::from_config(&Config::default());
+    fn cfg(scheduler: &str) -> Config {
+        toml::from_str(&format!(
+            "[thermal]\nscheduler = \"{scheduler}\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = {{ comm = [\"x\"] }}\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = {{ comm = [\"y\"] }}\n"
+        ))
+        .unwrap()
+    }
+
+    fn hot(stage: u32) -> Snapshot {
         let mut snap = Snapshot::default();
+        snap.stage = Stage { value: stage, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model };
+        snap
+    }
+
+    #[test]
+    fn cgroup_path_caps_best_effort_classes_only_and_caps_cpufreq() {
+        let mut p = ThermalPolicy::from_config(&cfg("cgroup"));
         let mut plan = Plan::default();
-        p.decide(&snap, &mut plan);
-        assert!(plan.decisions[0].reason.starts_with("stage 0 from no temperature reading yet"), "{}", plan.decisions[0].reason);
-        snap.stage = crate::snapshot::Stage { value: 2, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model };
-        let mut plan = Plan::default();
-        p.decide(&snap, &mut plan);
+        p.decide(&hot(2), &mut plan);
         let d = &plan.decisions[0];
-        assert_eq!((d.actuator.as_deref(), &d.want), (None, &Want::ThermalStage { stage: 2, actions: vec![] }));
+        assert_eq!(
+            (d.actuator.as_deref(), &d.want),
+            (None, &Want::ThermalStage { stage: 2, path: ThermalPath::Cgroup, actions: StageActions::default_for(2) })
+        );
         assert!(d.reason.contains("81.5 °C (model), stage computed by ebpf"), "{}", d.reason);
+        let caps: Vec<_> = plan.for_actuator("qos").map(|d| d.want.clone()).collect();
+        assert_eq!(caps, vec![Want::CapClass { class: "batch".into(), cpu_pct: 35.0 }], "labelled classes are never capped");
+        assert_eq!(plan.for_actuator(CPUFREQ_ACTUATOR).last().unwrap().want, Want::CpufreqMax { pct: 85.0 });
+    }
+
+    #[test]
+    fn scx_path_only_while_joules_scheduler_runs_else_cgroup_fallback() {
+        let mut p = ThermalPolicy::from_config(&cfg("scx"));
+        let mut snap = hot(3);
+        snap.sched_ext = SchedExt { state: "enabled".into(), ops: "joule".into(), source: Origin::Kernel };
+        let mut plan = Plan::default();
+        p.decide(&snap, &mut plan);
+        let stage = plan.for_actuator(SCX_ACTUATOR).next().expect("the scx actuator sees the stage");
+        assert!(matches!(stage.want, Want::ThermalStage { path: ThermalPath::Scx, stage: 3, .. }), "{stage:?}");
+        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
+
+        // Ejected (or another scheduler): the cgroup path caps at once.
+        snap.sched_ext = SchedExt { state: "disabled".into(), ops: String::new(), source: Origin::Kernel };
+        let mut plan = Plan::default();
+        p.decide(&snap, &mut plan);
+        let stage = plan.for_actuator(SCX_ACTUATOR).next().unwrap();
+        assert!(matches!(stage.want, Want::ThermalStage { path: ThermalPath::Cgroup, .. }), "{stage:?}");
+        assert!(stage.reason.contains("cgroup path"), "{}", stage.reason);
+        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 15.0 });
+    }
+
+    #[test]
+    fn stage_zero_lifts_every_cap() {
+        let mut p = ThermalPolicy::from_config(&cfg("cgroup"));
+        let mut plan = Plan::default();
+        p.decide(&hot(0), &mut plan);
+        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
+        assert_eq!(plan.for_actuator(CPUFREQ_ACTUATOR).next().unwrap().want, Want::CpufreqMax { pct: 100.0 });
     }
 }
