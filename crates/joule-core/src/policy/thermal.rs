@@ -80,9 +80,8 @@ mod tests {
     }
 
     fn hot(stage: u32) -> Snapshot {
-        let mut snap = Snapshot::default();
-        snap.stage = Stage { value: stage, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model };
-        snap
+        let stage = Stage { value: stage, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model };
+        Snapshot { stage, ..Snapshot::default() }
     }
 
     #[test]
