@@ -1,7 +1,8 @@
 //! The class guarantees as the control loop's first actuator: `init` applies every class
 //! (admission control already ran when it was built, so a refused config never starts),
 //! `reconcile` keeps the classes in place while the plan asks to hold them (new matching tasks
-//! moved in, deleted cgroups recreated), `shutdown` releases them through the journal.
+//! moved in, deleted cgroups recreated) and holds best-effort classes to the thermal stage's
+//! caps (`Want::CapClass`, the cgroup path), `shutdown` releases them through the journal.
 
 use crate::{QosController, QosError, QosOpts};
 use joule_core::config::ClassConfig;
@@ -48,8 +49,22 @@ impl Actuator for ClassActuator {
                 (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());
             }
         }
+        let mut changed = Vec::new();
+        for d in plan.for_actuator(QOS_ACTUATOR) {
+            if let Want::CapClass { class, cpu_pct } = &d.want {
+                if self.ctl.set_cap(cx.journal, cx.fx, class, *cpu_pct)? {
+                    changed.push(class.clone());
+                }
+            }
+        }
+        if !changed.is_empty() {
+            let caps: serde_json::Map<_, _> = changed.iter().filter_map(|c| Some((c.clone(), serde_json::to_value(self.ctl.caps().get(c)?).ok()?))).collect();
+            tracing::info!("thermal caps changed: {}", serde_json::Value::Object(caps.clone()));
+            (cx.events)("class_caps", serde_json::Value::Object(caps));
+        }
         Ok(serde_json::json!({
             "classes": self.ctl.plan().classes.len(),
+            "caps": self.ctl.caps(),
             "holding": hold,
             "moved_total": self.moved_total,
             "recreated_total": self.recreated_total,

@@ -183,7 +183,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         let jd = layout.top_dir(m);
         if h == Hier::Unified {
             let mut want = Vec::new();
-            if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some()) {
+            if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some() || c.thermal_capped) {
                 want.push("cpu");
             }
             if plan.classes.iter().any(|c| c.cpus != plan.env.cpus) {

@@ -18,7 +18,7 @@ pub mod seed;
 pub use actuator::ClassActuator;
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
-pub use controller::{ApplyReport, ClassStatus, QosController, QosOpts, ReconcileReport};
+pub use controller::{ApplyReport, ClassCap, ClassStatus, QosController, QosOpts, ReconcileReport};
 
 use std::path::PathBuf;
 
@@ -43,6 +43,8 @@ pub enum QosError {
     KernelRefused { what: String, path: PathBuf, value: String, source: std::io::Error, hint: String },
     #[error("cannot {what} at {path}: {source}")]
     Io { what: String, path: PathBuf, source: std::io::Error },
+    #[error("no class named {0:?} in the config")]
+    UnknownClass(String),
     #[error(transparent)]
     Journal(#[from] joule_core::journal::JournalError),
 }

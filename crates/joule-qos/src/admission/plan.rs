@@ -53,6 +53,9 @@ pub struct ClassPlan {
     pub cfs: Option<CfsBw>,
     pub weight: Option<u64>,
     pub kind: ShareKind,
+    /// `thermal = "best_effort"`: the thermal stages may cap its CFS bandwidth, so its cgroup
+    /// needs the cpu controller even without a quota or weight of its own.
+    pub thermal_capped: bool,
     /// Expected share of each of its CPUs, in % of that CPU.
     pub expected_pct_per_cpu: BTreeMap<usize, f64>,
     /// Sum over its CPUs, top-style (100 % = one CPU): the seed's "CPU 使用率".

@@ -107,6 +107,8 @@ impl QosController {
     /// any left by a crashed one — and leaves other mechanisms' records alone.
     pub fn release(&mut self, journal_dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
+        self.caps.clear();
+        self.cap_journalled.clear();
         Ok(joule_core::journal::restore_owner(journal_dir, &self.opts.owner, fx)?)
     }
 }

@@ -5,10 +5,12 @@
 //! journal, so nothing is half-applied and nothing is left for a later `joule restore`.
 
 mod apply;
+mod cap;
 mod env;
 mod place;
 mod status;
 
+pub use cap::ClassCap;
 pub use env::machine_env;
 
 use crate::admission::{admit, Plan, ShareKind};
@@ -109,6 +111,10 @@ pub struct QosController {
     applied: Vec<Undo>,
     last_reconcile: Option<Instant>,
     samples: Mutex<BTreeMap<String, (Instant, u64)>>,
+    /// Thermal caps held now, per class (cap.rs).
+    caps: BTreeMap<String, ClassCap>,
+    /// Knobs whose pre-cap content is already in the journal.
+    cap_journalled: std::collections::BTreeSet<PathBuf>,
 }
 
 impl QosController {
@@ -133,7 +139,17 @@ impl QosController {
             return Err(QosError::Refused(plan.refusal_text()));
         }
         plan.writes = steps(&layout, &plan, fx).into_iter().map(PlannedWrite).collect();
-        Ok(Self { classes: classes.to_vec(), opts, layout, plan, applied: Vec::new(), last_reconcile: None, samples: Mutex::new(BTreeMap::new()) })
+        Ok(Self {
+            classes: classes.to_vec(),
+            opts,
+            layout,
+            plan,
+            applied: Vec::new(),
+            last_reconcile: None,
+            samples: Mutex::new(BTreeMap::new()),
+            caps: BTreeMap::new(),
+            cap_journalled: Default::default(),
+        })
     }
 
     pub fn plan(&self) -> &Plan {

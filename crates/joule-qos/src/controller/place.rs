@@ -87,6 +87,9 @@ impl QosController {
         if gone {
             let mut rep = ApplyReport::default();
             self.run_steps(journal, fx, &mut rep)?;
+            if !rep.created.is_empty() {
+                self.forget_written_caps();
+            }
             r.recreated = rep.created;
         }
         let (moved, vanished) = self.move_matching(journal, fx)?;

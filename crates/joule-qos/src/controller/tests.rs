@@ -518,3 +518,103 @@ fn machine_env_sums_the_rt_budget_of_sibling_groups_only() {
     let env = machine_env(&layout, &opts(pd.path()), &f);
     assert!((env.others_rt_ratio - 0.2).abs() < 1e-9, "{}", env.others_rt_ratio);
 }
+
+fn best_effort(name: &str, quota_us: Option<u64>) -> ClassConfig {
+    ClassConfig {
+        name: name.into(),
+        quota_us,
+        period_us: quota_us.map(|_| 100_000),
+        thermal: joule_core::config::ThermalRole::BestEffort,
+        ..Default::default()
+    }
+}
+
+fn writes_to(f: &CgFake, suffix: &str) -> usize {
+    log(f).iter().filter(|l| l.starts_with("write ") && l.contains(suffix)).count()
+}
+
+/// v1 (2 CPUs): 35 % of the machine = 0.35 × 2 × 100 ms; a configured 50 ms quota wins over a
+/// looser cap; 100 % puts the configured value back; the same cap twice is one write; the
+/// journal holds the pre-cap value first, and a replay (SIGKILL then `joule restore`) leaves
+/// no cap and no cgroup.
+#[test]
+fn v1_thermal_cap_is_min_of_configured_and_machine_share_written_once_and_journalled() {
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&[best_effort("batch", None), best_effort("capped", Some(50_000))], opts(pd.path()), &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    c.apply(&mut j, &f).unwrap();
+    let knob = "/cg/cpu/joule/batch/cpu.cfs_quota_us";
+    assert_eq!(f.fx.file(knob).as_deref(), Some("-1"));
+    assert!(!c.set_cap(&mut j, &f, "batch", 100.0).unwrap(), "100 % at start changes nothing");
+    assert_eq!(writes_to(&f, "batch/cpu.cfs_quota_us"), 0);
+    assert!(c.set_cap(&mut j, &f, "batch", 35.0).unwrap());
+    assert_eq!(f.fx.file(knob).as_deref(), Some("70000"));
+    assert_eq!(c.caps()["batch"].ratio, 0.35);
+    assert!(!c.set_cap(&mut j, &f, "batch", 35.0).unwrap(), "an unchanged cap is not written again");
+    assert_eq!(writes_to(&f, "batch/cpu.cfs_quota_us"), 1);
+    let rec = journal::entries(jd.path()).unwrap();
+    assert_eq!(rec.last().unwrap().undo, Undo::Write { path: knob.into(), old: "-1".into() }, "journalled before the write");
+    // A configured 50 ms is tighter than 60 % (120 ms): it stays; 15 % (30 ms) is tighter.
+    assert!(!c.set_cap(&mut j, &f, "capped", 60.0).unwrap());
+    assert_eq!(c.caps()["capped"].quota_us, Some(50_000));
+    assert!(c.set_cap(&mut j, &f, "capped", 15.0).unwrap());
+    assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("30000"));
+    assert!(c.set_cap(&mut j, &f, "capped", 100.0).unwrap());
+    assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("50000"), "back to the configured quota");
+    assert!(matches!(c.set_cap(&mut j, &f, "nope", 10.0), Err(QosError::UnknownClass(_))));
+    // Killed at the hot stage: the replay of the journal alone leaves nothing.
+    drop(c);
+    let r = journal::restore(jd.path(), &f).unwrap();
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
+    assert!(log(&f).contains(&format!("write {knob} -1")), "the cap was undone before the group went");
+}
+
+#[test]
+fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
+    let f = CgFake::default();
+    f.mkdir_raw("/cg");
+    f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
+    f.set("/cg/cpuset.cpus.effective", "0-3");
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let mut c = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
+    let mut j = Journal::open(jd.path()).unwrap();
+    c.apply(&mut j, &f).unwrap();
+    assert_eq!(f.fx.file("/cg/joule/cgroup.subtree_control").as_deref(), Some("+cpu"), "a best-effort class needs cpu.max");
+    assert!(c.set_cap(&mut j, &f, "batch", 15.0).unwrap());
+    assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
+    assert!(c.set_cap(&mut j, &f, "batch", 100.0).unwrap());
+    assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("max 100000"));
+    c.release(jd.path(), &f).unwrap();
+    assert!(f.joule_dirs().is_empty());
+}
+
+#[test]
+fn class_actuator_caps_from_the_plan_and_reports_the_cap() {
+    use joule_core::control::{ActCx, Actuators, Plan, Want};
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let ctl = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
+    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
+    let mut journal = Journal::open(jd.path()).unwrap();
+    let mut events = Vec::new();
+    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
+    let mut cx = ActCx { journal: &mut journal, fx: &f, events: &mut sink };
+    acts.init_all(&mut cx).unwrap();
+    let mut plan = Plan::default();
+    plan.push("thermal", Some("qos"), Want::CapClass { class: "batch".into(), cpu_pct: 60.0 }, "stage 1");
+    plan.push("thermal", Some("cpufreq"), Want::CpufreqMax { pct: 50.0 }, "addressed to an actuator that is not there");
+    acts.reconcile_all(&plan, &mut cx);
+    acts.reconcile_all(&plan, &mut cx);
+    let st = &acts.status()[0];
+    assert!(st.ok, "{:?}", st.last_error);
+    assert_eq!(st.state["caps"]["batch"]["quota_us"], 120_000);
+    assert_eq!(st.state["caps"]["batch"]["ratio"], 0.6);
+    assert!(acts.shutdown_all(&mut cx).is_empty());
+    assert!(f.joule_dirs().is_empty());
+    assert_eq!(events.iter().filter(|e| *e == "class_caps").count(), 1, "one event per change: {events:?}");
+}
