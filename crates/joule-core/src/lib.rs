@@ -9,6 +9,7 @@ pub mod cgroupfs;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod cpufreq;
 pub mod effects;
 pub mod fsread;
 pub mod journal;

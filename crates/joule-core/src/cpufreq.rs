@@ -1,0 +1,215 @@
+//! The cpufreq actuator of the thermal stage's cgroup path (`Want::CpufreqMax`): every CPU's
+//! `cpufreq/scaling_max_freq` held at `pct` % of `cpuinfo_max_freq` (never below
+//! `cpuinfo_min_freq`), the original value journalled before each CPU's first write and put
+//! back at 100 %, on shutdown and by `joule restore`. It lives in joule-core, beside the
+//! effects seam and the journal it needs and the policy that addresses it, because it is a
+//! handful of sysfs writes with no cgroup or BPF machinery: a crate of its own would be
+//! heavier than the code. Where cpufreq is missing (VMs, this project's CI host) it says so
+//! once, in its status, and does nothing — that is the machine, not an error.
+
+use crate::control::{ActCx, ActError, Actuator, Plan, Want};
+use crate::effects::Effects;
+use crate::fsread::read_trimmed;
+use crate::journal::Undo;
+use crate::policy::CPUFREQ_ACTUATOR;
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Owner tag of this actuator's undo records.
+pub const OWNER: &str = "cpufreq";
+
+/// One CPU's frequency limits, kHz, as read at start.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuLimits {
+    pub cpu: u32,
+    /// Its `scaling_max_freq`.
+    pub knob: PathBuf,
+    pub min_khz: u64,
+    pub max_khz: u64,
+    /// `scaling_max_freq` before joule touched it: what 100 % puts back.
+    pub original_khz: u64,
+}
+
+impl CpuLimits {
+    /// The limit at `pct` % of the maximum (the original at 100 %).
+    pub fn target_khz(&self, pct: f64) -> u64 {
+        if pct >= 100.0 {
+            return self.original_khz;
+        }
+        ((self.max_khz as f64 * pct.max(0.0) / 100.0).round() as u64).max(self.min_khz)
+    }
+}
+
+pub struct CpufreqActuator {
+    /// `/sys/devices/system/cpu` (a fixture tree in tests).
+    cpu_root: PathBuf,
+    cpus: Vec<CpuLimits>,
+    /// Why nothing is done here (no cpufreq), said once.
+    note: Option<String>,
+    /// The pct held now.
+    pct: f64,
+    /// Knobs whose original value is already in the journal.
+    journalled: BTreeSet<PathBuf>,
+}
+
+impl CpufreqActuator {
+    pub fn new(cpu_root: impl Into<PathBuf>) -> CpufreqActuator {
+        CpufreqActuator { cpu_root: cpu_root.into(), cpus: Vec::new(), note: None, pct: 100.0, journalled: BTreeSet::new() }
+    }
+
+    /// Every `cpuN/cpufreq` with readable limits, by CPU number.
+    pub fn scan(cpu_root: &Path, fx: &dyn Effects) -> Vec<CpuLimits> {
+        let mut names = fx.list_dir(cpu_root).unwrap_or_default();
+        names.sort_by_key(|n| n.strip_prefix("cpu").and_then(|x| x.parse::<u32>().ok()).unwrap_or(u32::MAX));
+        let khz = |p: &Path| read_trimmed(fx, p).ok().and_then(|s| s.parse::<u64>().ok());
+        names
+            .iter()
+            .filter_map(|n| {
+                let cpu = n.strip_prefix("cpu")?.parse().ok()?;
+                let d = cpu_root.join(n).join("cpufreq");
+                let knob = d.join("scaling_max_freq");
+                Some(CpuLimits { cpu, min_khz: khz(&d.join("cpuinfo_min_freq"))?, max_khz: khz(&d.join("cpuinfo_max_freq"))?, original_khz: khz(&knob)?, knob })
+            })
+            .collect()
+    }
+
+    fn hold(&mut self, pct: f64, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
+        let mut writes = 0;
+        for c in &self.cpus {
+            let (now, want) = (c.target_khz(self.pct), c.target_khz(pct));
+            if now == want {
+                continue;
+            }
+            if self.journalled.insert(c.knob.clone()) {
+                cx.journal.record(OWNER, Undo::Write { path: c.knob.clone(), old: c.original_khz.to_string() })?;
+            }
+            cx.fx.write(&c.knob, &want.to_string()).map_err(|e| format!("writing {want} kHz to {}: {e}", c.knob.display()))?;
+            writes += 1;
+        }
+        self.pct = pct;
+        Ok(writes)
+    }
+}
+
+impl Actuator for CpufreqActuator {
+    fn name(&self) -> &'static str {
+        CPUFREQ_ACTUATOR
+    }
+
+    fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        self.cpus = Self::scan(&self.cpu_root, cx.fx);
+        if self.cpus.is_empty() {
+            let note = format!("no cpufreq under {} (cpuN/cpufreq/scaling_max_freq): CPU frequency caps are skipped on this machine", self.cpu_root.display());
+            tracing::info!("{note}");
+            self.note = Some(note);
+        }
+        Ok(())
+    }
+
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
+        let pct = plan.for_actuator(CPUFREQ_ACTUATOR).filter_map(|d| if let Want::CpufreqMax { pct } = d.want { Some(pct) } else { None }).last();
+        if let Some(pct) = pct.filter(|p| *p != self.pct) {
+            let writes = self.hold(pct, cx)?;
+            if writes > 0 {
+                (cx.events)("cpufreq_max", serde_json::json!({ "pct": pct, "cpus": writes }));
+            }
+        }
+        Ok(serde_json::json!({
+            "pct": self.pct,
+            "cpus": self.cpus.iter().map(|c| serde_json::json!({ "cpu": c.cpu, "max_khz": c.target_khz(self.pct), "original_khz": c.original_khz })).collect::<Vec<_>>(),
+            "notes": self.note.iter().collect::<Vec<_>>(),
+        }))
+    }
+
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let r = crate::journal::restore_owner(cx.journal.dir(), OWNER, cx.fx)?;
+        self.journalled.clear();
+        self.pct = 100.0;
+        if !r.failed.is_empty() {
+            return Err(format!("could not put back {} CPU frequency limit(s): {:?}", r.failed.len(), r.failed).into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::Actuators;
+    use crate::effects::FakeEffects;
+    use crate::journal::{self, Journal};
+
+    /// Two CPUs with cpufreq (3 GHz max, 800 MHz min; cpu1 already limited by someone to 2.8
+    /// GHz) and a `cpufreq`-less entry that is not a CPU.
+    fn tree() -> FakeEffects {
+        let mut fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpuidle");
+        for (n, cur) in [(0, "3000000"), (1, "2800000")] {
+            let d = format!("/sys/cpu/cpu{n}/cpufreq");
+            fx = fx
+                .with_dir(&format!("/sys/cpu/cpu{n}"))
+                .with_dir(&d)
+                .with_file(&format!("{d}/cpuinfo_max_freq"), "3000000\n")
+                .with_file(&format!("{d}/cpuinfo_min_freq"), "800000\n")
+                .with_file(&format!("{d}/scaling_max_freq"), &format!("{cur}\n"));
+        }
+        fx
+    }
+
+    fn plan(pct: f64) -> Plan {
+        let mut p = Plan::default();
+        p.push("thermal", Some(CPUFREQ_ACTUATOR), Want::CpufreqMax { pct }, "test");
+        p
+    }
+
+    #[test]
+    fn caps_every_cpu_journalled_first_never_below_min_and_restores_the_original() {
+        let fx = tree();
+        let jd = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(jd.path()).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
+        acts.init_all(&mut cx).unwrap();
+        acts.reconcile_all(&plan(100.0), &mut cx);
+        assert!(fx.log.lock().unwrap().is_empty(), "100 % at start writes nothing");
+        acts.reconcile_all(&plan(85.0), &mut cx);
+        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
+        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
+        let recs = journal::entries(jd.path()).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].undo, Undo::Write { path: "/sys/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
+        acts.reconcile_all(&plan(85.0), &mut cx);
+        acts.reconcile_all(&plan(10.0), &mut cx);
+        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("800000"), "never below cpuinfo_min_freq");
+        assert_eq!(fx.log.lock().unwrap().len(), 4, "written only when the value changes");
+        assert_eq!(journal::entries(jd.path()).unwrap().len(), 2, "one undo record per CPU, holding the original");
+        acts.reconcile_all(&plan(100.0), &mut cx);
+        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"), "100 % puts back the original");
+        assert!(acts.status()[0].ok);
+        // Killed at a capped stage: the journal alone restores.
+        acts.reconcile_all(&plan(70.0), &mut cx);
+        drop(acts);
+        journal::restore(jd.path(), &fx).unwrap();
+        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("3000000"));
+        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"));
+    }
+
+    #[test]
+    fn without_cpufreq_it_says_so_once_and_does_nothing() {
+        let fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpu0");
+        let jd = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(jd.path()).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
+        acts.init_all(&mut cx).unwrap();
+        acts.reconcile_all(&plan(70.0), &mut cx);
+        let st = &acts.status()[0];
+        assert!(st.ok, "{:?}", st.last_error);
+        assert!(st.state["notes"][0].as_str().unwrap().contains("no cpufreq"), "{}", st.state);
+        assert!(fx.log.lock().unwrap().is_empty());
+        assert!(journal::entries(jd.path()).unwrap().is_empty());
+        assert!(acts.shutdown_all(&mut cx).is_empty());
+    }
+}
