@@ -171,6 +171,40 @@ pub struct Stage {
     /// Where the temperature behind it came from: `sensor`, `model`, or `unknown` when no
     /// reading has reached the stage yet.
     pub temp_source: Origin,
+    /// What holds the stage at its value: the temperature, or the power budget
+    /// (`thermal.power_thresholds_watts`) when the power stage is the higher one. Either way
+    /// `temp_celsius` is the real temperature, never the power stage's stand-in.
+    #[serde(default)]
+    pub driven_by: StageDriver,
+    /// The power budget's side, when one is configured and power was read.
+    #[serde(default)]
+    pub power: Option<StagePower>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageDriver {
+    #[default]
+    Temperature,
+    Power,
+}
+
+impl StageDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageDriver::Temperature => "temperature",
+            StageDriver::Power => "power",
+        }
+    }
+}
+
+/// The power stage: machine power against `thermal.power_thresholds_watts`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StagePower {
+    pub stage: u32,
+    pub watts: f64,
+    /// `sensor` (RAPL, hwmon) or `model`, as the power reading says.
+    pub source: Origin,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -334,7 +334,7 @@ mod tests {
         s.frequency = vec![CpuFreq { cpu: 0, cur_khz: 2_000_000, min_khz: 0, max_khz: 0, source: Origin::Kernel }];
         let since_load = LatencyBuckets { le_ns: vec![1024, 2048], counts: vec![1, 3], count: 4, estimated_sum_ns: 9000.0 };
         s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
-        s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor };
+        s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor, ..Default::default() };
         s
     }
 

@@ -19,6 +19,10 @@ enum joule_limits {
 	JOULE_MAX_ZONES = 64,
 	/* Zone id under which user space feeds its thermal model (far above real tz->id values). */
 	JOULE_MODEL_ZONE = 1000,
+	/* Pseudo-zone of the power budget: user space computes the power stage (watts against
+	 * thermal.power_thresholds_watts) and feeds, under this id, the temperature threshold of
+	 * that stage, so power raises the stage through the same rule and the same map. */
+	JOULE_POWER_ZONE = 1001,
 	/* Zone ids of hwmon temperature sensors fed by user space: hwmonX/tempY is base + 64*X + Y
 	 * (they have no tz->id; thermal_zoneN uses N, which the tracepoint reports too). */
 	JOULE_HWMON_ZONE_BASE = 2000,
@@ -76,6 +80,7 @@ enum joule_temp_source {
 	JOULE_TEMP_NONE = 0,   /* no reading yet */
 	JOULE_TEMP_SENSOR = 1, /* a thermal zone, through tp_btf/thermal_temperature */
 	JOULE_TEMP_MODEL = 2,  /* user space's thermal model, through the `feed` syscall program */
+	JOULE_TEMP_POWER = 3,  /* the power budget's pseudo-zone (JOULE_POWER_ZONE): not a temperature */
 };
 
 /* thermal_config[0], written by user space before it feeds anything. Thresholds ascend.

@@ -33,6 +33,8 @@ pub const PIN_ZONES: &str = "thermal_zones";
 pub const PIN_CONFIG: &str = "thermal_config";
 /// Zone id the thermal model feeds under (`JOULE_MODEL_ZONE` in intf.h).
 pub const MODEL_ZONE: u32 = crate::intf::JOULE_MODEL_ZONE;
+/// Pseudo-zone id of the power budget (`JOULE_POWER_ZONE` in intf.h).
+pub const POWER_ZONE: u32 = crate::intf::JOULE_POWER_ZONE;
 /// First zone id of hwmon sensors fed from user space (`JOULE_HWMON_ZONE_BASE` in intf.h).
 pub const HWMON_ZONE_BASE: u32 = crate::intf::JOULE_HWMON_ZONE_BASE;
 

@@ -2,7 +2,7 @@
 //! reading (`thermal_zones`), decoded from map values, with where each temperature came from.
 
 use crate::error::{bpf, BpfError};
-use crate::intf::{joule_stage, joule_zone_state, JOULE_TEMP_MODEL, JOULE_TEMP_NONE, JOULE_TEMP_SENSOR};
+use crate::intf::{joule_stage, joule_zone_state, JOULE_TEMP_MODEL, JOULE_TEMP_NONE, JOULE_TEMP_POWER, JOULE_TEMP_SENSOR};
 use crate::pod::from_bytes;
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -10,6 +10,8 @@ use libbpf_rs::{MapCore, MapFlags};
 pub enum TempSource {
     Sensor,
     Model,
+    /// The power budget's pseudo-zone: the "temperature" is the threshold of the power stage.
+    Power,
     /// No reading has reached this entry yet (or it holds a value this joule does not know).
     None,
 }
@@ -19,6 +21,7 @@ impl TempSource {
         match self {
             TempSource::Sensor => JOULE_TEMP_SENSOR,
             TempSource::Model => JOULE_TEMP_MODEL,
+            TempSource::Power => JOULE_TEMP_POWER,
             TempSource::None => JOULE_TEMP_NONE,
         }
     }
@@ -26,6 +29,7 @@ impl TempSource {
         match raw {
             JOULE_TEMP_SENSOR => TempSource::Sensor,
             JOULE_TEMP_MODEL => TempSource::Model,
+            JOULE_TEMP_POWER => TempSource::Power,
             _ => TempSource::None,
         }
     }
@@ -119,6 +123,7 @@ mod tests {
         let r = StageReading::from_map_value(as_bytes(&joule_stage::default())).unwrap();
         assert_eq!((r.source, r.updated_ns), (TempSource::None, 0));
         assert_eq!(TempSource::from_raw(TempSource::Sensor.to_raw()), TempSource::Sensor);
+        assert_eq!(TempSource::from_raw(TempSource::Power.to_raw()), TempSource::Power);
         assert_eq!(TempSource::from_raw(99), TempSource::None);
     }
 }

@@ -80,7 +80,7 @@ mod tests {
     }
 
     fn hot(stage: u32) -> Snapshot {
-        let stage = Stage { value: stage, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model };
+        let stage = Stage { value: stage, temp_celsius: 81.5, computed_by: StageEngine::Ebpf, temp_source: Origin::Model, ..Default::default() };
         Snapshot { stage, ..Snapshot::default() }
     }
 

@@ -17,7 +17,7 @@ use joule_core::mounts::{self, PseudoFs};
 use joule_core::snapshot::BpfStatus;
 use joule_core::Snapshot;
 use runq::RunqSource;
-use stage::{mc, StageSource};
+use stage::{mc, PowerBudget, StageSource};
 
 /// What to do with BPF.
 pub enum Bpf<'a> {
@@ -85,12 +85,13 @@ impl Snapshotter {
         let t = &cfg.telemetry;
         let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
+        let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
         let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![] };
         let (pin_dir, mut journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
                 me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
-                me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc)));
+                me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power)));
                 return Ok(me);
             }
             Bpf::Private => (None, None),
@@ -108,7 +109,7 @@ impl Snapshotter {
         if let Some(e) = ts.tracepoint_error() {
             me.bpf_notes.push(format!("thermal/thermal_temperature did not attach ({e}): only the temperatures joule reads and feeds move the stage"));
         }
-        me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc)));
+        me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc, power)));
         me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
         Ok(me)
     }

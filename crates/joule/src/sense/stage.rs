@@ -1,9 +1,12 @@
 //! The thermal stage as a source: it runs after the thermal sources and the model, and turns
 //! their temperatures into the stage — in the kernel when the eBPF program is loaded (each
 //! reading fed through the same rule the tracepoint runs), else by the same rule in user space.
+//! A power budget (`thermal.power_thresholds_watts`) raises the stage through the same map:
+//! the power stage is computed here, by the same rule on milliwatts, and fed to the kernel
+//! program as a pseudo-zone (`POWER_ZONE`) whose "temperature" is that stage's threshold.
 
 use joule_bpf::ThermalStage;
-use joule_core::snapshot::{Stage, StageEngine};
+use joule_core::snapshot::{Stage, StageDriver, StageEngine, StagePower};
 use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
 use std::collections::HashMap;
@@ -15,6 +18,55 @@ pub struct StageSource {
     hysteresis_mc: i64,
     /// Per-zone stages of the user-space rule (only without the in-kernel program).
     fallback_stages: HashMap<u32, u32>,
+    power: Option<PowerBudget>,
+}
+
+/// `thermal.power_thresholds_watts` in mW, and the power stage it gave last sample.
+pub struct PowerBudget {
+    pub thresholds_mw: Vec<i64>,
+    pub hysteresis_mw: i64,
+    stage: u32,
+    /// The stage the in-kernel pseudo-zone holds (what was last fed).
+    fed: u32,
+}
+
+impl PowerBudget {
+    /// None when no power thresholds are configured.
+    pub fn new(thresholds_watts: &[f64], hysteresis_watts: f64) -> Option<PowerBudget> {
+        (!thresholds_watts.is_empty()).then(|| PowerBudget {
+            thresholds_mw: thresholds_watts.iter().map(|w| mc(*w)).collect(),
+            hysteresis_mw: mc(hysteresis_watts),
+            stage: 0,
+            fed: 0,
+        })
+    }
+}
+
+/// The stand-in temperatures to feed under `POWER_ZONE` so that the kernel's rule (with the
+/// temperature thresholds and hysteresis) moves that zone from stage `from` to stage `to`.
+/// Rising or staying: `thresholds_mc[to-1]`. Stage 0: just under the lowest exit point
+/// (`thresholds_mc[0] - hysteresis - 1`), which drops from any stage. Falling to `to > 0`:
+/// a value in [thresholds_mc[to-1], thresholds_mc[to] - hysteresis) lands there in one feed;
+/// where the thresholds are closer than the hysteresis no such value exists, and the zone is
+/// dropped to 0 and raised to `to` (two feeds; the machine-wide stage may read the lower one
+/// between them, for one syscall).
+pub fn power_feed_mc(from: u32, to: u32, thresholds_mc: &[i64], hysteresis_mc: i64) -> Vec<i64> {
+    let Some(&first) = thresholds_mc.first() else { return Vec::new() };
+    let below = first - hysteresis_mc - 1;
+    let to = (to as usize).min(thresholds_mc.len());
+    if to == 0 {
+        return vec![below];
+    }
+    let at = thresholds_mc[to - 1];
+    if to as u32 >= from {
+        return vec![at];
+    }
+    let land = thresholds_mc[to] - hysteresis_mc - 1;
+    if land >= at {
+        vec![land]
+    } else {
+        vec![below, at]
+    }
 }
 
 /// The in-kernel zone id of a sensor, from its name; None for a name joule does not know.
@@ -33,8 +85,19 @@ pub fn mc(celsius: f64) -> i64 {
 }
 
 impl StageSource {
-    pub fn new(kernel: Option<ThermalStage>, thresholds_mc: Vec<i64>, hysteresis_mc: i64) -> StageSource {
-        StageSource { kernel, thresholds_mc, hysteresis_mc, fallback_stages: HashMap::new() }
+    pub fn new(kernel: Option<ThermalStage>, thresholds_mc: Vec<i64>, hysteresis_mc: i64, power: Option<PowerBudget>) -> StageSource {
+        StageSource { kernel, thresholds_mc, hysteresis_mc, fallback_stages: HashMap::new(), power }
+    }
+
+    /// The power stage of this sample, when a budget is set and power was read.
+    fn power_stage(&mut self, snap: &Snapshot) -> Option<StagePower> {
+        let b = self.power.as_mut()?;
+        let p = &snap.power;
+        if p.source == Origin::Unknown {
+            return None;
+        }
+        b.stage = joule_core::policy::thermal_stage(b.stage, mc(p.watts), &b.thresholds_mw, b.hysteresis_mw);
+        Some(StagePower { stage: b.stage, watts: p.watts, source: p.source })
     }
 
     /// Every temperature the stage is computed from, with the zone id the in-kernel program
@@ -56,7 +119,12 @@ impl StageSource {
     }
 
     /// Feeds every temperature to the kernel program and reads the stage it computed.
-    fn in_kernel(ts: &ThermalStage, temps: &[(u32, f64, Origin)]) -> Result<Stage, joule_bpf::BpfError> {
+    fn in_kernel(
+        ts: &ThermalStage,
+        temps: &[(u32, f64, Origin)],
+        power: Option<(StagePower, &mut PowerBudget)>,
+        rule: (&[i64], i64),
+    ) -> Result<Stage, joule_bpf::BpfError> {
         // Thermal zones also reach the kernel program through the thermal tracepoint; feeding
         // what we read covers zones whose polling is off and hwmon sensors. Model values only
         // get there this way. The kernel takes the max over zones.
@@ -64,18 +132,35 @@ impl StageSource {
             let src = if *origin == Origin::Sensor { joule_bpf::TempSource::Sensor } else { joule_bpf::TempSource::Model };
             ts.feed(*zone, mc(*temp_c), src)?;
         }
+        let reading = power.as_ref().map(|(p, _)| *p);
+        if let Some((p, b)) = power {
+            for t in power_feed_mc(b.fed, p.stage, rule.0, rule.1) {
+                ts.feed(joule_bpf::POWER_ZONE, t, joule_bpf::TempSource::Power)?;
+            }
+            b.fed = p.stage;
+        }
         let r = ts.read();
-        let temp_source = match r.source {
-            joule_bpf::TempSource::Sensor => Origin::Sensor,
-            joule_bpf::TempSource::Model => Origin::Model,
-            joule_bpf::TempSource::None => Origin::Unknown,
+        let (temp_celsius, temp_source, driven_by) = match r.source {
+            joule_bpf::TempSource::Sensor => (r.temp_mc as f64 / 1000.0, Origin::Sensor, StageDriver::Temperature),
+            joule_bpf::TempSource::Model => (r.temp_mc as f64 / 1000.0, Origin::Model, StageDriver::Temperature),
+            // The kernel's "temperature" is the power stage's stand-in: report the real one.
+            joule_bpf::TempSource::Power => {
+                let (t, o) = Self::hottest(temps);
+                (t, o, StageDriver::Power)
+            }
+            joule_bpf::TempSource::None => (r.temp_mc as f64 / 1000.0, Origin::Unknown, StageDriver::Temperature),
         };
-        Ok(Stage { value: r.stage, temp_celsius: r.temp_mc as f64 / 1000.0, computed_by: StageEngine::Ebpf, temp_source })
+        Ok(Stage { value: r.stage, temp_celsius, computed_by: StageEngine::Ebpf, temp_source, driven_by, power: reading })
+    }
+
+    /// The hottest temperature read, with its origin (0 °C, unknown, when none was).
+    fn hottest(temps: &[(u32, f64, Origin)]) -> (f64, Origin) {
+        temps.iter().map(|t| (t.1, t.2)).max_by(|a, b| a.0.total_cmp(&b.0)).unwrap_or((0.0, Origin::Unknown))
     }
 
     /// The kernel program's rule, per zone, then the max over zones (highest stage, then
     /// hottest), so both engines agree.
-    fn in_user_space(&mut self, temps: Vec<(u32, f64, Origin)>) -> Stage {
+    fn in_user_space(&mut self, temps: Vec<(u32, f64, Origin)>, power: Option<StagePower>) -> Stage {
         let mut best: Option<(u32, f64, Origin)> = None;
         for (zone, temp_c, origin) in temps {
             let prev = self.fallback_stages.get(&zone).copied().unwrap_or(0);
@@ -85,18 +170,27 @@ impl StageSource {
                 best = Some((st, temp_c, origin));
             }
         }
-        let Some((value, temp_celsius, temp_source)) = best else { return Stage::default() };
-        Stage { value, temp_celsius, computed_by: StageEngine::Userspace, temp_source }
+        let (value, temp_celsius, temp_source) = best.unwrap_or((0, 0.0, Origin::Unknown));
+        let mut st = Stage { value, temp_celsius, computed_by: StageEngine::Userspace, temp_source, driven_by: StageDriver::Temperature, power };
+        if let Some(p) = power.filter(|p| p.stage > value) {
+            (st.value, st.driven_by) = (p.stage, StageDriver::Power);
+        }
+        st
     }
 
     pub fn stage(&mut self, snap: &Snapshot) -> Result<Stage, SourceError> {
         let temps = Self::temperatures(snap);
-        if temps.is_empty() {
+        let power = self.power_stage(snap);
+        if temps.is_empty() && power.is_none() {
             return Ok(Stage::default());
         }
         match &self.kernel {
-            Some(ts) => Self::in_kernel(ts, &temps).map_err(|e| SourceError::Other(format!("feeding the in-kernel thermal stage: {e}"))),
-            None => Ok(self.in_user_space(temps)),
+            Some(ts) => {
+                let budget = power.zip(self.power.as_mut());
+                Self::in_kernel(ts, &temps, budget, (&self.thresholds_mc, self.hysteresis_mc))
+                    .map_err(|e| SourceError::Other(format!("feeding the in-kernel thermal stage: {e}")))
+            }
+            None => Ok(self.in_user_space(temps, power)),
         }
     }
 }
@@ -121,7 +215,47 @@ mod tests {
     }
 
     fn user_space() -> StageSource {
-        StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000)
+        StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, None)
+    }
+
+    /// Replays the kernel's rule on what `power_feed_mc` feeds, for every move between stages.
+    #[test]
+    fn power_feeds_land_the_pseudo_zone_on_the_power_stage_from_any_stage() {
+        for (thr, hyst) in [(vec![70_000, 80_000, 90_000], 3_000), (vec![50_000, 51_000, 52_000], 3_000)] {
+            for from in 0..=3u32 {
+                for to in 0..=3u32 {
+                    let feeds = power_feed_mc(from, to, &thr, hyst);
+                    let got = feeds.iter().fold(from, |s, t| joule_core::policy::thermal_stage(s, *t, &thr, hyst));
+                    assert_eq!(got, to, "{from} -> {to} with {thr:?} ± {hyst}: fed {feeds:?}");
+                    // One feed wherever the gap allows it (only the tight table falls in two).
+                    assert!(feeds.len() == 1 || (thr[1] - thr[0] <= hyst && to > 0 && to < from), "{feeds:?}");
+                }
+            }
+        }
+        assert_eq!(power_feed_mc(0, 2, &[70_000, 80_000], 3_000), vec![80_000], "stage k: threshold k-1");
+        assert_eq!(power_feed_mc(2, 0, &[70_000, 80_000], 3_000), vec![66_999], "stage 0: under the lowest exit point");
+    }
+
+    #[test]
+    fn power_raises_the_stage_with_its_own_hysteresis_and_says_so() {
+        let mut src = StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, PowerBudget::new(&[10.0, 20.0, 30.0], 2.0));
+        let mut s = Snapshot::default();
+        s.thermal.zones = vec![zone("thermal_zone0", 72.0)];
+        s.power.watts = 25.0;
+        s.power.source = Origin::Model;
+        let st = src.stage(&s).unwrap();
+        assert_eq!((st.value, st.driven_by, st.temp_celsius, st.temp_source), (2, StageDriver::Power, 72.0, Origin::Sensor));
+        assert_eq!(st.power, Some(StagePower { stage: 2, watts: 25.0, source: Origin::Model }));
+        // 18.5 W is within the 2 W hysteresis of 20 W: the power stage holds at 2.
+        s.power.watts = 18.5;
+        assert_eq!(src.stage(&s).unwrap().value, 2);
+        // Under 18 W it falls to 1, the temperature's stage: temperature holds it now.
+        s.power.watts = 17.0;
+        let st = src.stage(&s).unwrap();
+        assert_eq!((st.value, st.driven_by), (1, StageDriver::Temperature));
+        // No power reading: the budget does not move the stage and says nothing.
+        s.power.source = Origin::Unknown;
+        assert_eq!(src.stage(&s).unwrap().power, None);
     }
 
     #[test]
