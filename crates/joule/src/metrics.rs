@@ -297,7 +297,24 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
             def: def!("joule_actuator_errors", Counter, None, "", "Reconciles of the actuator that failed (each retried the next period)."),
             samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(a.errors_total as f64))).collect(),
         },
+        Family {
+            def: def!(
+                "joule_thermal_class_cap_ratio",
+                Gauge,
+                None,
+                "",
+                "Share of the whole machine (all CPUs) a best-effort class may use now, its configured quota and the thermal stage's cap together (1 = unlimited); the qos actuator's status has the quota written."
+            ),
+            samples: class_caps(actuators).into_iter().map(|(c, r)| (l(&[("class", &c)]), num(r))).collect(),
+        },
     ]
+}
+
+/// (class, ratio) of every cap the qos actuator reports holding.
+fn class_caps(actuators: &[ActuatorStatus]) -> Vec<(String, f64)> {
+    let qos = actuators.iter().find(|a| a.name == joule_core::policy::QOS_ACTUATOR);
+    let caps = qos.and_then(|a| a.state.get("caps")).and_then(|c| c.as_object());
+    caps.into_iter().flatten().filter_map(|(class, cap)| Some((class.clone(), cap.get("ratio")?.as_f64()?))).collect()
 }
 
 #[cfg(test)]
@@ -358,7 +375,7 @@ mod tests {
                 assert!(json.pointer(def.json).is_some(), "{}: {} is not in the snapshot JSON", def.name, def.json);
             }
         }
-        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_"];
+        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_"];
         for def in catalogue() {
             assert_eq!(def.json.is_empty(), in_snapshot.iter().any(|p| def.name.starts_with(p)), "{}", def.name);
         }
@@ -375,7 +392,8 @@ mod tests {
             "r",
         );
         plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["a".into()] }, "r");
-        let acts = [ActuatorStatus { name: "qos".into(), ok: false, errors_total: 3, ..Default::default() }];
+        let caps = serde_json::json!({ "caps": { "batch": { "ratio": 0.35, "quota_us": 70000 } } });
+        let acts = [ActuatorStatus { name: "qos".into(), ok: false, errors_total: 3, state: caps, ..Default::default() }];
         let fams = control_families(&plan, &acts);
         let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap();
         let d = &get("joule_plan_decisions").samples;
@@ -385,6 +403,7 @@ mod tests {
             .any(|(l, v)| l.contains(&("kind".into(), "thermal_stage".into())) && l.contains(&("actuator".into(), String::new())) && *v == Value::Number(1.0)));
         assert_eq!(get("joule_actuator_up").samples[0].1, Value::Number(0.0));
         assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
+        assert_eq!(get("joule_thermal_class_cap_ratio").samples, vec![(l(&[("class", "batch")]), Value::Number(0.35))]);
         for f in &fams {
             assert!(f.def.name.starts_with("joule_") && !f.def.name.ends_with("_total"), "{}", f.def.name);
         }

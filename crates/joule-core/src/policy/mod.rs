@@ -8,4 +8,4 @@ mod thermal;
 
 pub use classes::{ClassPolicy, QOS_ACTUATOR};
 pub use stage_rule::thermal_stage;
-pub use thermal::{ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};
+pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};

@@ -65,6 +65,57 @@ impl Policy for ThermalPolicy {
     }
 }
 
+/// What the thermal policy asked of the machine in one plan: the stage, the path and the caps.
+/// The agent logs an event when it changes and shows it on its status line.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ThermalActions {
+    pub stage: u32,
+    pub path: ThermalPath,
+    /// Per best-effort class: % of the whole machine it may use (100 = uncapped).
+    pub class_cpu_pct: std::collections::BTreeMap<String, f64>,
+    pub cpufreq_max_pct: f64,
+}
+
+impl ThermalActions {
+    /// Read back from `plan` (None when the thermal policy decided nothing).
+    pub fn from_plan(plan: &Plan) -> Option<ThermalActions> {
+        let mut out = None;
+        for d in plan.decisions.iter().filter(|d| d.policy == "thermal") {
+            match &d.want {
+                Want::ThermalStage { stage, path, .. } => {
+                    out = Some(ThermalActions { stage: *stage, path: *path, class_cpu_pct: Default::default(), cpufreq_max_pct: 100.0 })
+                }
+                Want::CapClass { class, cpu_pct } => {
+                    if let Some(a) = out.as_mut() {
+                        a.class_cpu_pct.insert(class.clone(), *cpu_pct);
+                    }
+                }
+                Want::CpufreqMax { pct } => {
+                    if let Some(a) = out.as_mut() {
+                        a.cpufreq_max_pct = *pct;
+                    }
+                }
+                Want::HoldClasses { .. } => {}
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for ThermalActions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = match self.path {
+            ThermalPath::Scx => "scx",
+            ThermalPath::Cgroup => "cgroup",
+        };
+        write!(f, "{path} path")?;
+        for (c, p) in &self.class_cpu_pct {
+            write!(f, ", {c} ≤ {p:.0}%")?;
+        }
+        write!(f, ", freq ≤ {:.0}%", self.cpufreq_max_pct)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +149,9 @@ mod tests {
         let caps: Vec<_> = plan.for_actuator("qos").map(|d| d.want.clone()).collect();
         assert_eq!(caps, vec![Want::CapClass { class: "batch".into(), cpu_pct: 35.0 }], "labelled classes are never capped");
         assert_eq!(plan.for_actuator(CPUFREQ_ACTUATOR).last().unwrap().want, Want::CpufreqMax { pct: 85.0 });
+        let a = ThermalActions::from_plan(&plan).unwrap();
+        assert_eq!((a.stage, a.path, a.class_cpu_pct["batch"], a.cpufreq_max_pct), (2, ThermalPath::Cgroup, 35.0, 85.0));
+        assert_eq!(a.to_string(), "cgroup path, batch ≤ 35%, freq ≤ 85%");
     }
 
     #[test]

@@ -23,9 +23,10 @@ use anyhow::Context;
 use events::Events;
 use joule_core::config::Config;
 use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
+use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
-use joule_core::policy::{ClassPolicy, ThermalPolicy};
+use joule_core::policy::{ClassPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -118,6 +119,11 @@ fn actuators(cfg: &Config, root: bool) -> anyhow::Result<Vec<Box<dyn Actuator>>>
             tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
         }
     }
+    // The thermal stage's CPU frequency caps (a note, and nothing else, where cpufreq is
+    // missing). Decisions addressed to an actuator that is not here reach no one.
+    if root {
+        a.push(Box::new(CpufreqActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"))));
+    }
     Ok(a)
 }
 
@@ -165,6 +171,7 @@ fn run_loop(
     let mut stats = AgentStats::default();
     let mut last_status = Instant::now() - status_every;
     let mut last_stage = None;
+    let mut last_actions: Option<ThermalActions> = None;
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
@@ -176,16 +183,27 @@ fn run_loop(
             let st = &snap.stage;
             (cx.events)(
                 "stage",
-                serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by }),
+                serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by, "driven_by": st.driven_by, "power": st.power }),
             );
             stats.stage_transitions_total += u64::from(last_stage.is_some());
             last_stage = Some(st.value);
+        }
+        let actions = ThermalActions::from_plan(&plan);
+        if actions != last_actions {
+            if let Some(a) = &actions {
+                let st = &snap.stage;
+                let mut fields = serde_json::to_value(a).unwrap_or_default();
+                fields["driven_by"] = st.driven_by.as_str().into();
+                fields["power"] = serde_json::to_value(st.power).unwrap_or_default();
+                (cx.events)("thermal_actions", fields);
+            }
+            last_actions = actions;
         }
         stats.samples_total += 1;
         stats.cpu_seconds_total = status::cpu_seconds_self();
         stats.last_loop_seconds = t0.elapsed().as_secs_f64();
         if !status_every.is_zero() && last_status.elapsed() >= status_every {
-            eprintln!("{}", status::status_line(&snap, &addr));
+            eprintln!("{}", status::status_line(&snap, last_actions.as_ref(), &addr));
             last_status = Instant::now();
         }
         *shared.write().unwrap_or_else(|e| e.into_inner()) = Published { snapshot: snap, plan, actuators: actuators.status().to_vec(), agent: stats.clone() };

@@ -1,5 +1,6 @@
 //! The agent's view of itself: its CPU time, and the one-line status it prints for humans.
 
+use joule_core::policy::ThermalActions;
 use joule_core::Snapshot;
 
 /// CPU time (user + system) this process has used, in seconds.
@@ -13,7 +14,7 @@ pub fn cpu_seconds_self() -> f64 {
 }
 
 /// One line for humans on stderr.
-pub fn status_line(s: &Snapshot, addr: &std::net::SocketAddr) -> String {
+pub fn status_line(s: &Snapshot, actions: Option<&ThermalActions>, addr: &std::net::SocketAddr) -> String {
     let cpus: Vec<String> = s.cpu.utilization.iter().map(|u| format!("{:.0}%", u * 100.0)).collect();
     let worst = s.runq_latency.iter().filter(|r| r.count > 0).max_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
     let runq = match worst {
@@ -21,8 +22,13 @@ pub fn status_line(s: &Snapshot, addr: &std::net::SocketAddr) -> String {
         None if !s.bpf.enabled => format!("eBPF OFF ({})", s.bpf.off_reason),
         None => "runq n/a".into(),
     };
+    let acting = actions.map(|a| format!(" {a}")).unwrap_or_default();
+    let driver = match s.stage.driven_by {
+        joule_core::snapshot::StageDriver::Power => " by power",
+        joule_core::snapshot::StageDriver::Temperature => "",
+    };
     format!(
-        "joule: stage {} ({:.1} °C {}, by {}) | power {:.1} W ({}) | cpu {} | {} | http://{}/metrics",
+        "joule: stage {}{driver} ({:.1} °C {}, by {}){acting} | power {:.1} W ({}) | cpu {} | {} | http://{}/metrics",
         s.stage.value,
         s.stage.temp_celsius,
         s.stage.temp_source,
