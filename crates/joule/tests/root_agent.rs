@@ -566,3 +566,6 @@ fn root_agent_without_bpf_only_when_asked_and_says_so() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("eBPF is off (flag)"), "{err}");
 }
+
+#[path = "root_agent/thermal.rs"]
+mod thermal;
