@@ -147,11 +147,11 @@ mod tests {
         for (n, cur) in [(0, "3000000"), (1, "2800000")] {
             let d = format!("/sys/cpu/cpu{n}/cpufreq");
             fx = fx
-                .with_dir(&format!("/sys/cpu/cpu{n}"))
-                .with_dir(&d)
-                .with_file(&format!("{d}/cpuinfo_max_freq"), "3000000\n")
-                .with_file(&format!("{d}/cpuinfo_min_freq"), "800000\n")
-                .with_file(&format!("{d}/scaling_max_freq"), &format!("{cur}\n"));
+                .with_dir(format!("/sys/cpu/cpu{n}"))
+                .with_dir(d.as_str())
+                .with_file(format!("{d}/cpuinfo_max_freq"), "3000000\n")
+                .with_file(format!("{d}/cpuinfo_min_freq"), "800000\n")
+                .with_file(format!("{d}/scaling_max_freq"), &format!("{cur}\n"));
         }
         fx
     }
