@@ -162,35 +162,43 @@ mod tests {
         p
     }
 
-    #[test]
-    fn caps_every_cpu_journalled_first_never_below_min_and_restores_the_original() {
-        let fx = tree();
+    /// Runs `body` on a started cpufreq actuator over `fx`, journalling in a fresh directory.
+    fn with_actuator(fx: &FakeEffects, body: impl FnOnce(&mut Actuators, &mut ActCx<'_>, &Path)) {
         let jd = tempfile::tempdir().unwrap();
         let mut journal = Journal::open(jd.path()).unwrap();
         let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut cx = ActCx { journal: &mut journal, fx, events: &mut sink };
         let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
         acts.init_all(&mut cx).unwrap();
-        acts.reconcile_all(&plan(100.0), &mut cx);
+        body(&mut acts, &mut cx, jd.path());
+    }
+
+    #[test]
+    fn caps_every_cpu_journalled_first_never_below_min_and_restores_the_original() {
+        let fx = tree();
+        with_actuator(&fx, |acts, cx, jd| caps_and_restores(&fx, acts, cx, jd));
+    }
+
+    fn caps_and_restores(fx: &FakeEffects, acts: &mut Actuators, cx: &mut ActCx<'_>, jd: &Path) {
+        acts.reconcile_all(&plan(100.0), cx);
         assert!(fx.log.lock().unwrap().is_empty(), "100 % at start writes nothing");
-        acts.reconcile_all(&plan(85.0), &mut cx);
+        acts.reconcile_all(&plan(85.0), cx);
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
         assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
-        let recs = journal::entries(jd.path()).unwrap();
+        let recs = journal::entries(jd).unwrap();
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[1].undo, Undo::Write { path: "/sys/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
-        acts.reconcile_all(&plan(85.0), &mut cx);
-        acts.reconcile_all(&plan(10.0), &mut cx);
+        acts.reconcile_all(&plan(85.0), cx);
+        acts.reconcile_all(&plan(10.0), cx);
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("800000"), "never below cpuinfo_min_freq");
         assert_eq!(fx.log.lock().unwrap().len(), 4, "written only when the value changes");
-        assert_eq!(journal::entries(jd.path()).unwrap().len(), 2, "one undo record per CPU, holding the original");
-        acts.reconcile_all(&plan(100.0), &mut cx);
+        assert_eq!(journal::entries(jd).unwrap().len(), 2, "one undo record per CPU, holding the original");
+        acts.reconcile_all(&plan(100.0), cx);
         assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"), "100 % puts back the original");
         assert!(acts.status()[0].ok);
         // Killed at a capped stage: the journal alone restores.
-        acts.reconcile_all(&plan(70.0), &mut cx);
-        drop(acts);
-        journal::restore(jd.path(), &fx).unwrap();
+        acts.reconcile_all(&plan(70.0), cx);
+        journal::restore(jd, fx).unwrap();
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("3000000"));
         assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"));
     }
@@ -198,18 +206,14 @@ mod tests {
     #[test]
     fn without_cpufreq_it_says_so_once_and_does_nothing() {
         let fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpu0");
-        let jd = tempfile::tempdir().unwrap();
-        let mut journal = Journal::open(jd.path()).unwrap();
-        let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
-        let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
-        acts.init_all(&mut cx).unwrap();
-        acts.reconcile_all(&plan(70.0), &mut cx);
-        let st = &acts.status()[0];
-        assert!(st.ok, "{:?}", st.last_error);
-        assert!(st.state["notes"][0].as_str().unwrap().contains("no cpufreq"), "{}", st.state);
-        assert!(fx.log.lock().unwrap().is_empty());
-        assert!(journal::entries(jd.path()).unwrap().is_empty());
-        assert!(acts.shutdown_all(&mut cx).is_empty());
+        with_actuator(&fx, |acts, cx, jd| {
+            acts.reconcile_all(&plan(70.0), cx);
+            let st = &acts.status()[0];
+            assert!(st.ok, "{:?}", st.last_error);
+            assert!(st.state["notes"][0].as_str().unwrap().contains("no cpufreq"), "{}", st.state);
+            assert!(fx.log.lock().unwrap().is_empty());
+            assert!(journal::entries(jd).unwrap().is_empty());
+            assert!(acts.shutdown_all(cx).is_empty());
+        });
     }
 }

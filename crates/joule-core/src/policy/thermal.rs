@@ -37,6 +37,10 @@ impl Policy for ThermalPolicy {
             StageEngine::None => "no temperature reading yet".to_string(),
             by => format!("{:.1} °C ({}), stage computed by {}", st.temp_celsius, st.temp_source, by.as_str()),
         };
+        let why = match (st.driven_by, st.power) {
+            (crate::snapshot::StageDriver::Power, Some(p)) => format!("the power budget: {:.1} W ({}) is at power stage {}; {why}", p.watts, p.source, p.stage),
+            _ => why,
+        };
         let wants_scx = self.cfg.scheduler == ThermalScheduler::Scx;
         let path = if wants_scx && snap.sched_ext.ours() { ThermalPath::Scx } else { ThermalPath::Cgroup };
         let path_why = match (wants_scx, path) {
@@ -173,6 +177,17 @@ mod tests {
         assert!(matches!(stage.want, Want::ThermalStage { path: ThermalPath::Cgroup, .. }), "{stage:?}");
         assert!(stage.reason.contains("cgroup path"), "{}", stage.reason);
         assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 15.0 });
+    }
+
+    #[test]
+    fn a_stage_the_power_budget_holds_says_so_with_the_watts() {
+        let mut p = ThermalPolicy::from_config(&cfg("cgroup"));
+        let mut snap = hot(2);
+        snap.stage.driven_by = crate::snapshot::StageDriver::Power;
+        snap.stage.power = Some(crate::snapshot::StagePower { stage: 2, watts: 41.25, source: Origin::Sensor });
+        let mut plan = Plan::default();
+        p.decide(&snap, &mut plan);
+        assert!(plan.decisions[0].reason.starts_with("stage 2 from the power budget: 41.2 W (sensor) is at power stage 2"), "{}", plan.decisions[0].reason);
     }
 
     #[test]

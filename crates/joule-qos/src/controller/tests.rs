@@ -51,6 +51,15 @@ impl CgFake {
         f.fx.log.lock().unwrap().clear();
         f
     }
+    /// A v2 root at /cg offering cpuset and cpu, with `cpus` effective.
+    fn v2(cpus: &str) -> Self {
+        let f = CgFake::default();
+        f.mkdir_raw("/cg");
+        f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
+        f.set("/cg/cpuset.cpus.effective", cpus);
+        f.fx.log.lock().unwrap().clear();
+        f
+    }
     fn mkdir_raw(&self, d: &str) {
         self.fx.dirs.lock().unwrap().insert(d.into(), ());
         self.populate(d);
@@ -379,11 +388,7 @@ fn release_leaves_other_owners_records() {
 
 #[test]
 fn v2_fixture_writes_cpu_max_and_undoes_the_controller_enable() {
-    let f = CgFake::default();
-    f.mkdir_raw("/cg");
-    f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
-    f.set("/cg/cpuset.cpus.effective", "0-1");
-    f.fx.log.lock().unwrap().clear();
+    let f = CgFake::v2("0-1");
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let cs = vec![
@@ -574,10 +579,7 @@ fn v1_thermal_cap_is_min_of_configured_and_machine_share_written_once_and_journa
 
 #[test]
 fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
-    let f = CgFake::default();
-    f.mkdir_raw("/cg");
-    f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
-    f.set("/cg/cpuset.cpus.effective", "0-3");
+    let f = CgFake::v2("0-3");
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
