@@ -104,10 +104,12 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const RUNQ: &str = "joule_runq_latency_seconds";
 
 /// Families whose samples carry no measured value, so no `source` label: the agent's own
-/// bookkeeping, whether eBPF runs, the plan and the actuators' state, and the stage (a decision,
-/// labelled computed_by and temp_source).
+/// bookkeeping, whether eBPF runs, the plan and the actuators' state (a class's thermal cap is
+/// what the qos actuator holds), and the stage (a decision, labelled computed_by and temp_source).
 fn exempt_from_source(metric: &str) -> bool {
-    ["joule_agent_", "joule_plan_", "joule_actuator_"].iter().any(|p| metric.starts_with(p)) || metric == "joule_thermal_stage" || metric == "joule_bpf_enabled"
+    ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_"].iter().any(|p| metric.starts_with(p))
+        || metric == "joule_thermal_stage"
+        || metric == "joule_bpf_enabled"
 }
 
 /// `_count` of every run-queue latency series, by its labels.
