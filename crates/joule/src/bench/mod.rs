@@ -5,6 +5,7 @@
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
+pub mod thermal;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
@@ -16,11 +17,22 @@ pub enum BenchCmd {
     /// achieved CPU share per group for each configuration, joule's admission verdict, and the
     /// cost of small periods.
     RtShare(rt_share::RtShareArgs),
+    /// Default scheduling vs joule acting on the thermal stage, back to back with the same
+    /// loads (fio random read/write, stress-ng CPU workers in a best-effort class, a labelled
+    /// task measuring its wake-up latency): peak and mean temperature (sensor, else joule's RC
+    /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
+    /// the throughput cost of each stage. Needs root, fio and stress-ng.
+    Thermal(thermal::ThermalArgs),
+    /// The latency probe `bench thermal` runs as its labelled task (internal).
+    #[command(hide = true)]
+    ThermalProbe(thermal::probe::ProbeArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Overhead(a) => overhead::run(a),
         BenchCmd::RtShare(a) => rt_share::run(&a),
+        BenchCmd::Thermal(a) => thermal::run(&a),
+        BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
     }
 }
