@@ -58,6 +58,11 @@ pub struct ThermalArgs {
     /// default run exceeds.
     #[arg(long, default_value_t = 50.0)]
     pub limit_celsius: f64,
+    /// Idle seconds before each mode's loads start, while the agent matches its classes. Both
+    /// models (the agent's and the bench's) start at the steady state of the machine's
+    /// utilisation since boot and relax toward the idle machine's; 10 s is two time constants.
+    #[arg(long, default_value_t = 10.0)]
+    pub warmup_s: f64,
     /// stress-ng CPU workers; 0 = one per CPU.
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
@@ -79,9 +84,6 @@ fn knobs(limit_celsius: f64) -> ModelKnobs {
 const SAMPLE: Duration = Duration::from_millis(200);
 const PROBE_PERIOD_US: u64 = 2000;
 const FIO_SIZE_MIB: u64 = 128;
-/// Idle seconds before the loads start: the agent matches the classes and both models start
-/// from the idle machine.
-const WARMUP: Duration = Duration::from_secs(2);
 
 fn validate(a: &ThermalArgs) -> Result<(), UsageError> {
     let k = knobs(a.limit_celsius);
@@ -92,6 +94,7 @@ fn validate(a: &ThermalArgs) -> Result<(), UsageError> {
             a.limit_celsius.is_finite() && a.limit_celsius >= idle_c + 7.0 && a.limit_celsius <= 150.0,
             format!("--limit-celsius must be {:.1} to 150 (its first stage starts 6 °C under it, above the idle machine's {idle_c:.1} °C)", idle_c + 7.0),
         ),
+        (a.warmup_s.is_finite() && (0.0..=120.0).contains(&a.warmup_s), "--warmup-s must be 0 to 120".to_string()),
         (a.workers <= 256, "--workers must be 0 to 256".to_string()),
     ]
     .into_iter()
@@ -146,6 +149,7 @@ struct Ctx<'a> {
     knobs: ModelKnobs,
     path: ThermalPath,
     duration_s: f64,
+    warmup_s: f64,
     workers: usize,
     fio: FioJob,
     interrupted: &'a AtomicBool,
@@ -199,7 +203,7 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
     let (cfg_path, cfg) = agent::write_config(&dir, &cx.knobs, cx.path, true, joule.then_some(&pids))?;
     let mut agent = if joule { Some(Agent::start(&cfg_path, &cfg, &dir.join("agent.log"))?) } else { None };
     let mut tracer = Tracer::new(&cfg);
-    nap(WARMUP, cx.interrupted)?;
+    nap(Duration::from_secs_f64(cx.warmup_s), cx.interrupted)?;
 
     tracer.zero_clock();
     for l in [&probe, &stress, &fio] {
@@ -278,6 +282,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         knobs: knobs(a.limit_celsius),
         path,
         duration_s: a.duration_s,
+        warmup_s: a.warmup_s,
         workers: if a.workers == 0 { ncpu } else { a.workers },
         fio,
         interrupted: &interrupted,
@@ -294,6 +299,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         knobs: cx.knobs,
         thresholds_celsius: cx.knobs.thresholds_celsius(),
         duration_s: a.duration_s,
+        warmup_s: a.warmup_s,
         workers: cx.workers,
         direct_io: direct,
         ncpu,
@@ -328,8 +334,8 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_bounds_name_each_flag() {
         assert!(validate(&args(&[])).is_ok());
-        let e = validate(&args(&["--duration-s", "1", "--limit-celsius", "40", "--workers", "999"])).unwrap_err();
-        for flag in ["--duration-s", "--limit-celsius", "--workers"] {
+        let e = validate(&args(&["--duration-s", "1", "--limit-celsius", "40", "--workers", "999", "--warmup-s", "-1"])).unwrap_err();
+        for flag in ["--duration-s", "--limit-celsius", "--workers", "--warmup-s"] {
             assert!(e.0.contains(flag), "{flag} missing in: {e}");
         }
         assert!(validate(&args(&["--duration-s", "NaN"])).is_err());
