@@ -221,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn a_limit_too_close_to_ambient_is_refused_by_the_config_check() {
+    fn a_limit_that_is_not_a_number_is_refused_by_the_config_check() {
         let dir = tempfile::tempdir().unwrap();
         let k = ModelKnobs { limit_celsius: f64::NAN, ..knobs() };
         let e = write_config(dir.path(), &k, ThermalPath::Cgroup, true, None).unwrap_err();

@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_bounds_name_each_flag() {
         assert!(validate(&args(&[])).is_ok());
-        let e = validate(&args(&["--duration-s", "1", "--limit-celsius", "40", "--workers", "999", "--warmup-s", "-1"])).unwrap_err();
+        let e = validate(&args(&["--duration-s", "1", "--limit-celsius", "40", "--workers", "999", "--warmup-s=-1"])).unwrap_err();
         for flag in ["--duration-s", "--limit-celsius", "--workers", "--warmup-s"] {
             assert!(e.0.contains(flag), "{flag} missing in: {e}");
         }
