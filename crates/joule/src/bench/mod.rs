@@ -36,3 +36,25 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
     }
 }
+
+/// The bounds a bench's arguments must meet, each with the message naming its flag: every
+/// failed one is reported at once, as a usage error (exit 2).
+pub fn check_bounds<S: Into<String>>(checks: impl IntoIterator<Item = (bool, S)>) -> Result<(), crate::UsageError> {
+    let problems: Vec<String> = checks.into_iter().filter_map(|(ok, msg)| (!ok).then(|| msg.into())).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::UsageError(problems.join("; ")))
+    }
+}
+
+/// A bench's arguments as clap parses `joule bench <name> <extra>`, for the unit tests.
+#[cfg(test)]
+pub fn parse_args<A: clap::Args>(name: &str, extra: &[&str]) -> A {
+    #[derive(clap::Parser)]
+    struct Cli<A: clap::Args> {
+        #[command(flatten)]
+        a: A,
+    }
+    <Cli<A> as clap::Parser>::parse_from(std::iter::once(name).chain(extra.iter().copied())).a
+}

@@ -88,7 +88,7 @@ const FIO_SIZE_MIB: u64 = 128;
 fn validate(a: &ThermalArgs) -> Result<(), UsageError> {
     let k = knobs(a.limit_celsius);
     let idle_c = k.ambient_celsius + k.idle_watts * k.resistance_celsius_per_watt;
-    let problems: Vec<String> = [
+    super::check_bounds([
         (a.duration_s.is_finite() && (5.0..=900.0).contains(&a.duration_s), "--duration-s must be 5 to 900".to_string()),
         (
             a.limit_celsius.is_finite() && a.limit_celsius >= idle_c + 7.0 && a.limit_celsius <= 150.0,
@@ -96,15 +96,7 @@ fn validate(a: &ThermalArgs) -> Result<(), UsageError> {
         ),
         (a.warmup_s.is_finite() && (0.0..=120.0).contains(&a.warmup_s), "--warmup-s must be 0 to 120".to_string()),
         (a.workers <= 256, "--workers must be 0 to 256".to_string()),
-    ]
-    .into_iter()
-    .filter_map(|(ok, msg)| (!ok).then_some(msg))
-    .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(UsageError(problems.join("; ")))
-    }
+    ])
 }
 
 fn resolve_path(p: PathArg, sysfs: &Path) -> ThermalPath {
@@ -323,12 +315,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> ThermalArgs {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            a: ThermalArgs,
-        }
-        <Cli as clap::Parser>::parse_from(std::iter::once("thermal").chain(extra.iter().copied())).a
+        crate::bench::parse_args("thermal", extra)
     }
 
     #[test]
