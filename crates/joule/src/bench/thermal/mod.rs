@@ -63,7 +63,7 @@ pub struct ThermalArgs {
     /// utilisation since boot and relax toward the idle machine's; 10 s is two time constants.
     #[arg(long, default_value_t = 10.0)]
     pub warmup_s: f64,
-    /// stress-ng CPU workers; 0 = one per CPU.
+    /// stress-ng CPU workers; 0 = one per CPU (more add run-queue wait, not heat).
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
 }
