@@ -129,6 +129,14 @@ fn bench_overhead_refuses_out_of_range_arguments_with_exit_2() {
     assert!(err.contains("--runs") && err.contains("--wakers"), "{err}");
 }
 
+#[test]
+fn bench_thermal_refuses_out_of_range_arguments_with_exit_2_before_starting_anything() {
+    let out = joule(&["bench", "thermal", "--duration-s", "1", "--limit-celsius", "30"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--duration-s") && err.contains("--limit-celsius"), "{err}");
+}
+
 /// A short real run without eBPF (no root needed): the thread counts appear as given, the
 /// eBPF cost is absent rather than zero, and the waking load's rate is measured.
 #[test]

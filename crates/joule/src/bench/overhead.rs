@@ -61,22 +61,14 @@ pub struct OverheadArgs {
 
 /// Bounds that keep a run finite and its load meaningful; the user's to fix (exit 2).
 fn validate(a: &OverheadArgs) -> Result<(), UsageError> {
-    let problems: Vec<&str> = [
+    super::check_bounds([
         (a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0, "--seconds must be in (0, 3600]"),
         (a.warmup_s.is_finite() && (0.0..=600.0).contains(&a.warmup_s), "--warmup-s must be in [0, 600]"),
         ((1..=100).contains(&a.runs), "--runs must be 1 to 100"),
         ((1..=20_000).contains(&a.threads), "--threads must be 1 to 20000"),
         ((1..=256).contains(&a.wakers), "--wakers must be 1 to 256"),
         ((100..=1_000_000).contains(&a.wake_period_us), "--wake-period-us must be 100 to 1000000"),
-    ]
-    .into_iter()
-    .filter_map(|(ok, msg)| (!ok).then_some(msg))
-    .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(UsageError(problems.join("; ")))
-    }
+    ])
 }
 
 fn bpf_mode(a: &OverheadArgs, root: bool) -> BpfMode {
@@ -285,12 +277,7 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
 /// `OverheadArgs` as clap parses `joule bench overhead <extra>`, for the unit tests.
 #[cfg(test)]
 fn parse_args(extra: &[&str]) -> OverheadArgs {
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        a: OverheadArgs,
-    }
-    <Cli as clap::Parser>::parse_from(std::iter::once("overhead").chain(extra.iter().copied())).a
+    crate::bench::parse_args("overhead", extra)
 }
 
 #[cfg(test)]

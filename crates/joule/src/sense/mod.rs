@@ -6,7 +6,7 @@
 //! it was asked for and cannot run, that is an error, and every snapshot says whether it is on.
 
 mod runq;
-mod stage;
+pub(crate) mod stage;
 
 use anyhow::Context;
 use joule_bpf::{RunqLat, ThermalStage};
