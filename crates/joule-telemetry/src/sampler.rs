@@ -102,7 +102,7 @@ mod tests {
         let s = super::Sampler::new(&joule_core::config::TelemetryConfig::default());
         let names = s.source_names();
         let at = |n: &str| names.iter().position(|&x| x == n).unwrap();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         assert!(at("power") < at("task_wait") && at("power") < at("cgroup"));
         assert!(at("cpu") < at("power_model") && at("power") < at("power_model"));
         assert!(at("power_model") < at("thermal_model"));
