@@ -21,8 +21,10 @@ pub fn status_line(s: &Snapshot, addr: &std::net::SocketAddr) -> String {
         None if !s.bpf.enabled => format!("eBPF OFF ({})", s.bpf.off_reason),
         None => "runq n/a".into(),
     };
+    let sx = &s.sched_ext;
+    let sched_ext = if sx.ops.is_empty() { sx.state.clone() } else { format!("{} ({})", sx.state, sx.ops) };
     format!(
-        "joule: stage {} ({:.1} °C {}, by {}) | power {:.1} W ({}) | cpu {} | {} | http://{}/metrics",
+        "joule: stage {} ({:.1} °C {}, by {}) | power {:.1} W ({}) | cpu {} | {} | sched_ext {} | http://{}/metrics",
         s.stage.value,
         s.stage.temp_celsius,
         s.stage.temp_source,
@@ -31,6 +33,7 @@ pub fn status_line(s: &Snapshot, addr: &std::net::SocketAddr) -> String {
         s.power.source,
         cpus.join(" "),
         runq,
+        sched_ext,
         addr
     )
 }
