@@ -104,7 +104,13 @@ pub struct ScxActuator {
     ejections: BTreeMap<String, u64>,
     loads_total: u64,
     last_exit: Option<ExitInfo>,
+    /// Since when sysfs has said the loaded scheduler is not running, without exit info yet.
+    not_ours_since: Option<Instant>,
 }
+
+/// How long sysfs may say joule's scheduler is gone before ops.exit's report arrives; past it
+/// the exit is reported as kind UNKNOWN.
+const UNKNOWN_EXIT_AFTER: Duration = Duration::from_secs(2);
 
 impl ScxActuator {
     /// `class_dirs`: each class's cgroup v2 directory (None where it has none, e.g. cgroup v1).
@@ -130,6 +136,7 @@ impl ScxActuator {
             ejections: BTreeMap::new(),
             loads_total: 0,
             last_exit: None,
+            not_ours_since: None,
         }
     }
 
@@ -196,22 +203,28 @@ impl ScxActuator {
     /// Whether the kernel ended the running scheduler; if so, reports it and backs off.
     fn check_ejected(&mut self, cx: &mut ActCx<'_>) {
         let Some(scx) = &self.scx else { return };
+        let now = Instant::now();
         let exit = scx.exit_info().or_else(|| {
-            // No ops.exit seen (it always runs, but be sure): the kernel's own word.
+            // ops.exit always runs, a little after sysfs says "disabling"; the kernel's own word
+            // stands in only if it has not within UNKNOWN_EXIT_AFTER.
             let k = KernelState::read(&self.sched_ext_dir());
-            let ours = k.state.as_deref() == Some("enabled") && k.ops.as_deref() == Some("joule");
-            let settling = matches!(k.state.as_deref(), Some("enabling"));
-            (!ours && !settling).then(|| ExitInfo {
+            let ours = matches!(k.state.as_deref(), Some("enabled" | "enabling")) && k.ops.as_deref() == Some("joule");
+            if ours {
+                self.not_ours_since = None;
+                return None;
+            }
+            let since = *self.not_ours_since.get_or_insert(now);
+            (now.duration_since(since) >= UNKNOWN_EXIT_AFTER).then(|| ExitInfo {
                 kind: 0,
                 kind_name: "UNKNOWN",
                 exit_code: 0,
-                reason: format!("sched_ext state {:?}, ops {:?}", k.state, k.ops),
+                reason: format!("no exit info; sched_ext state {}, ops {}", k.state.as_deref().unwrap_or("?"), k.ops.as_deref().unwrap_or("none")),
                 msg: String::new(),
                 ejected: true,
             })
         });
         let Some(e) = exit else { return };
-        let now = Instant::now();
+        self.not_ours_since = None;
         let ran_for = self.loaded_at.map_or(Duration::ZERO, |t| now.duration_since(t));
         if let Some(mut scx) = self.scx.take() {
             scx.detach();
