@@ -92,7 +92,7 @@ scx_stage_is() { [ "$(scx_stage)" = "$1" ]; }
 snap_stage_is() { [ "$(curl -sf $URL/snapshot.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["stage"]["value"])')" = "$1" ]; }
 path_is() { [ "$(plan 'd["want"]["path"]' | tr -d ' ')" = "$1" ]; }
 state_is() { [ "$(cat $S/state)" = "$1" ]; }
-has_procs() { [ -s "$1/cgroup.procs" ]; }
+has_procs() { [ -n "$(cat "$1/cgroup.procs")" ]; } # cgroupfs files have no size
 reported() { grep -q '"event":"scx_ejected"' "$EV"; }
 ejected() { grep -c '"event":"scx_ejected"' "$EV" || true; }
 
@@ -121,7 +121,8 @@ load)
 	sh -c 'while :; do sleep 0.005; done' &
 	lab=$!
 	pids+=("$lab")
-	stress-ng --cpu 2 --timeout 75s --quiet &
+	# Bounded by the cleanup, not by its own timeout: TCG makes the phases' length unpredictable.
+	stress-ng --cpu 2 --timeout 600s >"$OUT/stress-ng.log" 2>&1 &
 	pids+=($!)
 	fio --name=rw --filename=/tmp/joule-fio.dat --size=16m --rw=randrw --bs=4k --ioengine=psync --direct=0 \
 		--time_based --runtime=60 --output-format=json --output="$OUT/fio.json" >/dev/null 2>&1 &
@@ -131,8 +132,9 @@ load)
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
 	be=/sys/fs/cgroup/joule/batch
-	until_s 20 has_procs "$be" || echo "be_cgroup_empty=1"
+	until_s 20 has_procs "$be" || { echo "be_cgroup_empty=1"; ps -eo pid,ppid,comm,stat,cgroup; cat "$OUT/stress-ng.log"; }
 	echo "be_tasks=$(wc -l <"$be/cgroup.procs")"
+	echo "cpus_online=$(nproc) cpus_possible=$(cat /sys/devices/system/cpu/possible)"
 	echo "lab_cgroup=$(cut -d: -f3 /proc/$lab/cgroup)"
 	# sample: BE usage (µs), the labelled task's run delay (ns) and timeslices, wall ns.
 	sample() { echo "$(awk '/^usage_usec/ {print $2}' $be/cpu.stat) $(cut -d' ' -f2,3 /proc/$lab/schedstat) $(date +%s%N) $(plan 'a["stats"]["best_effort_held"]' 'a["stats"]["dispatched"][4]')"; }
@@ -156,6 +158,7 @@ print(f'$1_labelled_dispatches={${b[5]} - ${a[5]}}')"
 	until_s 20 scx_stage_is 3 || echo "stage3_never=1"
 	echo "stage_seen=$(scx_stage)"
 	phase stage3 25
+	echo "be_tasks_after=$(wc -l <"$be/cgroup.procs")"
 	wait "$fio_pid" || echo "fio_rc=$?"
 	echo "state_after_60s=$(cat $S/state) ops=$(cat $S/root/ops 2>/dev/null || echo none)"
 	echo "ejections=$(ejected)"

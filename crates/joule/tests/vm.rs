@@ -282,8 +282,12 @@ fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelle
     let (w0, w3) = (num(&kv, "stage0_lab_wait_mean_us"), num(&kv, "stage3_lab_wait_mean_us"));
     println!("best-effort class (2 stress-ng CPU workers) share of the machine: stage 0 {s0:.3}, stage 3 {s3:.3} (budget 0.15, TCG)");
     println!("labelled task's mean wait per timeslice: stage 0 {w0:.0} µs, stage 3 {w3:.0} µs (TCG); held best-effort rounds at stage 3: {}", kv["stage3_held"]);
-    assert!(s0 > 0.3, "the best-effort class barely ran at stage 0 (no tax expected there): {s0}");
-    assert!(s3 < 0.6 * s0, "stage 3 did not cut the best-effort class: {s0} -> {s3}");
+    assert!(num(&kv, "be_tasks_after") >= 1.0, "stress-ng was gone before the stage 3 phase ended:\n{}", out.describe());
+    // Stage 0: best-effort hogs come after fio and the labelled task, but get the rest.
+    assert!(s0 > 0.2, "the best-effort class barely ran at stage 0: {s0}");
+    // Stage 3's budget is 15 % of the machine; aging and run-time accounting at the end of
+    // each slice allow a little more.
+    assert!(s3 < s0 && s3 < 0.25, "stage 3 did not cut the best-effort class to its budget: {s0} -> {s3}");
     assert!(num(&kv, "stage3_held") > 0.0, "the budget never held best-effort tasks back (no idle injected):\n{}", out.describe());
     assert_eq!(num(&kv, "stage0_held"), 0.0, "stage 0 held best-effort tasks back: a tax");
     assert!(num(&kv, "stage3_labelled_dispatches") > 0.0, "the labelled queue was not used at stage 3");

@@ -41,6 +41,7 @@ const volatile struct joule_scx_stage_cfg stage_cfg[JOULE_SCX_STAGE_ROWS];
 const volatile __u64 age_ns = 100000000ULL;      /* a waiting queue is served after this */
 const volatile __u64 wait_boost_ns = 10000000ULL; /* a task that waits this long ranks up */
 const volatile __u32 nr_cpus = 1;                 /* possible CPUs, for the aging timer's kicks */
+const volatile __u32 nr_online_cpus = 1;          /* online CPUs at load: the best-effort budget's base */
 
 /* JOULE_SCX_SCORE_DSQS is small; a CPU loop bound the verifier can walk. */
 #define MAX_KICK_CPUS 512
@@ -187,7 +188,7 @@ static __always_inline __u64 be_budget_ns(__u32 stage)
 	permille = stage_cfg[stage].best_effort_permille;
 	if (permille == 0 || permille >= 1000)
 		return 0;
-	return BE_WINDOW_NS * nr_cpus * permille / 1000;
+	return BE_WINDOW_NS * nr_online_cpus * permille / 1000;
 }
 
 /* True while best-effort tasks may be dispatched at `stage`: an unlimited stage, or budget

@@ -101,6 +101,9 @@ impl Scx {
         rodata.age_ns = opts.age_ms * 1_000_000;
         rodata.wait_boost_ns = opts.wait_boost_ms.saturating_mul(1_000_000);
         rodata.nr_cpus = bpf("counting possible CPUs", libbpf_rs::num_possible_cpus())? as u32;
+        // SAFETY: sysconf only reads a system value; a failure is -1, handled below.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        rodata.nr_online_cpus = u32::try_from(online).unwrap_or(0).max(1);
         if let Some(m) = &stage_map {
             bpf("reusing the pinned thermal_stage map", open.maps.thermal_stage.reuse_fd(m.as_fd()))?;
         }
