@@ -261,7 +261,10 @@ fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
     for (c, want) in [(75, 1), (85, 2), (95, 3), (60, 0)] {
         let line = kv.get(format!("step_{c}").as_str()).unwrap_or_else(|| panic!("no step_{c}:\n{}", out.describe()));
         let f: BTreeMap<&str, &str> = line.split_whitespace().filter_map(|p| p.split_once(':')).collect();
-        println!("zone at {c} °C: plan stage {}, scheduler (in the kernel) stage {}, path {}, settled after {} ms (TCG)", f["plan"], f["scx"], f["path"], f["ms"]);
+        println!(
+            "zone at {c} °C: plan stage {}, scheduler (in the kernel) stage {}, path {}, settled after {} ms (TCG)",
+            f["plan"], f["scx"], f["path"], f["ms"]
+        );
         assert_eq!((f["plan"], f["scx"], f["path"]), (want.to_string().as_str(), want.to_string().as_str(), "scx"), "{c} °C:\n{}", out.describe());
     }
     assert_eq!(kv.get("ejections"), Some(&"0"), "{}", out.describe());
@@ -281,7 +284,10 @@ fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelle
     let (s0, s3) = (num(&kv, "stage0_be_share"), num(&kv, "stage3_be_share"));
     let (w0, w3) = (num(&kv, "stage0_lab_wait_mean_us"), num(&kv, "stage3_lab_wait_mean_us"));
     println!("best-effort class (2 stress-ng CPU workers) share of the machine: stage 0 {s0:.3}, stage 3 {s3:.3} (budget 0.15, TCG)");
-    println!("labelled task's mean wait per timeslice: stage 0 {w0:.0} µs, stage 3 {w3:.0} µs (TCG); held best-effort rounds at stage 3: {}", kv["stage3_held"]);
+    println!(
+        "labelled task's mean wait per timeslice: stage 0 {w0:.0} µs, stage 3 {w3:.0} µs (TCG); held best-effort rounds at stage 3: {}",
+        kv["stage3_held"]
+    );
     assert!(num(&kv, "be_tasks_after") >= 1.0, "stress-ng was gone before the stage 3 phase ended:\n{}", out.describe());
     // Stage 0: best-effort hogs come after fio and the labelled task, but get the rest.
     assert!(s0 > 0.2, "the best-effort class barely ran at stage 0: {s0}");

@@ -115,7 +115,12 @@ const UNKNOWN_EXIT_AFTER: Duration = Duration::from_secs(2);
 impl ScxActuator {
     /// `class_dirs`: each class's cgroup v2 directory (None where it has none, e.g. cgroup v1).
     pub fn new(cfg: &Config, stage_map: Option<PathBuf>, class_dirs: &[(String, Option<PathBuf>)]) -> ScxActuator {
-        let rows: Vec<_> = cfg.thermal.table().iter().map(|a| joule_bpf::scx::StageRow { queues: a.queues, slice_us: a.slice_us, best_effort_permille: permille(a.best_effort_cpu_pct) }).collect();
+        let rows: Vec<_> = cfg
+            .thermal
+            .table()
+            .iter()
+            .map(|a| joule_bpf::scx::StageRow { queues: a.queues, slice_us: a.slice_us, best_effort_permille: permille(a.best_effort_cpu_pct) })
+            .collect();
         let opts = ScxOpts { stage_map, table: joule_bpf::scx::table_from_rows(&rows), sysfs_root: cfg.telemetry.sysfs_root.clone(), ..ScxOpts::default() };
         let role = |name: &str| cfg.classes.iter().find(|c| c.name == name).map(|c| c.thermal);
         let classes = class_dirs
@@ -190,7 +195,10 @@ impl ScxActuator {
                 self.loaded_at = Some(now);
                 self.down = None;
                 tracing::info!("joule's sched_ext scheduler loaded ({} labelled, {} best-effort cgroup(s))", labelled.len(), best_effort.len());
-                (cx.events)("scx_loaded", serde_json::json!({ "labelled_cgroups": labelled, "best_effort_cgroups": best_effort, "loads_total": self.loads_total }));
+                (cx.events)(
+                    "scx_loaded",
+                    serde_json::json!({ "labelled_cgroups": labelled, "best_effort_cgroups": best_effort, "loads_total": self.loads_total }),
+                );
             }
             Err(e) => {
                 // Another scheduler in the way, a verifier refusal: try again later, quietly.
@@ -362,7 +370,11 @@ mod tests {
             "[thermal]\nscheduler = \"scx\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"x\"] }\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = { comm = [\"y\"] }\n[[class]]\nname = \"plain\"\nmatch = { comm = [\"z\"] }\n",
         )
         .unwrap();
-        let dirs = [("batch".to_string(), Some("/cg/joule/batch".into())), ("ui".to_string(), Some("/cg/joule/ui".into())), ("plain".to_string(), Some("/cg/joule/plain".into()))];
+        let dirs = [
+            ("batch".to_string(), Some("/cg/joule/batch".into())),
+            ("ui".to_string(), Some("/cg/joule/ui".into())),
+            ("plain".to_string(), Some("/cg/joule/plain".into())),
+        ];
         let a = ScxActuator::new(&cfg, Some("/pin/thermal_stage".into()), &dirs);
         assert_eq!(a.classes, vec![(PathBuf::from("/cg/joule/batch"), ThermalRole::BestEffort), (PathBuf::from("/cg/joule/ui"), ThermalRole::Labelled)]);
         let t = &a.opts.table;

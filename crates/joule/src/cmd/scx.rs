@@ -65,13 +65,8 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
     let labelled = a.label_cgroup.iter().map(|p| cgroup_id(p)).collect::<anyhow::Result<Vec<u64>>>()?;
     let best_effort = a.best_effort_cgroup.iter().map(|p| cgroup_id(p)).collect::<anyhow::Result<Vec<u64>>>()?;
     let sched_ext = a.sysfs_root.join(SYSFS_SCHED_EXT);
-    let mut opts = ScxOpts {
-        age_ms: a.age_ms,
-        labelled_cgroups: labelled,
-        best_effort_cgroups: best_effort,
-        sysfs_root: a.sysfs_root.clone(),
-        ..ScxOpts::default()
-    };
+    let mut opts =
+        ScxOpts { age_ms: a.age_ms, labelled_cgroups: labelled, best_effort_cgroups: best_effort, sysfs_root: a.sysfs_root.clone(), ..ScxOpts::default() };
     joule_bpf::scx::opts_check(&opts).map_err(crate::UsageError::from_display)?;
     probe_sched_ext(&sched_ext).context("while checking for sched_ext")?;
     joule_bpf::probe().context("while checking that BPF can load")?;
