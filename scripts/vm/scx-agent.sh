@@ -102,7 +102,7 @@ stage)
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
 	echo "ops=$(cat $S/root/ops)"
-	echo "ops_path=$(plan 'd["want"]["path"]')"
+	echo "ops_path=$(plan 'd["want"]["path"]' | tr -d ' ')"
 	# 75, 85, 95 °C: stages 1, 2, 3; 60 °C: back to 0 (below every threshold less hysteresis).
 	for step in 75:1 85:2 95:3 60:0; do
 		c=${step%:*} want=${step#*:}
@@ -195,7 +195,7 @@ eject)
 	echo "retry_in_s=$(plan 'a["retry_in_s"]' | tr -d ' ')"
 	grep '"event":"scx_ejected"' "$EV" | head -1 | sed 's/^/ejected_event=/'
 	curl -sf "$URL/metrics" | grep '^joule_scx' | sed 's/^/metric:/'
-	sleep 5 # inside the 30 s back-off: no new load, no second ejection
+	sleep 3 # inside the 30 s back-off: no new load, no second ejection
 	echo "loads=$(grep -c '"event":"scx_loaded"' "$EV" || true)"
 	echo "ejections=$(ejected)"
 	echo "state_later=$(cat $S/state)"

@@ -235,10 +235,20 @@ fn vm_scx_reads_the_agents_pinned_stage_and_serves_fewer_queues() {
     println!("stage 3 (95 °C, pinned by the agent), 8 hogs: dispatched per queue {d:?}, aged {aged}, direct {}", t["direct"]);
     assert_eq!(exit["exit"]["ejected"], false, "aging did not keep the watchdog away: {exit}");
     assert!(d[0] > 0, "the served queue was not served: {d:?}");
-    // Work-conserving outside the best-effort class: the hogs' queue still runs at stage 3,
-    // after the served one (nothing is best-effort here, so no CPU is left idle for them).
-    assert!(d[3] > 0, "the hogs' queue was starved at stage 3: {d:?}");
+    // Work-conserving outside the best-effort class: the queues stage 3 does not serve first
+    // still run after the served one, not only when they age (nothing is best-effort here, so
+    // no CPU is left idle for them).
+    assert!(d[1] + d[2] + d[3] > aged, "queues 1..3 ran only by aging at stage 3: {d:?}, aged {aged}");
     assert_eq!(d[5], 0, "no best-effort cgroup was given, yet its queue was used: {d:?}");
+}
+
+/// A check that runs the host's joule against the guest's thermal zone; None after reporting
+/// what is missing.
+fn zone_check(name: &str) -> Option<&'static VmOutput> {
+    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
+        return None;
+    }
+    check(name)
 }
 
 /// A check's `key=value` line parsed as a number.
@@ -249,10 +259,7 @@ fn num(kv: &BTreeMap<&str, &str>, key: &str) -> f64 {
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
-    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
-        return;
-    }
-    let Some(out) = check("scx_agent_stage") else { return };
+    let Some(out) = zone_check("scx_agent_stage") else { return };
     assert_eq!(out.status, 0, "scx-agent.sh stage failed:\n{}", out.describe());
     let kv = kv(out);
     assert_eq!(kv.get("ops"), Some(&"joule"), "the agent did not load joule's scheduler:\n{}", out.describe());
@@ -273,10 +280,7 @@ fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelled_wait() {
-    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
-        return;
-    }
-    let Some(out) = check("scx_agent_load") else { return };
+    let Some(out) = zone_check("scx_agent_load") else { return };
     let kv = kv(out);
     assert!(num(&kv, "be_tasks") >= 1.0, "stress-ng never reached the best-effort class:\n{}", out.describe());
     assert!(kv.get("lab_cgroup").is_some_and(|c| c.ends_with("/joule/ui")), "the labelled task is not in its class:\n{}", out.describe());
@@ -304,10 +308,7 @@ fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelle
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_runs_60_s_of_stress_ng_and_fio_without_ejection() {
-    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
-        return;
-    }
-    let Some(out) = check("scx_agent_load") else { return };
+    let Some(out) = zone_check("scx_agent_load") else { return };
     let kv = kv(out);
     assert_eq!(kv.get("ejections"), Some(&"0"), "the kernel ejected the scheduler under load:\n{}", out.describe());
     assert_eq!(kv.get("state_after_60s"), Some(&"enabled ops=joule"), "{}", out.describe());
@@ -320,10 +321,7 @@ fn vm_agent_scx_runs_60_s_of_stress_ng_and_fio_without_ejection() {
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_sigkill_returns_the_default_scheduler_and_restore_leaves_nothing() {
-    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
-        return;
-    }
-    let Some(out) = check("scx_agent_load") else { return };
+    let Some(out) = zone_check("scx_agent_load") else { return };
     let kv = kv(out);
     println!("SIGKILL of the agent -> sched_ext disabled after {} ms (TCG)", kv.get("kill_fallback_ms").unwrap_or(&"?"));
     assert_eq!(kv.get("kill_state"), Some(&"disabled"), "the kernel kept joule's scheduler after the agent died:\n{}", out.describe());

@@ -96,6 +96,7 @@ struct task_ctx {
 	__u64 run_ewma_ns;  /* length of a run */
 	__u32 sleep_ewma;   /* share of runs that ended in a sleep, 0..1024 */
 	__u32 cls;          /* enum task_class, refreshed each time it starts running */
+	__u64 charged_ns;   /* best-effort budget charged when its current run started (0: none) */
 };
 
 /* A task's class, from the cgroups user space put in `labelled` / `best_effort`: the task's
@@ -134,10 +135,13 @@ __u64 queue_since_ns[AGE_SLOTS];
  * it when it aged, so one aging serves the whole backlog, not one task per age_ns. */
 __s32 aged_left[AGE_SLOTS];
 __u32 rr_cursor;
-/* The best-effort budget's window: when it opened, and the CPU time best-effort tasks ran in
- * it (all CPUs). Racy by design like the above: a lost reset shifts one window. */
+/* The best-effort budget's window: when it opened, and the CPU time best-effort tasks used in
+ * it (all CPUs): each run is charged its slice when it starts, so the other CPUs see it at
+ * once, and settled with what it really ran when it stops (a run lasts until the next tick,
+ * often past its slice). What a window overdrew is carried into the next one (at most one
+ * window's budget). Racy by design like the above: a lost update shifts one window. */
 __u64 be_window_start_ns;
-__u64 be_used_ns;
+__s64 be_used_ns;
 
 static __always_inline struct joule_scx_stats *stats(void)
 {
@@ -201,9 +205,12 @@ static __always_inline bool be_allowed(__u32 stage, __u64 now)
 	if (!budget)
 		return true;
 	if ((__s64)(now - start) >= (__s64)BE_WINDOW_NS &&
-	    __sync_bool_compare_and_swap(&be_window_start_ns, start, now))
-		be_used_ns = 0;
-	return be_used_ns < budget;
+	    __sync_bool_compare_and_swap(&be_window_start_ns, start, now)) {
+		__s64 debt = be_used_ns - (__s64)budget;
+
+		be_used_ns = debt < 0 ? 0 : (debt > (__s64)budget ? (__s64)budget : debt);
+	}
+	return be_used_ns < (__s64)budget;
 }
 
 static __always_inline __u64 ewma(__u64 old, __u64 sample)
@@ -441,6 +448,11 @@ void BPF_STRUCT_OPS(joule_running, struct task_struct *p)
 		c->wait_ewma_ns = ewma(c->wait_ewma_ns, now - c->ready_ns);
 	c->start_ns = now;
 	c->cls = task_class(p);
+	c->charged_ns = 0;
+	if (c->cls == CLS_BEST_EFFORT && be_budget_ns(current_stage())) {
+		c->charged_ns = slice_ns(current_stage());
+		__sync_fetch_and_add(&be_used_ns, (__s64)c->charged_ns);
+	}
 }
 
 void BPF_STRUCT_OPS(joule_stopping, struct task_struct *p, bool runnable)
@@ -455,8 +467,11 @@ void BPF_STRUCT_OPS(joule_stopping, struct task_struct *p, bool runnable)
 		struct joule_scx_stats *s;
 
 		c->run_ewma_ns = ewma(c->run_ewma_ns, ran);
+		if (c->charged_ns) {
+			__sync_fetch_and_add(&be_used_ns, (__s64)ran - (__s64)c->charged_ns);
+			c->charged_ns = 0;
+		}
 		if (c->cls == CLS_BEST_EFFORT) {
-			__sync_fetch_and_add(&be_used_ns, ran);
 			s = stats();
 			if (s)
 				s->best_effort_run_ns += ran;
