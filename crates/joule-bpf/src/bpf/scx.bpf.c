@@ -136,8 +136,8 @@ __u64 queue_since_ns[AGE_SLOTS];
 __s32 aged_left[AGE_SLOTS];
 __u32 rr_cursor;
 /* The best-effort budget's window: when it opened, and the CPU time best-effort tasks used in
- * it (all CPUs): each run is charged its slice when it starts, so the other CPUs see it at
- * once, and settled with what it really ran when it stops (a run lasts until the next tick,
+ * it (all CPUs): each run is charged its slice (or its usual run length, when longer) when
+ * it starts, so the other CPUs see it at once, and settled with what it really ran when it stops (a run lasts until the next tick,
  * often past its slice). What a window overdrew is carried into the next one (at most one
  * window's budget). Racy by design like the above: a lost update shifts one window. */
 __u64 be_window_start_ns;
@@ -450,7 +450,11 @@ void BPF_STRUCT_OPS(joule_running, struct task_struct *p)
 	c->cls = task_class(p);
 	c->charged_ns = 0;
 	if (c->cls == CLS_BEST_EFFORT && be_budget_ns(current_stage())) {
+		/* What it will likely run: its slice, or its usual run when that is longer (a run
+		 * ends at a tick, not at the slice). */
 		c->charged_ns = slice_ns(current_stage());
+		if (c->run_ewma_ns > c->charged_ns)
+			c->charged_ns = c->run_ewma_ns;
 		__sync_fetch_and_add(&be_used_ns, (__s64)c->charged_ns);
 	}
 }
