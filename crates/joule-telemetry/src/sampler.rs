@@ -2,7 +2,7 @@
 //! fresh Snapshot. A failing source costs its own fields and a note, never the whole sample.
 
 use crate::model::{PowerModel, RcThermalModel};
-use crate::{CgroupSource, CpuSource, FreqSource, PowerSource, PsiSource, Source, TaskWaitSource, ThermalSource};
+use crate::{CgroupSource, CpuSource, FreqSource, PowerSource, PsiSource, SchedExtSource, Source, TaskWaitSource, ThermalSource};
 use joule_core::config::TelemetryConfig;
 use joule_core::Snapshot;
 use std::time::Instant;
@@ -31,6 +31,7 @@ impl Sampler {
             Box::new(TaskWaitSource::new(&cfg.procfs_root, cfg.task_wait_top)),
             Box::new(ThermalSource::new(&cfg.sysfs_root)),
             Box::new(FreqSource::new(&cfg.sysfs_root)),
+            Box::new(SchedExtSource::new(&cfg.sysfs_root)),
             Box::new(PowerModel::new(&cfg.power_model)),
             Box::new(RcThermalModel::new(&cfg.thermal_model)),
         ];
@@ -101,7 +102,7 @@ mod tests {
         let s = super::Sampler::new(&joule_core::config::TelemetryConfig::default());
         let names = s.source_names();
         let at = |n: &str| names.iter().position(|&x| x == n).unwrap();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
         assert!(at("power") < at("task_wait") && at("power") < at("cgroup"));
         assert!(at("cpu") < at("power_model") && at("power") < at("power_model"));
         assert!(at("power_model") < at("thermal_model"));

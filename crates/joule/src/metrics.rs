@@ -284,6 +284,8 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
         *per.entry((d.policy.clone(), d.actuator.clone().unwrap_or_default(), kind)).or_default() += 1.0;
     }
     let num = |v: f64| Value::Number(v);
+    // The scx actuator's state (agent/scx.rs), when it is there.
+    let scx: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == "scx").map(|a| &a.state).collect();
     vec![
         Family {
             def: def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
@@ -306,6 +308,18 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
                 "Share of the whole machine (all CPUs) a best-effort class may use now, its configured quota and the thermal stage's cap together (1 = unlimited); the qos actuator's status has the quota written."
             ),
             samples: class_caps(actuators).into_iter().map(|(c, r)| (l(&[("class", &c)]), num(r))).collect(),
+        },
+        Family {
+            def: def!("joule_scx_running", Gauge, None, "", "1 while joule's sched_ext scheduler is loaded and running (thermal.scheduler = \"scx\"); 0 while the cgroup path stands in for it."),
+            samples: scx.iter().map(|st| (vec![], num(f64::from(u8::from(st["running"] == true))))).collect(),
+        },
+        Family {
+            def: def!("joule_scx_ejections", Counter, None, "", "Times the kernel ended joule's sched_ext scheduler without being asked, per exit kind (ERROR_STALL, SYSRQ, ...); the event log has each reason."),
+            samples: scx
+                .iter()
+                .filter_map(|st| st["ejections_total"].as_object())
+                .flat_map(|m| m.iter().map(|(kind, n)| (l(&[("kind", kind)]), num(n.as_f64().unwrap_or(0.0)))))
+                .collect(),
         },
     ]
 }
@@ -375,7 +389,7 @@ mod tests {
                 assert!(json.pointer(def.json).is_some(), "{}: {} is not in the snapshot JSON", def.name, def.json);
             }
         }
-        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_"];
+        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_", "joule_scx_"];
         for def in catalogue() {
             assert_eq!(def.json.is_empty(), in_snapshot.iter().any(|p| def.name.starts_with(p)), "{}", def.name);
         }
@@ -404,9 +418,22 @@ mod tests {
         assert_eq!(get("joule_actuator_up").samples[0].1, Value::Number(0.0));
         assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
         assert_eq!(get("joule_thermal_class_cap_ratio").samples, vec![(l(&[("class", "batch")]), Value::Number(0.35))]);
+        assert!(get("joule_scx_running").samples.is_empty(), "no scx actuator, no sample");
         for f in &fams {
             assert!(f.def.name.starts_with("joule_") && !f.def.name.ends_with("_total"), "{}", f.def.name);
         }
+    }
+
+    #[test]
+    fn the_scx_actuators_state_becomes_running_and_ejections_per_kind() {
+        let state = serde_json::json!({ "running": false, "ejections_total": { "SYSRQ": 1, "ERROR_STALL": 2 } });
+        let acts = [ActuatorStatus { name: "scx".into(), ok: true, state, ..Default::default() }];
+        let fams = control_families(&Plan::default(), &acts);
+        let get = |name: &str| &fams.iter().find(|f| f.def.name == name).unwrap().samples;
+        assert_eq!(get("joule_scx_running"), &vec![(vec![], Value::Number(0.0))]);
+        let ej = get("joule_scx_ejections");
+        assert_eq!(ej.len(), 2);
+        assert!(ej.contains(&(l(&[("kind", "ERROR_STALL")]), Value::Number(2.0))), "{ej:?}");
     }
 
     #[test]

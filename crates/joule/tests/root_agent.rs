@@ -1,7 +1,8 @@
 //! Tier 2 (root, this kernel): the agent end to end — eBPF loaded, metrics parse as Prometheus
 //! text and pass `promtool check metrics` (OpenMetrics on request), the monitor's JSON carries
 //! real eBPF run-queue latency, a SIGKILLed agent leaves nothing behind once `joule restore`
-//! runs, and the next agent undoes what a killed one left before it makes its own changes.
+//! runs, the next agent undoes what a killed one left before it makes its own changes, and
+//! `scheduler = "scx"` on this kernel without sched_ext runs on the cgroup path and says so.
 
 use joule_core::testing::{is_root, require};
 use std::io::{Read, Write};
@@ -567,6 +568,36 @@ fn root_agent_without_bpf_only_when_asked_and_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("eBPF is off (flag)"), "{err}");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_agent_with_the_scx_scheduler_on_a_kernel_without_sched_ext_says_so_once_and_takes_the_cgroup_path() {
+    if !require(is_root(), "root (the agent pins BPF maps)") {
+        return;
+    }
+    let has_sched_ext = Path::new("/sys/kernel/sched_ext").exists();
+    if !require(!has_sched_ext, "a kernel without sched_ext (this one has it: the VM tier covers the scx path)") {
+        return;
+    }
+    let agent = Agent::start("[thermal]\nscheduler = \"scx\"\n");
+    let addr = agent.metrics_addr();
+    std::thread::sleep(Duration::from_millis(1_000)); // ten periods
+    let (_, plan) = http_get(&addr, "/plan.json", None);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let scx = plan["actuators"].as_array().unwrap().iter().find(|a| a["name"] == "scx").unwrap_or_else(|| panic!("no scx actuator: {plan}"));
+    assert_eq!((scx["ok"].as_bool(), scx["state"]["running"].as_bool(), scx["state"]["available"].as_bool()), (Some(true), Some(false), Some(false)), "{scx}");
+    let stage = plan["plan"]["decisions"].as_array().unwrap().iter().find(|d| d["want"]["kind"] == "thermal_stage").unwrap();
+    assert_eq!(stage["want"]["path"], "cgroup", "{stage}");
+    assert_eq!(stage["actuator"], "scx", "the scheduler's actuator still sees the stage: {stage}");
+    let (_, snap) = http_get(&addr, "/snapshot.json", None);
+    let snap: serde_json::Value = serde_json::from_str(&snap).unwrap();
+    assert_eq!((snap["sched_ext"]["state"].as_str(), snap["sched_ext"]["source"].as_str()), (Some("absent"), Some("kernel")), "{}", snap["sched_ext"]);
+    let unavailable: Vec<_> = agent.events().into_iter().filter(|e| e["event"] == "scx_unavailable").collect();
+    assert_eq!(unavailable.len(), 1, "reported once, not every period: {unavailable:?}");
+    assert!(unavailable[0]["reason"].as_str().unwrap().contains("CONFIG_SCHED_CLASS_EXT"), "{unavailable:?}");
+    let (_, metrics) = http_get(&addr, "/metrics", None);
+    assert!(metrics.lines().any(|l| l == "joule_scx_running 0"), "{metrics}");
 }
 
 #[path = "root_agent/thermal.rs"]

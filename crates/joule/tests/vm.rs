@@ -7,8 +7,9 @@ use joule_testkit::vm::{repo_root, Vm, VmOutput};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-/// Boot + all checks; TCG is slow, and `joule monitor` samples for a while.
-const BOOT_TIMEOUT_S: u64 = 300;
+/// Boot + all checks; TCG is slow, `joule monitor` samples for a while, and the agent's
+/// scheduler check runs 60 s of load.
+const BOOT_TIMEOUT_S: u64 = 420;
 
 /// The checks run in the shared boot, in order; `$JOULE_VM_OUT` is the results dir.
 fn checks() -> Vec<(&'static str, String)> {
@@ -20,6 +21,10 @@ fn checks() -> Vec<(&'static str, String)> {
         ("scx_run", format!("bash {} {} run", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_kill", format!("bash {} {} kill", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
+        // The agent's scheduler; `eject` last of them: sysrq-S is the one way to force it.
+        ("scx_agent_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
+        ("scx_agent_load", format!("bash {} {} load", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
+        ("scx_agent_eject", format!("bash {} {} eject", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
         (
             "thermal",
             // The untouched zone (a triangle wave) sampled 1 s apart, then set by the test.
@@ -230,6 +235,124 @@ fn vm_scx_reads_the_agents_pinned_stage_and_serves_fewer_queues() {
     println!("stage 3 (95 °C, pinned by the agent), 8 hogs: dispatched per queue {d:?}, aged {aged}, direct {}", t["direct"]);
     assert_eq!(exit["exit"]["ejected"], false, "aging did not keep the watchdog away: {exit}");
     assert!(d[0] > 0, "the served queue was not served: {d:?}");
-    assert!(d[1] + d[2] + d[3] <= aged, "queues 1..3 were served other than by aging at stage 3: {d:?}, aged {aged}");
-    assert!(aged > 0, "the throttled queues were never served: {d:?}");
+    // Work-conserving outside the best-effort class: the queues stage 3 does not serve first
+    // still run after the served one, not only when they age (nothing is best-effort here, so
+    // no CPU is left idle for them).
+    assert!(d[1] + d[2] + d[3] > aged, "queues 1..3 ran only by aging at stage 3: {d:?}, aged {aged}");
+    assert_eq!(d[5], 0, "no best-effort cgroup was given, yet its queue was used: {d:?}");
+}
+
+/// A check that runs the host's joule against the guest's thermal zone; None after reporting
+/// what is missing.
+fn zone_check(name: &str) -> Option<&'static VmOutput> {
+    if !joule_built() || Vm::new().with_thermal_zone().ready().is_none() {
+        return None;
+    }
+    check(name)
+}
+
+/// A check's `key=value` line parsed as a number.
+fn num(kv: &BTreeMap<&str, &str>, key: &str) -> f64 {
+    kv.get(key).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no number {key}= in {kv:?}"))
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
+    let Some(out) = zone_check("scx_agent_stage") else { return };
+    assert_eq!(out.status, 0, "scx-agent.sh stage failed:\n{}", out.describe());
+    let kv = kv(out);
+    assert_eq!(kv.get("ops"), Some(&"joule"), "the agent did not load joule's scheduler:\n{}", out.describe());
+    assert_eq!(kv.get("ops_path"), Some(&"scx"), "{}", out.describe());
+    // deploy-like thresholds 70/80/90 °C, hysteresis 3 °C.
+    for (c, want) in [(75, 1), (85, 2), (95, 3), (60, 0)] {
+        let line = kv.get(format!("step_{c}").as_str()).unwrap_or_else(|| panic!("no step_{c}:\n{}", out.describe()));
+        let f: BTreeMap<&str, &str> = line.split_whitespace().filter_map(|p| p.split_once(':')).collect();
+        println!(
+            "zone at {c} °C: plan stage {}, scheduler (in the kernel) stage {}, path {}, settled after {} ms (TCG)",
+            f["plan"], f["scx"], f["path"], f["ms"]
+        );
+        assert_eq!((f["plan"], f["scx"], f["path"]), (want.to_string().as_str(), want.to_string().as_str(), "scx"), "{c} °C:\n{}", out.describe());
+    }
+    assert_eq!(kv.get("ejections"), Some(&"0"), "{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelled_wait() {
+    let Some(out) = zone_check("scx_agent_load") else { return };
+    let kv = kv(out);
+    assert!(num(&kv, "be_tasks") >= 1.0, "stress-ng never reached the best-effort class:\n{}", out.describe());
+    assert!(kv.get("lab_cgroup").is_some_and(|c| c.ends_with("/joule/ui")), "the labelled task is not in its class:\n{}", out.describe());
+    assert_eq!(kv.get("stage_seen"), Some(&"3"), "the scheduler never saw stage 3:\n{}", out.describe());
+    let (s0, s3) = (num(&kv, "stage0_be_share"), num(&kv, "stage3_be_share"));
+    let (w0, w3) = (num(&kv, "stage0_lab_wait_mean_us"), num(&kv, "stage3_lab_wait_mean_us"));
+    println!("best-effort class (2 stress-ng CPU workers) share of the machine: stage 0 {s0:.3}, stage 3 {s3:.3} (budget 0.15, TCG)");
+    println!(
+        "labelled task's mean wait per timeslice: stage 0 {w0:.0} µs, stage 3 {w3:.0} µs (TCG); held best-effort rounds at stage 3: {}",
+        kv["stage3_held"]
+    );
+    assert!(num(&kv, "be_tasks_after") >= 1.0, "stress-ng was gone before the stage 3 phase ended:\n{}", out.describe());
+    // Stage 0: best-effort hogs come after fio and the labelled task, but get the rest.
+    assert!(s0 > 0.2, "the best-effort class barely ran at stage 0: {s0}");
+    // Stage 3's budget is 15 % of the machine. It is enforced per dispatch: a run that starts
+    // within the budget ends at a tick, which TCG delivers late, and aging serves the queue
+    // whatever the budget, so the measured share runs above it (0.23-0.27 measured under
+    // TCG); twice the budget is the bound.
+    assert!(s3 < s0 && s3 < 0.3, "stage 3 did not cut the best-effort class towards its budget: {s0} -> {s3}");
+    assert!(num(&kv, "stage3_held") > 0.0, "the budget never held best-effort tasks back (no idle injected):\n{}", out.describe());
+    assert_eq!(num(&kv, "stage0_held"), 0.0, "stage 0 held best-effort tasks back: a tax");
+    assert!(num(&kv, "stage3_labelled_dispatches") > 0.0, "the labelled queue was not used at stage 3");
+    // Bounded: well inside the aging bound (100 ms), itself far below the kernel's 30 s watchdog.
+    assert!(w3 < 100_000.0, "the labelled task waited {w3} µs on average at stage 3");
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_scx_runs_60_s_of_stress_ng_and_fio_without_ejection() {
+    let Some(out) = zone_check("scx_agent_load") else { return };
+    let kv = kv(out);
+    assert_eq!(kv.get("ejections"), Some(&"0"), "the kernel ejected the scheduler under load:\n{}", out.describe());
+    assert_eq!(kv.get("state_after_60s"), Some(&"enabled ops=joule"), "{}", out.describe());
+    assert!(!kv.contains_key("fio_rc"), "fio failed:\n{}", out.describe());
+    let (r, w) = (num(&kv, "fio_read_mib_s"), num(&kv, "fio_write_mib_s"));
+    println!("60 s: fio randrw 4k on a 16 MiB file {r:.2} MiB/s read, {w:.2} MiB/s write (TCG), 25 s at stage 0 then 35 s at stage 3, no ejection");
+    assert!(r > 0.0 && w > 0.0, "fio moved no data:\n{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_scx_sigkill_returns_the_default_scheduler_and_restore_leaves_nothing() {
+    let Some(out) = zone_check("scx_agent_load") else { return };
+    let kv = kv(out);
+    println!("SIGKILL of the agent -> sched_ext disabled after {} ms (TCG)", kv.get("kill_fallback_ms").unwrap_or(&"?"));
+    assert_eq!(kv.get("kill_state"), Some(&"disabled"), "the kernel kept joule's scheduler after the agent died:\n{}", out.describe());
+    assert!(num(&kv, "pins_before_restore") > 0.0, "nothing was pinned, so the restore proves nothing:\n{}", out.describe());
+    assert_eq!(kv.get("restore_rc"), Some(&"0"), "{}", out.describe());
+    assert_eq!(kv.get("pins_after_restore"), Some(&"0"), "joule restore left pins:\n{}", out.describe());
+    assert_eq!(kv.get("cgroups_after_restore"), Some(&"0"), "joule restore left the class cgroups:\n{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_reports_an_ejection_and_the_cgroup_path_takes_over_without_a_restart_loop() {
+    if !joule_built() {
+        return;
+    }
+    let Some(out) = check("scx_agent_eject") else { return };
+    assert_eq!(out.status, 0, "scx-agent.sh eject failed:\n{}", out.describe());
+    let kv = kv(out);
+    assert_eq!(kv.get("path_before"), Some(&"scx"), "{}", out.describe());
+    let ev: serde_json::Value = serde_json::from_str(kv.get("ejected_event").unwrap_or_else(|| panic!("no scx_ejected event:\n{}", out.describe()))).unwrap();
+    println!("sysrq-S: the agent reported {} ({}): {:?}, retry in {} s", ev["kind_name"], ev["kind"], ev["reason"], ev["retry_in_s"]);
+    assert_eq!(ev["kind_name"], "SYSRQ", "{ev}");
+    assert!(ev["reason"].as_str().is_some_and(|r| !r.is_empty()), "no reason: {ev}");
+    assert_eq!(ev["retry_in_s"], 30.0, "{ev}");
+    let metrics: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("metric:")).collect();
+    assert!(metrics.contains(&"joule_scx_ejections_total{kind=\"SYSRQ\"} 1"), "{metrics:?}");
+    assert!(metrics.contains(&"joule_scx_running 0"), "{metrics:?}");
+    assert_eq!(kv.get("path_after"), Some(&"cgroup"), "the cgroup path did not take over:\n{}", out.describe());
+    assert_eq!((kv.get("loads"), kv.get("ejections")), (Some(&"1"), Some(&"1")), "a restart loop:\n{}", out.describe());
+    assert_eq!(kv.get("state_later"), Some(&"disabled"), "{}", out.describe());
+    assert_eq!(kv.get("agent_rc"), Some(&"0"), "{}", out.describe());
 }

@@ -137,11 +137,15 @@ enum joule_feed_ret {
 
 /* scx.bpf.c, the thermal-aware sched_ext scheduler: its queues. Score queues are custom DSQs
  * 0..JOULE_SCX_SCORE_DSQS-1, queue 0 for the highest score (interactive, I/O-bound), the last
- * for CPU hogs; the labelled queue is served before them at every stage. */
+ * for CPU hogs; the labelled queue is served before them at every stage; the best-effort
+ * queue (CPU hogs of best-effort cgroups) after them, within the stage's CPU budget. */
 enum joule_scx_dsqs {
 	JOULE_SCX_SCORE_DSQS = 4,
 	JOULE_SCX_DSQ_LABELLED = JOULE_SCX_SCORE_DSQS,
-	JOULE_SCX_NR_DSQS = JOULE_SCX_SCORE_DSQS + 1,
+	JOULE_SCX_DSQ_BEST_EFFORT = JOULE_SCX_SCORE_DSQS + 1,
+	JOULE_SCX_NR_DSQS = JOULE_SCX_SCORE_DSQS + 2,
+	/* The best-effort budget is counted per window of this many ms, across all CPUs. */
+	JOULE_SCX_BE_WINDOW_MS = 100,
 	/* Rows of the per-stage table: stage 0 (cool) .. JOULE_MAX_STAGES. */
 	JOULE_SCX_STAGE_ROWS = JOULE_MAX_STAGES + 1,
 	/* Bytes of the exit reason and message kept from the kernel's scx_exit_info. */
@@ -151,10 +155,15 @@ enum joule_scx_dsqs {
 
 /* One row of the per-stage table (const volatile, set from Rust before load): at this stage
  * the first `queues` score queues (1..=JOULE_SCX_SCORE_DSQS) are served round-robin, and every
- * task gets `slice_us` of CPU per dispatch. The others wait for aging. */
+ * task gets `slice_us` of CPU per dispatch. The others wait for aging. The best-effort queue
+ * is dispatched at most `best_effort_permille` of the machine's CPU time per window (1000: no
+ * limit); past it its tasks wait and CPUs go idle rather than run them (aging still bounds
+ * their wait). */
 struct joule_scx_stage_cfg {
 	__u32 queues;
 	__u32 slice_us;
+	__u32 best_effort_permille;
+	__u32 _pad;
 };
 
 /* scx_stats[0], per CPU (no atomics in the callbacks); user space sums the CPUs. */
@@ -165,6 +174,8 @@ struct joule_scx_stats {
 	__u64 enqueued;     /* ops.enqueue calls */
 	__u64 stage;        /* the stage this CPU last read from thermal_stage */
 	__u64 stage_seen_ns; /* when it read it (bpf_ktime_get_ns), 0: never */
+	__u64 best_effort_run_ns; /* CPU time tasks of best-effort cgroups ran */
+	__u64 best_effort_held;   /* dispatch rounds that left best-effort tasks waiting: budget spent */
 };
 
 /* scx_exit[0]: how the scheduler ended, copied from the kernel's scx_exit_info in ops.exit.

@@ -6,7 +6,7 @@
 mod opts;
 mod stats;
 
-pub use opts::{default_table, ScxOpts, StageRow, DEFAULT_AGE_MS, DEFAULT_WAIT_BOOST_MS, MAX_AGE_MS};
+pub use opts::{default_table, table_from_rows, ScxOpts, StageRow, DEFAULT_AGE_MS, DEFAULT_WAIT_BOOST_MS, MAX_AGE_MS};
 pub use stats::{kind_name, ExitInfo, ScxStats, SCX_EXIT_ERROR};
 
 use crate::error::{bpf, BpfError};
@@ -79,7 +79,8 @@ pub struct Scx {
 
 impl Scx {
     /// Checks the options, loads the scheduler (reading the stage from `opts.stage_map` when
-    /// given, else from a private map at stage 0), fills the labelled cgroups and attaches it.
+    /// given, else from a private map at stage 0), fills the labelled and best-effort cgroups
+    /// and attaches it.
     pub fn load(opts: ScxOpts) -> Result<Scx, BpfError> {
         let table = opts::validate(&opts)?;
         probe_sched_ext(&opts.sysfs_root.join(SYSFS_SCHED_EXT))?;
@@ -95,20 +96,34 @@ impl Scx {
         for (dst, src) in rodata.stage_cfg.iter_mut().zip(table) {
             dst.queues = src.queues;
             dst.slice_us = src.slice_us;
+            dst.best_effort_permille = src.best_effort_permille;
         }
         rodata.age_ns = opts.age_ms * 1_000_000;
         rodata.wait_boost_ns = opts.wait_boost_ms.saturating_mul(1_000_000);
         rodata.nr_cpus = bpf("counting possible CPUs", libbpf_rs::num_possible_cpus())? as u32;
+        // SAFETY: sysconf only reads a system value; a failure is -1, handled below.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        rodata.nr_online_cpus = u32::try_from(online).unwrap_or(0).max(1);
         if let Some(m) = &stage_map {
             bpf("reusing the pinned thermal_stage map", open.maps.thermal_stage.reuse_fd(m.as_fd()))?;
         }
         let skel = bpf("loading the sched_ext scheduler into the kernel", open.load())?;
         let mut me = Scx { skel: ManuallyDrop::new(skel), link: None, stage_shared: stage_map.is_some(), _storage: storage };
-        for id in &opts.labelled_cgroups {
-            bpf("labelling a cgroup", me.skel.maps.labelled.update(&id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY))?;
-        }
+        me.mark_cgroups(&opts.labelled_cgroups, &opts.best_effort_cgroups)?;
         me.link = Some(bpf("attaching the sched_ext scheduler (struct_ops)", me.skel.maps.joule_ops.attach_struct_ops())?);
         Ok(me)
+    }
+
+    /// Adds cgroups to the labelled and best-effort classes (also while it runs: a class
+    /// cgroup created after load). A task picks up its class the next time it runs.
+    pub fn mark_cgroups(&self, labelled: &[u64], best_effort: &[u64]) -> Result<(), BpfError> {
+        for id in labelled {
+            bpf("labelling a cgroup", self.skel.maps.labelled.update(&id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY))?;
+        }
+        for id in best_effort {
+            bpf("marking a best-effort cgroup", self.skel.maps.best_effort.update(&id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY))?;
+        }
+        Ok(())
     }
 
     /// True when the stage comes from the pinned map the thermal program writes.

@@ -8,13 +8,19 @@ use crate::pod::from_bytes;
 /// The counters of all CPUs, summed; `stage` is the one read most recently by any CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ScxStats {
-    /// Tasks moved to a CPU from each queue: score queues 0..=3 (0 best), then the labelled one.
+    /// Tasks moved to a CPU from each queue: score queues 0..=3 (0 best), the labelled one, the
+    /// best-effort one.
     pub dispatched: [u64; JOULE_SCX_NR_DSQS as usize],
     /// Woken straight onto an idle CPU's local queue.
     pub direct: u64,
     /// Of `dispatched`, served only because their queue had waited past the aging bound.
     pub aged: u64,
     pub enqueued: u64,
+    /// CPU time tasks of best-effort cgroups ran, in ns.
+    pub best_effort_run_ns: u64,
+    /// Dispatch rounds that left best-effort hogs waiting because the stage's budget was spent
+    /// (the CPU may have gone idle: idle injected).
+    pub best_effort_held: u64,
     /// The thermal stage the scheduler last read (None: no CPU has dispatched yet).
     pub stage: Option<u64>,
 }
@@ -31,6 +37,8 @@ impl ScxStats {
             out.direct += s.direct;
             out.aged += s.aged;
             out.enqueued += s.enqueued;
+            out.best_effort_run_ns += s.best_effort_run_ns;
+            out.best_effort_held += s.best_effort_held;
             if s.stage_seen_ns > newest {
                 newest = s.stage_seen_ns;
                 out.stage = Some(s.stage);
@@ -48,6 +56,8 @@ impl ScxStats {
         d.direct = d.direct.saturating_sub(prev.direct);
         d.aged = d.aged.saturating_sub(prev.aged);
         d.enqueued = d.enqueued.saturating_sub(prev.enqueued);
+        d.best_effort_run_ns = d.best_effort_run_ns.saturating_sub(prev.best_effort_run_ns);
+        d.best_effort_held = d.best_effort_held.saturating_sub(prev.best_effort_held);
         d
     }
 }
@@ -112,19 +122,21 @@ mod tests {
     use super::*;
     use crate::pod::as_bytes;
 
-    fn cpu(dispatched: [u64; 5], aged: u64, stage: u64, seen: u64) -> Vec<u8> {
-        let s = joule_scx_stats { dispatched, direct: 1, aged, enqueued: 10, stage, stage_seen_ns: seen };
+    fn cpu(dispatched: [u64; 6], aged: u64, stage: u64, seen: u64) -> Vec<u8> {
+        let s = joule_scx_stats { dispatched, direct: 1, aged, enqueued: 10, stage, stage_seen_ns: seen, best_effort_run_ns: 5, best_effort_held: 2 };
         as_bytes(&s).to_vec()
     }
 
     #[test]
     fn per_cpu_counters_sum_and_the_newest_stage_wins() {
-        let s = ScxStats::from_per_cpu(&[cpu([1, 2, 3, 4, 5], 1, 2, 900), cpu([10, 0, 0, 1, 0], 2, 1, 500), vec![0u8; 3]]);
-        assert_eq!(s.dispatched, [11, 2, 3, 5, 5]);
+        let s = ScxStats::from_per_cpu(&[cpu([1, 2, 3, 4, 5, 6], 1, 2, 900), cpu([10, 0, 0, 1, 0, 1], 2, 1, 500), vec![0u8; 3]]);
+        assert_eq!(s.dispatched, [11, 2, 3, 5, 5, 7]);
         assert_eq!((s.direct, s.aged, s.enqueued, s.stage), (2, 3, 20, Some(2)));
-        let d = s.since(&ScxStats::from_per_cpu(&[cpu([1, 2, 3, 4, 5], 1, 0, 1)]));
-        assert_eq!((d.dispatched, d.aged, d.enqueued, d.stage), ([10, 0, 0, 1, 0], 2, 10, Some(2)));
-        assert_eq!(ScxStats::from_per_cpu(&[cpu([0; 5], 0, 3, 0)]).stage, None, "no CPU has read a stage yet");
+        assert_eq!((s.best_effort_run_ns, s.best_effort_held), (10, 4));
+        let d = s.since(&ScxStats::from_per_cpu(&[cpu([1, 2, 3, 4, 5, 6], 1, 0, 1)]));
+        assert_eq!((d.dispatched, d.aged, d.enqueued, d.stage), ([10, 0, 0, 1, 0, 1], 2, 10, Some(2)));
+        assert_eq!((d.best_effort_run_ns, d.best_effort_held), (5, 2));
+        assert_eq!(ScxStats::from_per_cpu(&[cpu([0; 6], 0, 3, 0)]).stage, None, "no CPU has read a stage yet");
     }
 
     #[test]

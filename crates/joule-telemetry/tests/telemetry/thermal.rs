@@ -1,4 +1,4 @@
-//! Thermal zones, hwmon temperatures and cpufreq on fixtures, and the notes when absent.
+//! Thermal zones, hwmon temperatures, cpufreq and sched_ext on fixtures, and the notes when absent.
 
 use crate::common::{fixture, sample};
 use joule_core::snapshot::TripPoint;
@@ -75,4 +75,19 @@ fn sensors_are_discovered_once_then_every_ten_seconds_or_when_one_goes_away() {
     std::fs::write(chip.join("name"), "k10temp\n").unwrap();
     std::fs::write(chip.join("temp1_input"), "62000\n").unwrap();
     assert_eq!(sample(&mut src, 100).thermal.zones.len(), 6, "rediscovered after the read that found it gone");
+}
+
+#[test]
+fn sched_ext_state_and_ops_or_absent() {
+    use joule_telemetry::SchedExtSource;
+    let snap = sample(&mut SchedExtSource::new(fixture("sys-sched-ext/enabled")), 0);
+    assert_eq!((snap.sched_ext.state.as_str(), snap.sched_ext.ops.as_str(), snap.sched_ext.source), ("enabled", "joule", Origin::Kernel));
+    assert!(snap.sched_ext.ours());
+    let snap = sample(&mut SchedExtSource::new(fixture("sys-sched-ext/disabled")), 0);
+    assert_eq!((snap.sched_ext.state.as_str(), snap.sched_ext.ops.as_str()), ("disabled", ""), "root/ops exists only while one is loaded");
+    assert!(!snap.sched_ext.ours() && snap.notes.is_empty());
+    let empty = tempfile::tempdir().unwrap();
+    let snap = sample(&mut SchedExtSource::new(empty.path()), 0);
+    assert_eq!((snap.sched_ext.state.as_str(), snap.sched_ext.source), ("absent", Origin::Kernel));
+    assert!(snap.notes[0].starts_with("no sched_ext"), "{:?}", snap.notes);
 }

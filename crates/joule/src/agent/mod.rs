@@ -13,6 +13,7 @@
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
 mod events;
+mod scx;
 mod status;
 
 use crate::exporter::{self, Published, Shared};
@@ -22,12 +23,13 @@ use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
 use joule_core::config::Config;
+use joule_core::config::ThermalScheduler;
 use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
 use joule_core::policy::{ClassPolicy, ThermalActions, ThermalPolicy};
-use joule_qos::{ClassActuator, QosOpts};
+use joule_qos::{ClassActuator, QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -108,13 +110,17 @@ fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
 
 /// The actuators, in the order they start (and the reverse of the order they stop). One line
 /// per mechanism. Building one checks its config (admission control for the classes), so a
-/// refused config stops the agent before anything is changed.
-fn actuators(cfg: &Config, root: bool) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
+/// refused config stops the agent before anything is changed. The classes start first: the
+/// scheduler (`scx`) gives their cgroups, made there, their thermal role.
+fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
     let mut a: Vec<Box<dyn Actuator>> = Vec::new();
+    let mut class_dirs = Vec::new();
     if !cfg.classes.is_empty() && cfg.agent.apply_classes {
         if root {
             let opts = QosOpts { cgroup_root: cfg.telemetry.cgroup_root.clone(), procfs_root: cfg.telemetry.procfs_root.clone(), ..QosOpts::default() };
-            a.push(Box::new(ClassActuator::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?));
+            let ctl = QosController::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?;
+            class_dirs = cfg.classes.iter().map(|c| (c.name.clone(), ctl.class_dir(joule_qos::backend::Hier::Unified, &c.name))).collect();
+            a.push(Box::new(ClassActuator::with_controller(ctl)));
         } else {
             tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
         }
@@ -123,6 +129,13 @@ fn actuators(cfg: &Config, root: bool) -> anyhow::Result<Vec<Box<dyn Actuator>>>
     // missing). Decisions addressed to an actuator that is not here reach no one.
     if root {
         a.push(Box::new(CpufreqActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"))));
+    }
+    if cfg.thermal.scheduler == ThermalScheduler::Scx {
+        if root {
+            a.push(Box::new(scx::ScxActuator::new(cfg, stage_map, &class_dirs)));
+        } else {
+            tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
+        }
     }
     Ok(a)
 }
@@ -154,7 +167,8 @@ fn run_loop(
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
     }
     let mut policies = policies(cfg);
-    let mut actuators = Actuators::new(actuators(cfg, root)?);
+    let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
+    let mut actuators = Actuators::new(actuators(cfg, root, stage_map)?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
     let mut cx = ActCx { journal, fx: &fx, events: &mut emit };

@@ -27,8 +27,10 @@ pub fn status_line(s: &Snapshot, actions: Option<&ThermalActions>, addr: &std::n
         joule_core::snapshot::StageDriver::Power => " by power",
         joule_core::snapshot::StageDriver::Temperature => "",
     };
+    let sx = &s.sched_ext;
+    let sched_ext = if sx.ops.is_empty() { sx.state.clone() } else { format!("{} ({})", sx.state, sx.ops) };
     format!(
-        "joule: stage {}{driver} ({:.1} °C {}, by {}){acting} | power {:.1} W ({}) | cpu {} | {} | http://{}/metrics",
+        "joule: stage {}{driver} ({:.1} °C {}, by {}){acting} | power {:.1} W ({}) | cpu {} | {} | sched_ext {} | http://{}/metrics",
         s.stage.value,
         s.stage.temp_celsius,
         s.stage.temp_source,
@@ -37,6 +39,7 @@ pub fn status_line(s: &Snapshot, actions: Option<&ThermalActions>, addr: &std::n
         s.power.source,
         cpus.join(" "),
         runq,
+        sched_ext,
         addr
     )
 }

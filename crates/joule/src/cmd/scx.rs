@@ -1,5 +1,5 @@
 //! `joule scx`: loads and attaches joule's thermal-aware sched_ext scheduler on its own (the
-//! agent does not drive it yet), prints its counters, and on exit says how it ended — detached
+//! agent runs the same scheduler with `[thermal] scheduler = "scx"`), prints its counters, and on exit says how it ended — detached
 //! by us, or ejected by the kernel, with the kernel's own kind, reason and message.
 
 use anyhow::{bail, Context};
@@ -31,6 +31,11 @@ pub struct ScxArgs {
     /// tasks are never throttled by the stage: label only what must stay responsive.
     #[arg(long, value_name = "PATH")]
     label_cgroup: Vec<PathBuf>,
+    /// A cgroup v2 directory of best-effort work (repeatable): its tasks rank one queue lower,
+    /// and its CPU hogs get only the stage's best-effort share of the machine (100 % at stage
+    /// 0, then 60, 35, 15 %); past it the CPUs go idle rather than run them.
+    #[arg(long, value_name = "PATH")]
+    best_effort_cgroup: Vec<PathBuf>,
     /// A queue that waited this long is served whatever the stage (1..=5000). Lower bounds
     /// every task's wait more tightly, higher lets a hot stage throttle harder.
     #[arg(long, value_name = "MS", default_value_t = joule_bpf::scx::DEFAULT_AGE_MS)]
@@ -58,8 +63,10 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
         }
     }
     let labelled = a.label_cgroup.iter().map(|p| cgroup_id(p)).collect::<anyhow::Result<Vec<u64>>>()?;
+    let best_effort = a.best_effort_cgroup.iter().map(|p| cgroup_id(p)).collect::<anyhow::Result<Vec<u64>>>()?;
     let sched_ext = a.sysfs_root.join(SYSFS_SCHED_EXT);
-    let mut opts = ScxOpts { age_ms: a.age_ms, labelled_cgroups: labelled, sysfs_root: a.sysfs_root.clone(), ..ScxOpts::default() };
+    let mut opts =
+        ScxOpts { age_ms: a.age_ms, labelled_cgroups: labelled, best_effort_cgroups: best_effort, sysfs_root: a.sysfs_root.clone(), ..ScxOpts::default() };
     joule_bpf::scx::opts_check(&opts).map_err(crate::UsageError::from_display)?;
     probe_sched_ext(&sched_ext).context("while checking for sched_ext")?;
     joule_bpf::probe().context("while checking that BPF can load")?;
@@ -119,11 +126,11 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
 /// The cgroup id the BPF side compares with: a cgroup2 directory's inode number (the BPF
 /// side reads the task's cgroup in the v2 default hierarchy, so a v1 directory would never
 /// match).
-fn cgroup_id(p: &Path) -> anyhow::Result<u64> {
+pub fn cgroup_id(p: &Path) -> anyhow::Result<u64> {
     let m = std::fs::metadata(p).with_context(|| format!("while reading the cgroup {}", p.display()))?;
     let fs = nix::sys::statfs::statfs(p).with_context(|| format!("while reading the file system of {}", p.display()))?;
     if !m.is_dir() || fs.filesystem_type() != nix::sys::statfs::CGROUP2_SUPER_MAGIC {
-        bail!(crate::UsageError(format!("--label-cgroup {}: not a cgroup v2 directory", p.display())));
+        bail!(crate::UsageError(format!("{}: not a cgroup v2 directory", p.display())));
     }
     Ok(m.ino())
 }
@@ -148,11 +155,13 @@ fn print_stats(json: bool, sched_ext: &Path, elapsed_s: f64, total: &ScxStats, i
     } else {
         let stage = interval.stage.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
         println!(
-            "{elapsed_s:6.1}s stage {stage} | per queue (0 best … 3, labelled) {:?} | direct {} aged {} enqueued {} | kernel {}",
+            "{elapsed_s:6.1}s stage {stage} | per queue (0 best … 3, labelled, best-effort) {:?} | direct {} aged {} enqueued {} | best-effort ran {:.0} ms, held {} | kernel {}",
             interval.dispatched,
             interval.direct,
             interval.aged,
             interval.enqueued,
+            interval.best_effort_run_ns as f64 / 1e6,
+            interval.best_effort_held,
             k.state.as_deref().unwrap_or("?")
         );
     }

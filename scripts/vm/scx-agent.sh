@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Inside the VM guest (a kernel with sched_ext and the ACPI thermal zone): `joule agent` with
+# `[thermal] scheduler = "scx"` — its scheduler actuator, driven by the real zone. Prints
+# key=value lines (numbers measured under TCG: only their direction means anything) and leaves
+# the agent's event log, plan and metrics in $JOULE_VM_OUT.
+# Usage: scx-agent.sh PATH/TO/joule stage — the stage follows the zone across the thresholds,
+#                                           as the agent's plan and the scheduler (in the
+#                                           kernel) see it
+#        scx-agent.sh PATH/TO/joule load  — 60 s of stress-ng (a best-effort class) + fio + a
+#                                           labelled waking task: stage 0 for 25 s, stage 3
+#                                           for 35 s; then SIGKILL of the agent and `joule
+#                                           restore`
+#        scx-agent.sh PATH/TO/joule eject — sysrq-S throws the scheduler out; the agent
+#                                           reports it and the cgroup path takes over
+set -euo pipefail
+J=${1:?usage: scx-agent.sh PATH/TO/joule stage|load|eject}
+MODE=${2:?stage, load or eject}
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${JOULE_VM_OUT:?}
+S=/sys/kernel/sched_ext
+URL=http://127.0.0.1:9977
+EV=$OUT/events-$MODE.jsonl
+CFG=$OUT/joule-$MODE.toml
+pids=()
+agent=
+sysrq_was=$(cat /proc/sys/kernel/sysrq)
+cleanup() {
+	[ -n "$agent" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+	kill "${pids[@]}" 2>/dev/null || true
+	wait 2>/dev/null || true
+	bash "$HERE/set-temp.sh" off >/dev/null 2>&1 || true
+	echo "$sysrq_was" >/proc/sys/kernel/sysrq
+	rm -f /tmp/joule-fio.dat
+}
+trap cleanup EXIT
+
+# config LABELLED_PID: the agent's config, with a best-effort class (every stress-ng task) and
+# a labelled one (the given pid) when asked.
+config() {
+	cat >"$CFG" <<EOF
+[agent]
+period_ms = 100
+metrics_addr = "127.0.0.1:9977"
+journal_dir = "/run/joule"
+event_log = "$EV"
+status_interval_ms = 0
+[thermal]
+stage_thresholds_celsius = [70.0, 80.0, 90.0]
+hysteresis_celsius = 3.0
+scheduler = "scx"
+EOF
+	if [ -n "${1:-}" ]; then
+		cat >>"$CFG" <<EOF
+[[class]]
+name = "batch"
+thermal = "best_effort"
+match = { exe = ["$(command -v stress-ng)"] }
+[[class]]
+name = "ui"
+thermal = "labelled"
+match = { pid = [$1] }
+EOF
+	fi
+}
+
+start_agent() {
+	"$J" agent --config "$CFG" >/dev/null 2>"$OUT/agent-$MODE.log" &
+	agent=$!
+}
+
+# until SECONDS COMMAND...: polls COMMAND every 0.2 s; false after SECONDS.
+until_s() {
+	local t=$(($1 * 5)); shift
+	for _ in $(seq "$t"); do "$@" && return 0; sleep 0.2; done
+	return 1
+}
+ours() { [ "$(cat $S/state)" = enabled ] && [ "$(cat $S/root/ops 2>/dev/null)" = joule ]; }
+# The scx actuator's state in /plan.json, as "key=value" for the given Python expressions of
+# `a` (its state) and `d` (the ThermalStage decision).
+plan() {
+	curl -sf "$URL/plan.json" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+a = next((x["state"] for x in p["actuators"] if x["name"] == "scx"), {})
+d = next((x for x in p["plan"]["decisions"] if x["want"]["kind"] == "thermal_stage"), {})
+for e in sys.argv[1:]:
+    print(eval(e, {"a": a, "d": d}), end=" ")
+print()' "$@"
+}
+scx_stage() { plan 'a.get("stats", {}) and a["stats"]["stage"]' | tr -d ' '; }
+scx_stage_is() { [ "$(scx_stage)" = "$1" ]; }
+snap_stage_is() { [ "$(curl -sf $URL/snapshot.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["stage"]["value"])')" = "$1" ]; }
+path_is() { [ "$(plan 'd["want"]["path"]' | tr -d ' ')" = "$1" ]; }
+state_is() { [ "$(cat $S/state)" = "$1" ]; }
+has_procs() { [ -n "$(cat "$1/cgroup.procs")" ]; } # cgroupfs files have no size
+reported() { grep -q '"event":"scx_ejected"' "$EV"; }
+ejected() { grep -c '"event":"scx_ejected"' "$EV" || true; }
+
+case $MODE in
+stage)
+	config
+	start_agent
+	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
+	echo "ops=$(cat $S/root/ops)"
+	echo "ops_path=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	# 75, 85, 95 °C: stages 1, 2, 3; 60 °C: back to 0 (below every threshold less hysteresis).
+	for step in 75:1 85:2 95:3 60:0; do
+		c=${step%:*} want=${step#*:}
+		bash "$HERE/set-temp.sh" "$c"
+		t0=$(date +%s%N)
+		until_s 20 snap_stage_is "$want" || true
+		until_s 10 scx_stage_is "$want" || true
+		ms=$((($(date +%s%N) - t0) / 1000000))
+		echo "step_${c}=plan:$(plan 'd["want"]["stage"]' | tr -d ' ') scx:$(scx_stage) path:$(plan 'd["want"]["path"]' | tr -d ' ') ms:$ms"
+	done
+	echo "ejections=$(ejected)"
+	;;
+load)
+	cd /tmp # stress-ng and fio want a writable working directory; the guest's / is read-only
+	# A labelled task that wakes every 5 ms; its wait for a CPU is in its schedstat.
+	sh -c 'while :; do sleep 0.005; done' &
+	lab=$!
+	pids+=("$lab")
+	# Bounded by the cleanup, not by its own timeout: TCG makes the phases' length unpredictable.
+	stress-ng --cpu 2 --timeout 600s >"$OUT/stress-ng.log" 2>&1 &
+	pids+=($!)
+	fio --name=rw --filename=/tmp/joule-fio.dat --size=16m --rw=randrw --bs=4k --ioengine=psync --direct=0 \
+		--time_based --runtime=60 --output-format=json --output="$OUT/fio.json" >/dev/null 2>&1 &
+	pids+=($!)
+	fio_pid=$!
+	config "$lab"
+	start_agent
+	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
+	be=/sys/fs/cgroup/joule/batch
+	until_s 20 has_procs "$be" || { echo "be_cgroup_empty=1"; ps -eo pid,ppid,comm,stat,cgroup; cat "$OUT/stress-ng.log"; }
+	echo "be_tasks=$(wc -l <"$be/cgroup.procs")"
+	echo "cpus_online=$(nproc) cpus_possible=$(cat /sys/devices/system/cpu/possible)"
+	echo "lab_cgroup=$(cut -d: -f3 /proc/$lab/cgroup)"
+	# sample: BE usage (µs), the labelled task's run delay (ns) and timeslices, wall ns.
+	sample() { echo "$(awk '/^usage_usec/ {print $2}' $be/cpu.stat) $(cut -d' ' -f2,3 /proc/$lab/schedstat) $(date +%s%N) $(plan 'a["stats"]["best_effort_held"]' 'a["stats"]["dispatched"][4]')"; }
+	phase() { # phase NAME SECONDS: BE share of the machine and the labelled task's mean wait
+		local a b
+		a=($(sample)); sleep "$2"; b=($(sample))
+		local wall_us=$(((b[3] - a[3]) / 1000))
+		python3 -c "
+import sys
+be_us, wall_us, ncpu = ${b[0]} - ${a[0]}, $wall_us, $(nproc)
+delay_ns, slices = ${b[1]} - ${a[1]}, ${b[2]} - ${a[2]}
+print(f'$1_be_share={be_us / (wall_us * ncpu):.3f}')
+print(f'$1_lab_wait_mean_us={delay_ns / max(slices, 1) / 1000:.0f}')
+print(f'$1_lab_slices={slices}')
+print(f'$1_held={${b[4]} - ${a[4]}}')
+print(f'$1_labelled_dispatches={${b[5]} - ${a[5]}}')"
+	}
+	bash "$HERE/set-temp.sh" off
+	phase stage0 20
+	bash "$HERE/set-temp.sh" 95
+	until_s 20 scx_stage_is 3 || echo "stage3_never=1"
+	echo "stage_seen=$(scx_stage)"
+	phase stage3 25
+	echo "be_tasks_after=$(wc -l <"$be/cgroup.procs")"
+	wait "$fio_pid" || echo "fio_rc=$?"
+	echo "state_after_60s=$(cat $S/state) ops=$(cat $S/root/ops 2>/dev/null || echo none)"
+	echo "ejections=$(ejected)"
+	python3 -c "
+import json
+j = json.load(open('$OUT/fio.json'))['jobs'][0]
+print(f\"fio_read_mib_s={j['read']['bw'] / 1024:.2f}\")
+print(f\"fio_write_mib_s={j['write']['bw'] / 1024:.2f}\")"
+	curl -sf "$URL/metrics" | grep '^joule_scx' >"$OUT/metrics-load.txt" || true
+	# SIGKILL: the struct_ops link dies with the agent; then restore removes what it left.
+	kill -9 "$agent"
+	wait "$agent" 2>/dev/null || true
+	agent=
+	t0=$(date +%s%N)
+	until_s 5 state_is disabled || true
+	echo "kill_fallback_ms=$((($(date +%s%N) - t0) / 1000000))"
+	echo "kill_state=$(cat $S/state)"
+	echo "pins_before_restore=$(ls /sys/fs/bpf/joule 2>/dev/null | wc -l)"
+	"$J" restore >"$OUT/restore.log" 2>&1 && echo "restore_rc=0" || echo "restore_rc=$?"
+	echo "pins_after_restore=$(ls /sys/fs/bpf/joule 2>/dev/null | wc -l)"
+	echo "cgroups_after_restore=$(ls -d /sys/fs/cgroup/joule 2>/dev/null | wc -l)"
+	;;
+eject)
+	config
+	start_agent
+	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
+	echo "path_before=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	echo 1 >/proc/sys/kernel/sysrq
+	echo S >/proc/sysrq-trigger
+	until_s 20 reported || echo "never_reported=1"
+	until_s 10 path_is cgroup || true
+	echo "path_after=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	echo "running_after=$(plan 'a["running"]' | tr -d ' ')"
+	echo "retry_in_s=$(plan 'a["retry_in_s"]' | tr -d ' ')"
+	grep '"event":"scx_ejected"' "$EV" | head -1 | sed 's/^/ejected_event=/'
+	curl -sf "$URL/metrics" | grep '^joule_scx' | sed 's/^/metric:/'
+	sleep 3 # inside the 30 s back-off: no new load, no second ejection
+	echo "loads=$(grep -c '"event":"scx_loaded"' "$EV" || true)"
+	echo "ejections=$(ejected)"
+	echo "state_later=$(cat $S/state)"
+	kill "$agent"
+	rc=0; wait "$agent" || rc=$?
+	agent=
+	echo "agent_rc=$rc"
+	;;
+esac
