@@ -133,6 +133,9 @@ pub struct ModeResult {
     pub wakeups: Vec<(f64, f64)>,
     /// stress-ng's cpu cgroup as seen mid-run (where the agent put it).
     pub stress_cgroup: Option<String>,
+    /// The scheduler the agent saw mid-run (its snapshot's `sched_ext`: "state (ops)"), so a
+    /// scx-path run shows whether joule's scheduler really ran; None in the default mode.
+    pub sched_ext: Option<String>,
     pub agent_errors: Vec<String>,
 }
 
@@ -204,6 +207,7 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
     let start = Instant::now();
     let mut points = Vec::new();
     let mut stress_cgroup = None;
+    let mut sched_ext = None;
     let mut next = start;
     while start.elapsed().as_secs_f64() < cx.duration_s {
         next += SAMPLE;
@@ -222,12 +226,18 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
         points.extend(tracer.sample(workload::children_cpu_s(stress.pid()), reading));
         if stress_cgroup.is_none() && start.elapsed() > Duration::from_secs_f64(cx.duration_s / 2.0) {
             stress_cgroup = cpu_cgroup(stress.pid());
+            sched_ext = agent
+                .as_ref()
+                .and_then(|a| a.get("/snapshot.json").ok())
+                .map(|s| format!("{} ({})", s["sched_ext"]["state"].as_str().unwrap_or("?"), s["sched_ext"]["ops"].as_str().unwrap_or("")));
         }
     }
     // Every load ends on its own time bound; give them a little slack, then read them.
     for l in [&mut probe, &mut stress, &mut fio] {
-        if l.wait(Duration::from_secs(20)).is_none() {
-            anyhow::bail!("{} did not end 20 s after its time", l.name);
+        match l.wait(Duration::from_secs(20)) {
+            None => anyhow::bail!("{} did not end 20 s after its time", l.name),
+            Some(st) if !st.success() => anyhow::bail!("{} failed ({st}); run it by hand to see why (its stderr is not kept)", l.name),
+            Some(_) => {}
         }
     }
     let agent_errors = match agent.as_ref() {
@@ -252,6 +262,7 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
         stress_bogo_ops: workload::parse_stress_yaml(&read(&yaml)?)?,
         wakeups: probe::parse(&probe_text),
         stress_cgroup,
+        sched_ext,
         agent_errors,
     })
 }

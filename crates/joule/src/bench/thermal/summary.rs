@@ -173,7 +173,7 @@ impl Summary {
                     "labelled_wakeups": r.wakeups.len(),
                     "stage_seconds": f.stage_seconds,
                     "stage_from": r.points.first().map(|p| p.stage_from),
-                    "stress_cgroup": r.stress_cgroup, "agent_actuator_errors": r.agent_errors,
+                    "stress_cgroup": r.stress_cgroup, "sched_ext_mid_run": r.sched_ext, "agent_actuator_errors": r.agent_errors,
                     "series": {
                         "samples": r.points,
                         "fio_mib_s": r.fio_series.iter().map(|(t, v)| json!({ "t_s": t, "mib_s": v })).collect::<Vec<_>>(),
@@ -310,7 +310,12 @@ impl Summary {
             print_table(&["stage", "seconds", "BE cap % of machine", "temp mean °C", "stress-ng % of default", "fio % of default"], &rows);
         }
         let (planned, cg) = self.caps_seen();
-        println!("\njoule mode: agent planned a best-effort cap below 100 %: {planned}; stress-ng's cpu cgroup mid-run: {}", cg.as_deref().unwrap_or("?"));
+        let sx = self.run(Mode::Joule).and_then(|r| r.sched_ext.clone());
+        println!(
+            "\njoule mode: agent planned a best-effort cap below 100 %: {planned}; stress-ng's cpu cgroup mid-run: {}; sched_ext mid-run: {}",
+            cg.as_deref().unwrap_or("?"),
+            sx.as_deref().unwrap_or("?")
+        );
         for r in &self.runs {
             for e in &r.agent_errors {
                 println!("agent actuator error ({}): {e}", r.mode.name());
@@ -395,6 +400,7 @@ mod tests {
             stress_bogo_ops: 10,
             wakeups: vec![(0.1, 50.0), (0.2, 60.0), (1.1, 500.0)],
             stress_cgroup: None,
+            sched_ext: None,
             agent_errors: vec![],
         }
     }

@@ -144,10 +144,12 @@ impl FioJob {
 }
 
 /// `workers` stress-ng CPU hogs (one fixed method, so a bogo op is the same work throughout)
-/// for `seconds`; metrics to `yaml`.
+/// for `seconds`; metrics to `yaml`. Its temp path is `yaml`'s directory: stress-ng aborts when
+/// its temp path (the current directory by default) is not writable, as the repo is in the VM.
 pub fn stress_command(workers: usize, seconds: u64, yaml: &Path) -> Command {
     let mut c = Command::new("stress-ng");
     c.arg("--cpu").arg(workers.to_string()).args(["--cpu-method", "matrixprod", "--metrics", "--timeout"]).arg(format!("{seconds}s")).arg("--yaml").arg(yaml);
+    c.arg("--temp-path").arg(yaml.parent().unwrap_or(Path::new(".")));
     c
 }
 
