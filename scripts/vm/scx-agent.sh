@@ -10,8 +10,9 @@
 #                                           labelled waking task: stage 0 for 25 s, stage 3
 #                                           for 35 s; then SIGKILL of the agent and `joule
 #                                           restore`
-#        scx-agent.sh PATH/TO/joule eject — sysrq-S throws the scheduler out; the agent
-#                                           reports it and the cgroup path takes over
+#        scx-agent.sh PATH/TO/joule eject — sysrq-S throws the scheduler out at stage 3; the
+#                                           agent reports it and the cgroup path caps the
+#                                           best-effort class's cpu.max
 set -euo pipefail
 J=${1:?usage: scx-agent.sh PATH/TO/joule stage|load|eject}
 MODE=${2:?stage, load or eject}
@@ -182,15 +183,30 @@ print(f\"fio_write_mib_s={j['write']['bw'] / 1024:.2f}\")"
 	echo "cgroups_after_restore=$(ls -d /sys/fs/cgroup/joule 2>/dev/null | wc -l)"
 	;;
 eject)
-	config
+	cd /tmp # stress-ng wants a writable working directory
+	# A best-effort class with a CPU hog and a hot zone: while joule's scheduler runs the class is
+	# not CFS-capped (the scheduler degrades it); after the ejection the cgroup path must cap it.
+	stress-ng --cpu 1 --timeout 600s >"$OUT/stress-ng-eject.log" 2>&1 &
+	pids+=($!)
+	sleep 1000 &
+	pids+=($!)
+	config "$!"
+	bash "$HERE/set-temp.sh" 95
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
+	be=/sys/fs/cgroup/joule/batch
+	until_s 20 has_procs "$be" || echo "be_cgroup_empty=1"
+	until_s 20 snap_stage_is 3 || echo "stage3_never=1"
 	echo "path_before=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	echo "be_cpu_max_before=$(cat $be/cpu.max | tr ' ' '/')"
 	echo 1 >/proc/sys/kernel/sysrq
 	echo S >/proc/sysrq-trigger
 	until_s 20 reported || echo "never_reported=1"
 	until_s 10 path_is cgroup || true
 	echo "path_after=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	capped() { [ "$(cut -d' ' -f1 $be/cpu.max)" != max ]; }
+	until_s 10 capped || true
+	echo "be_cpu_max_after=$(cat $be/cpu.max | tr ' ' '/')"
 	echo "running_after=$(plan 'a["running"]' | tr -d ' ')"
 	echo "retry_in_s=$(plan 'a["retry_in_s"]' | tr -d ' ')"
 	grep '"event":"scx_ejected"' "$EV" | head -1 | sed 's/^/ejected_event=/'

@@ -352,6 +352,10 @@ fn vm_agent_reports_an_ejection_and_the_cgroup_path_takes_over_without_a_restart
     assert!(metrics.contains(&"joule_scx_ejections_total{kind=\"SYSRQ\"} 1"), "{metrics:?}");
     assert!(metrics.contains(&"joule_scx_running 0"), "{metrics:?}");
     assert_eq!(kv.get("path_after"), Some(&"cgroup"), "the cgroup path did not take over:\n{}", out.describe());
+    // Stage 3 (95 °C): under joule's scheduler the class has no CFS cap; after the ejection the
+    // cgroup path holds it to 15 % of the machine: 30 ms per 100 ms on the guest's 2 CPUs.
+    assert_eq!(kv.get("be_cpu_max_before"), Some(&"max/100000"), "capped while the scheduler ran:\n{}", out.describe());
+    assert_eq!(kv.get("be_cpu_max_after"), Some(&"30000/100000"), "the cgroup path did not cap the best-effort class:\n{}", out.describe());
     assert_eq!((kv.get("loads"), kv.get("ejections")), (Some(&"1"), Some(&"1")), "a restart loop:\n{}", out.describe());
     assert_eq!(kv.get("state_later"), Some(&"disabled"), "{}", out.describe());
     assert_eq!(kv.get("agent_rc"), Some(&"0"), "{}", out.describe());
