@@ -104,13 +104,23 @@ const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const RUNQ: &str = "joule_runq_latency_seconds";
 
-/// Families whose samples carry no measured value, so no `source` label: the agent's own
-/// bookkeeping, whether eBPF runs, the plan and the actuators' state (a class's thermal cap is
-/// what the qos actuator holds), and the stage (a decision, labelled computed_by and temp_source).
-fn exempt_from_source(metric: &str) -> bool {
-    ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_"].iter().any(|p| metric.starts_with(p))
-        || metric == "joule_thermal_stage"
-        || metric == "joule_bpf_enabled"
+/// Whether a sample may lack a `source` label: it carries no measured value. Those are the
+/// families the metrics table gives no snapshot value (`json` empty in `joule monitor
+/// --list-metrics --json`: the agent's bookkeeping, the plan, the actuators' state), so the list
+/// is the table's own; and the stage (a decision, labelled computed_by and temp_source) and
+/// whether eBPF runs.
+fn exempt_from_source(metric: &str, stateless: &[String]) -> bool {
+    stateless.iter().any(|f| metric.starts_with(f.as_str())) || metric == "joule_thermal_stage" || metric == "joule_bpf_enabled"
+}
+
+/// The metric families with no snapshot value behind them, from the binary's own table.
+fn families_without_snapshot() -> Vec<String> {
+    let out = Command::new(JOULE).args(["monitor", "--list-metrics", "--json"]).output().expect("run joule monitor --list-metrics");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("--list-metrics --json is a JSON list");
+    let names: Vec<String> = table.iter().filter(|m| m["json"].as_str().is_none_or(str::is_empty)).filter_map(|m| m["name"].as_str().map(String::from)).collect();
+    assert!(names.iter().any(|n| n == "joule_actuator_up"), "the table lost its actuator families: {names:?}");
+    names
 }
 
 /// `_count` of every run-queue latency series, by its labels.
@@ -144,11 +154,12 @@ fn root_agent_metrics_parse_as_prometheus_text_with_units_and_help() {
     let lines: Vec<&str> = text.lines().collect();
     let scrape = parse(&text);
     assert!(!scrape.samples.is_empty());
+    let stateless = families_without_snapshot();
     for s in &scrape.samples {
         assert!(s.metric.starts_with("joule_"), "{}", s.metric);
         let origin = s.labels.get("source");
         assert!(
-            exempt_from_source(&s.metric) || origin.is_some_and(|o| ["sensor", "kernel", "ebpf", "model"].contains(&o)),
+            exempt_from_source(&s.metric, &stateless) || origin.is_some_and(|o| ["sensor", "kernel", "ebpf", "model"].contains(&o)),
             "{} {:?} does not say where it came from",
             s.metric,
             s.labels

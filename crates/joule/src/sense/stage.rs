@@ -42,31 +42,22 @@ impl PowerBudget {
     }
 }
 
-/// The stand-in temperatures to feed under `POWER_ZONE` so that the kernel's rule (with the
+/// The stand-in temperature to feed under `POWER_ZONE` so that the kernel's rule (with the
 /// temperature thresholds and hysteresis) moves that zone from stage `from` to stage `to`.
 /// Rising or staying: `thresholds_mc[to-1]`. Stage 0: just under the lowest exit point
 /// (`thresholds_mc[0] - hysteresis - 1`), which drops from any stage. Falling to `to > 0`:
-/// a value in [thresholds_mc[to-1], thresholds_mc[to] - hysteresis) lands there in one feed;
-/// where the thresholds are closer than the hysteresis no such value exists, and the zone is
-/// dropped to 0 and raised to `to` (two feeds; the machine-wide stage may read the lower one
-/// between them, for one syscall).
-pub fn power_feed_mc(from: u32, to: u32, thresholds_mc: &[i64], hysteresis_mc: i64) -> Vec<i64> {
-    let Some(&first) = thresholds_mc.first() else { return Vec::new() };
-    let below = first - hysteresis_mc - 1;
+/// `thresholds_mc[to] - hysteresis - 1`, at or above `thresholds_mc[to-1]` because config
+/// validation keeps the hysteresis below every gap between thresholds. None without thresholds.
+pub fn power_feed_mc(from: u32, to: u32, thresholds_mc: &[i64], hysteresis_mc: i64) -> Option<i64> {
+    let first = *thresholds_mc.first()?;
     let to = (to as usize).min(thresholds_mc.len());
-    if to == 0 {
-        return vec![below];
-    }
-    let at = thresholds_mc[to - 1];
-    if to as u32 >= from {
-        return vec![at];
-    }
-    let land = thresholds_mc[to] - hysteresis_mc - 1;
-    if land >= at {
-        vec![land]
+    Some(if to == 0 {
+        first - hysteresis_mc - 1
+    } else if to as u32 >= from {
+        thresholds_mc[to - 1]
     } else {
-        vec![below, at]
-    }
+        thresholds_mc[to] - hysteresis_mc - 1
+    })
 }
 
 /// The in-kernel zone id of a sensor, from its name; None for a name joule does not know.
@@ -134,7 +125,7 @@ impl StageSource {
         }
         let reading = power.as_ref().map(|(p, _)| *p);
         if let Some((p, b)) = power {
-            for t in power_feed_mc(b.fed, p.stage, rule.0, rule.1) {
+            if let Some(t) = power_feed_mc(b.fed, p.stage, rule.0, rule.1) {
                 ts.feed(joule_bpf::POWER_ZONE, t, joule_bpf::TempSource::Power)?;
             }
             b.fed = p.stage;
@@ -221,19 +212,20 @@ mod tests {
     /// Replays the kernel's rule on what `power_feed_mc` feeds, for every move between stages.
     #[test]
     fn power_feeds_land_the_pseudo_zone_on_the_power_stage_from_any_stage() {
-        for (thr, hyst) in [(vec![70_000, 80_000, 90_000], 3_000), (vec![50_000, 51_000, 52_000], 3_000)] {
-            for from in 0..=3u32 {
-                for to in 0..=3u32 {
-                    let feeds = power_feed_mc(from, to, &thr, hyst);
-                    let got = feeds.iter().fold(from, |s, t| joule_core::policy::thermal_stage(s, *t, &thr, hyst));
-                    assert_eq!(got, to, "{from} -> {to} with {thr:?} ± {hyst}: fed {feeds:?}");
-                    // One feed wherever the gap allows it (only the tight table falls in two).
-                    assert!(feeds.len() == 1 || (thr[1] - thr[0] <= hyst && to > 0 && to < from), "{feeds:?}");
-                }
+        let (thr, hyst) = (vec![70_000, 80_000, 90_000], 3_000);
+        for from in 0..=3u32 {
+            for to in 0..=3u32 {
+                let t = power_feed_mc(from, to, &thr, hyst).expect("thresholds given");
+                let got = joule_core::policy::thermal_stage(from, t, &thr, hyst);
+                assert_eq!(got, to, "{from} -> {to} with {thr:?} ± {hyst}: fed {t}");
             }
         }
-        assert_eq!(power_feed_mc(0, 2, &[70_000, 80_000], 3_000), vec![80_000], "stage k: threshold k-1");
-        assert_eq!(power_feed_mc(2, 0, &[70_000, 80_000], 3_000), vec![66_999], "stage 0: under the lowest exit point");
+        assert_eq!(power_feed_mc(0, 2, &[70_000, 80_000], 3_000), Some(80_000), "stage k: threshold k-1");
+        assert_eq!(power_feed_mc(2, 0, &[70_000, 80_000], 3_000), Some(66_999), "stage 0: under the lowest exit point");
+        assert_eq!(power_feed_mc(0, 1, &[], 3_000), None);
+        // One feed always lands because validation refuses thresholds closer than the hysteresis.
+        let tight = joule_core::config::Config::parse("[thermal]\nstage_thresholds_celsius = [50.0, 51.0]\nhysteresis_celsius = 3.0\n");
+        assert!(tight.is_err(), "a table one feed cannot serve passed validation");
     }
 
     #[test]
