@@ -118,7 +118,8 @@ fn families_without_snapshot() -> Vec<String> {
     let out = Command::new(JOULE).args(["monitor", "--list-metrics", "--json"]).output().expect("run joule monitor --list-metrics");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("--list-metrics --json is a JSON list");
-    let names: Vec<String> = table.iter().filter(|m| m["json"].as_str().is_none_or(str::is_empty)).filter_map(|m| m["name"].as_str().map(String::from)).collect();
+    let names: Vec<String> =
+        table.iter().filter(|m| m["json"].as_str().is_none_or(str::is_empty)).filter_map(|m| m["name"].as_str().map(String::from)).collect();
     assert!(names.iter().any(|n| n == "joule_actuator_up"), "the table lost its actuator families: {names:?}");
     names
 }
