@@ -166,14 +166,18 @@ fn cpu_cgroup(pid: i32) -> Option<String> {
     cg.path(Some(joule_core::cgroupfs::Controller::Cpu)).or_else(|| cg.path(None)).map(String::from)
 }
 
-fn agent_reading(agent: &Agent) -> AgentReading {
+/// The agent's stage and planned cap for the trace, and the scheduler its snapshot saw
+/// ("state (ops)"), from one read of each endpoint.
+fn agent_reading(agent: &Agent) -> (AgentReading, Option<String>) {
     let snap = agent.get("/snapshot.json").ok();
     let stage = snap.as_ref().filter(|s| s["stage"]["computed_by"] != "none");
-    AgentReading {
+    let reading = AgentReading {
         stage: stage.and_then(|s| s["stage"]["value"].as_u64()).map(|v| v as u32),
         temp_celsius: stage.and_then(|s| s["stage"]["temp_celsius"].as_f64()),
         cap_pct: agent.get("/plan.json").ok().as_ref().and_then(agent::planned_cap_pct),
-    }
+    };
+    let sx = snap.map(|s| format!("{} ({})", s["sched_ext"]["state"].as_str().unwrap_or("?"), s["sched_ext"]["ops"].as_str().unwrap_or("")));
+    (reading, sx)
 }
 
 fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
@@ -182,7 +186,7 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
     let secs = cx.duration_s.ceil() as u64;
     let mut probe_cmd = Command::new(std::env::current_exe()?);
     probe_cmd.args(["bench", "thermal-probe", "--period-us", &PROBE_PERIOD_US.to_string(), "--duration-s", &cx.duration_s.to_string()]);
-    let mut probe = Stopped::spawn("latency probe", &probe_cmd, true)?;
+    let mut probe = Stopped::spawn("latency probe", &probe_cmd, true, &dir.join("probe.err"))?;
     let mut probe_out = probe.take_stdout().context("the probe has no stdout")?;
     // Read as it comes: the probe writes everything at the end, more than a pipe holds.
     let probe_reader = std::thread::spawn(move || {
@@ -190,8 +194,8 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
         std::io::Read::read_to_string(&mut probe_out, &mut s).map(|_| s)
     });
     let (yaml, fio_json, fio_log) = (dir.join("stress-ng.yaml"), dir.join("fio.json"), dir.join("fio"));
-    let mut stress = Stopped::spawn("stress-ng", &workload::stress_command(cx.workers, secs, &yaml), false)?;
-    let mut fio = Stopped::spawn("fio", &cx.fio.command(secs, &fio_json, &fio_log), false)?;
+    let mut stress = Stopped::spawn("stress-ng", &workload::stress_command(cx.workers, secs, &yaml), false, &dir.join("stress-ng.err"))?;
+    let mut fio = Stopped::spawn("fio", &cx.fio.command(secs, &fio_json, &fio_log), false, &dir.join("fio.err"))?;
 
     let pids = Pids { stress: stress.pid(), probe: probe.pid() };
     let joule = mode == Mode::Joule;
@@ -212,7 +216,7 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
     while start.elapsed().as_secs_f64() < cx.duration_s {
         next += SAMPLE;
         nap(next.saturating_duration_since(Instant::now()), cx.interrupted)?;
-        let reading = match agent.as_mut() {
+        let (reading, sx) = match agent.as_mut() {
             Some(a) => {
                 anyhow::ensure!(
                     a.alive(),
@@ -221,22 +225,19 @@ fn run_mode(mode: Mode, cx: &Ctx) -> anyhow::Result<ModeResult> {
                 );
                 agent_reading(a)
             }
-            None => AgentReading::default(),
+            None => (AgentReading::default(), None),
         };
         points.extend(tracer.sample(workload::children_cpu_s(stress.pid()), reading));
         if stress_cgroup.is_none() && start.elapsed() > Duration::from_secs_f64(cx.duration_s / 2.0) {
             stress_cgroup = cpu_cgroup(stress.pid());
-            sched_ext = agent
-                .as_ref()
-                .and_then(|a| a.get("/snapshot.json").ok())
-                .map(|s| format!("{} ({})", s["sched_ext"]["state"].as_str().unwrap_or("?"), s["sched_ext"]["ops"].as_str().unwrap_or("")));
+            sched_ext = sx;
         }
     }
     // Every load ends on its own time bound; give them a little slack, then read them.
     for l in [&mut probe, &mut stress, &mut fio] {
         match l.wait(Duration::from_secs(20)) {
             None => anyhow::bail!("{} did not end 20 s after its time", l.name),
-            Some(st) if !st.success() => anyhow::bail!("{} failed ({st}); run it by hand to see why (its stderr is not kept)", l.name),
+            Some(st) if !st.success() => anyhow::bail!("{} failed ({st}):\n{}", l.name, l.stderr_tail()),
             Some(_) => {}
         }
     }

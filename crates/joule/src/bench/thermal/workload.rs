@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 pub struct Stopped {
     pub name: &'static str,
     child: Child,
+    /// Where its stderr goes, so a load that fails can say why.
+    stderr: PathBuf,
 }
 
 impl Stopped {
@@ -23,8 +25,8 @@ impl Stopped {
     /// its place (same pid). (Stopping in `pre_exec` would hang: spawn waits for the exec.) The
     /// child dies with the bench's main thread (PDEATHSIG, kept across exec) even if the bench
     /// is SIGKILLed, and its own time bound ends it in any case.
-    /// Its stdin and stderr are /dev/null, its stdout a pipe when `pipe_stdout`.
-    pub fn spawn(name: &'static str, cmd: &Command, pipe_stdout: bool) -> anyhow::Result<Stopped> {
+    /// Its stdin is /dev/null, its stdout a pipe when `pipe_stdout`, its stderr the file `stderr`.
+    pub fn spawn(name: &'static str, cmd: &Command, pipe_stdout: bool, stderr: &Path) -> anyhow::Result<Stopped> {
         let mut sh = Command::new("/bin/sh");
         sh.args(["-c", "kill -STOP $$ && exec \"$@\"", "sh"]).arg(cmd.get_program()).args(cmd.get_args());
         sh.process_group(0);
@@ -32,9 +34,10 @@ impl Stopped {
         unsafe {
             sh.pre_exec(|| if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
         }
-        sh.stdin(Stdio::null()).stderr(Stdio::null()).stdout(if pipe_stdout { Stdio::piped() } else { Stdio::null() });
+        let err = std::fs::File::create(stderr).with_context(|| format!("while creating {}", stderr.display()))?;
+        sh.stdin(Stdio::null()).stderr(err).stdout(if pipe_stdout { Stdio::piped() } else { Stdio::null() });
         let child = sh.spawn().with_context(|| format!("while starting {name}"))?;
-        let s = Stopped { name, child };
+        let s = Stopped { name, child, stderr: stderr.to_path_buf() };
         // Wait until it has stopped, so SIGCONT is not lost on a child still on its way there.
         let deadline = Instant::now() + Duration::from_secs(5);
         while state(s.pid()) != Some('T') {
@@ -64,6 +67,13 @@ impl Stopped {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The last lines it wrote to stderr (for an error message).
+    pub fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
     }
 
     /// The leader's stdout, read to the end (the probe prints its samples there).
@@ -260,10 +270,23 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_load_keeps_what_it_said() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo 'aborting: temp-path is not writeable' >&2; exit 3"]);
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Stopped::spawn("sh", &c, false, &d.path().join("sh.err")).unwrap();
+        s.go().unwrap();
+        let st = s.wait(Duration::from_secs(5)).expect("it exits");
+        assert_eq!(st.code(), Some(3));
+        assert_eq!(s.stderr_tail(), "aborting: temp-path is not writeable");
+    }
+
+    #[test]
     fn a_stopped_child_waits_for_go_and_its_group_dies_with_it() {
         let mut c = Command::new("sh");
         c.args(["-c", "sleep 30 & wait"]);
-        let s = Stopped::spawn("sh", &c, false).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let s = Stopped::spawn("sh", &c, false, &d.path().join("sh.err")).unwrap();
         let pid = s.pid();
         assert_eq!(state(pid), Some('T'));
         s.go().unwrap();
