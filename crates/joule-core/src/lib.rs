@@ -18,6 +18,7 @@ pub mod origin;
 pub mod policy;
 pub mod procfs;
 pub mod qdisc;
+pub mod sched_ext;
 pub mod snapshot;
 pub mod testing;
 

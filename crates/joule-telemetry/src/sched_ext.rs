@@ -6,6 +6,7 @@
 //! (no directory) reads as state "absent", with a note.
 
 use crate::{Source, SourceError};
+use joule_core::sched_ext::{KernelState, SYSFS_SCHED_EXT};
 use joule_core::snapshot::SchedExt;
 use joule_core::{Origin, Snapshot};
 use std::io;
@@ -20,7 +21,7 @@ pub struct SchedExtSource {
 
 impl SchedExtSource {
     pub fn new(sysfs_root: impl Into<PathBuf>) -> Self {
-        Self { dir: sysfs_root.into().join("kernel/sched_ext") }
+        Self { dir: sysfs_root.into().join(SYSFS_SCHED_EXT) }
     }
 }
 
@@ -30,19 +31,18 @@ impl Source for SchedExtSource {
     }
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
-        let state_path = self.dir.join("state");
-        let state = match std::fs::read_to_string(&state_path) {
-            Ok(s) => s.trim().to_string(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.dir.exists() => {
+        let KernelState { state, ops } = KernelState::read(&self.dir);
+        let Some(state) = state else {
+            if !self.dir.exists() {
                 snap.sched_ext = SchedExt { state: ABSENT.into(), ops: String::new(), source: Origin::Kernel };
                 snap.notes.push(format!("no sched_ext ({} absent): the thermal stage acts through cgroups", self.dir.display()));
                 return Ok(());
             }
-            Err(e) => return Err(SourceError::read(state_path, e)),
+            let state_path = self.dir.join("state");
+            let e = std::fs::read_to_string(&state_path).err().unwrap_or_else(|| io::Error::other("changed while read"));
+            return Err(SourceError::read(state_path, e));
         };
-        // root/ops exists only while a scheduler is loaded.
-        let ops = std::fs::read_to_string(self.dir.join("root/ops")).map(|s| s.trim().to_string()).unwrap_or_default();
-        snap.sched_ext = SchedExt { state, ops, source: Origin::Kernel };
+        snap.sched_ext = SchedExt { state, ops: ops.unwrap_or_default(), source: Origin::Kernel };
         Ok(())
     }
 }
