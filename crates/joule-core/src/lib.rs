@@ -10,6 +10,8 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod cpufreq;
+pub mod cpulist;
+pub mod energy;
 pub mod effects;
 pub mod fsread;
 pub mod journal;

@@ -3,11 +3,13 @@
 //! which is what `joule check-config` prints.
 
 mod class;
+mod energy;
 mod locate;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
+pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
@@ -23,6 +25,8 @@ pub struct Config {
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,
+    /// Energy-aware placement (off unless `[energy] enabled = true`).
+    pub energy: EnergyConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

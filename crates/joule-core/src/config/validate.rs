@@ -132,5 +132,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             }
         }
     }
+    let names: Vec<String> = cfg.classes.iter().map(|c| c.name.clone()).collect();
+    out.extend(super::energy::problems(&cfg.energy, &names));
     out
 }

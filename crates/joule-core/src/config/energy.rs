@@ -1,0 +1,206 @@
+//! `[energy]`: energy-aware placement (mechanism 2, the energy half). Off by default. Says
+//! where the energy model comes from (the kernel, `[[energy.domain]]` tables, or a model file),
+//! which policy places (`joule`, or the EAS-like baseline `eas`), and per `[[class]]` the QoS
+//! target placement must meet (`[[energy.target]]`: a network app's bandwidth, a CPU app's
+//! performance fraction, or an RT app's deadline).
+
+use crate::energy::{DomainSpec, NetCost};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelSource {
+    /// cpufreq, cpu_capacity and the debugfs EM of the running kernel (see `energy::kernel`).
+    #[default]
+    Kernel,
+    /// The `[[energy.domain]]` tables of this config.
+    Inline,
+    /// `model_file` (e.g. deploy/energy/odroid-xu4.toml).
+    File,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementPolicyKind {
+    /// Least modelled energy that meets every target, with flow-aware network demand and
+    /// advisory bandwidth limits.
+    #[default]
+    Joule,
+    /// The baseline: capacity-greedy like Linux EAS (smallest domain where the thread's own
+    /// utilisation fits, schedutil frequency), blind to softirq work, no bandwidth limit.
+    Eas,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnergyConfig {
+    pub enabled: bool,
+    pub model: ModelSource,
+    pub model_file: Option<PathBuf>,
+    pub policy: PlacementPolicyKind,
+    /// Re-decide only when a class's demand moved by more than this, % of the demand at the
+    /// last decision (the flow monitor's rates jitter; a placement that flaps costs
+    /// migrations).
+    pub hysteresis_pct: f64,
+    /// Utilisation the policy leaves free on a CPU, % (absorbs bursts and model error).
+    pub headroom_pct: f64,
+    /// The per-packet and per-byte CPU cost of network traffic (model).
+    pub net_cost: NetCost,
+    #[serde(rename = "domain")]
+    pub domains: Vec<DomainSpec>,
+    #[serde(rename = "target")]
+    pub targets: Vec<EnergyTarget>,
+}
+
+impl Default for EnergyConfig {
+    fn default() -> Self {
+        EnergyConfig {
+            enabled: false,
+            model: ModelSource::Kernel,
+            model_file: None,
+            policy: PlacementPolicyKind::Joule,
+            hysteresis_pct: 10.0,
+            headroom_pct: 10.0,
+            net_cost: NetCost::default(),
+            domains: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// One class's QoS target. Exactly one of `bandwidth_mbit`, `perf_fraction`, `deadline_us`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnergyTarget {
+    /// A `[[class]]` name.
+    pub class: String,
+    /// Network app: the bandwidth it must get, Mbit/s.
+    #[serde(default)]
+    pub bandwidth_mbit: Option<f64>,
+    /// Network app: mean packet size until the flow monitor measures it, bytes.
+    #[serde(default)]
+    pub mean_packet_bytes: Option<f64>,
+    /// CPU app: the fraction (0–1] of the performance it has alone on the biggest CPU at the
+    /// highest OPP.
+    #[serde(default)]
+    pub perf_fraction: Option<f64>,
+    /// RT app: each job's deadline, µs; with `runtime_us` (a job's run time on the biggest CPU
+    /// at the highest OPP) and `period_us`.
+    #[serde(default)]
+    pub deadline_us: Option<u64>,
+    #[serde(default)]
+    pub runtime_us: Option<u64>,
+    #[serde(default)]
+    pub period_us: Option<u64>,
+    /// Threads of the app that run at once (CPU apps; default 1).
+    #[serde(default)]
+    pub threads: Option<u32>,
+}
+
+/// (key, message, hint) for each problem, as `validate` collects them.
+pub(super) fn problems(e: &EnergyConfig, classes: &[String]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut bad = |k: String, m: String, h: &str| out.push((k, m, h.to_string()));
+    if e.model == ModelSource::File && e.model_file.is_none() {
+        bad("energy.model_file".into(), "model = \"file\" needs model_file".into(), "e.g. \"/etc/joule/energy/odroid-xu4.toml\"");
+    }
+    if e.model == ModelSource::Inline && e.domains.is_empty() {
+        bad("energy.model".into(), "model = \"inline\" needs [[energy.domain]] tables".into(), "see docs/energy.md");
+    }
+    if !e.domains.is_empty() {
+        if let Err(err) = crate::energy::build(&e.domains, "config", vec![]) {
+            bad("energy.domain".into(), err.to_string(), "see deploy/energy/odroid-xu4.toml for the shape");
+        }
+    }
+    for (k, v) in [("hysteresis_pct", e.hysteresis_pct), ("headroom_pct", e.headroom_pct)] {
+        if !(v.is_finite() && (0.0..90.0).contains(&v)) {
+            bad(format!("energy.{k}"), format!("{k} = {v} must be in 0..90"), "10 is the default");
+        }
+    }
+    if !e.net_cost.is_valid() {
+        bad("energy.net_cost".into(), "net_cost coefficients must be finite and ≥ 0".into(), "cycles per packet / per byte");
+    }
+    for (i, t) in e.targets.iter().enumerate() {
+        let key = format!("energy.target[{i}]");
+        if !classes.contains(&t.class) {
+            bad(format!("{key}.class"), format!("class {:?} is not a [[class]]", t.class), "targets refer to tasks by [[class]] name");
+        }
+        let kinds = [t.bandwidth_mbit.is_some(), t.perf_fraction.is_some(), t.deadline_us.is_some()].iter().filter(|x| **x).count();
+        if kinds != 1 {
+            bad(key.clone(), format!("target for {:?} sets {kinds} of bandwidth_mbit, perf_fraction, deadline_us", t.class), "exactly one");
+        }
+        if t.bandwidth_mbit.is_some_and(|b| !(b.is_finite() && b > 0.0)) || t.mean_packet_bytes.is_some_and(|b| !(64.0..=65536.0).contains(&b)) {
+            bad(key.clone(), "bandwidth_mbit must be > 0 and mean_packet_bytes in 64..=65536".into(), "Mbit/s, bytes");
+        }
+        if t.perf_fraction.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            bad(format!("{key}.perf_fraction"), "perf_fraction must be in (0, 1]".into(), "0.5 = half the top performance");
+        }
+        if t.deadline_us.is_some() && !(t.runtime_us.is_some_and(|r| r > 0 && Some(r) <= t.deadline_us) && t.period_us.is_some_and(|p| Some(p) >= t.deadline_us)) {
+            bad(key.clone(), "an RT target needs 0 < runtime_us ≤ deadline_us ≤ period_us".into(), "µs, at the top OPP of the biggest CPU");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn off_by_default_and_a_full_section_parses() {
+        assert!(!Config::default().energy.enabled);
+        let c = Config::parse(
+            r#"
+            [[class]]
+            name = "ftp"
+            match = { comm = ["vsftpd"] }
+            [[class]]
+            name = "parsec"
+            match = { comm = ["blackscholes"] }
+            [energy]
+            enabled = true
+            model = "file"
+            model_file = "deploy/energy/odroid-xu4.toml"
+            policy = "eas"
+            [[energy.target]]
+            class = "ftp"
+            bandwidth_mbit = 100.0
+            [[energy.target]]
+            class = "parsec"
+            perf_fraction = 0.5
+            threads = 4
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.energy.targets.len(), 2);
+        assert_eq!(c.energy.policy, super::PlacementPolicyKind::Eas);
+    }
+
+    #[test]
+    fn bad_targets_are_each_reported_at_their_key() {
+        let e = Config::parse(
+            r#"
+            [[class]]
+            name = "a"
+            match = { comm = ["a"] }
+            [energy]
+            enabled = true
+            model = "file"
+            [[energy.target]]
+            class = "nope"
+            bandwidth_mbit = 10.0
+            perf_fraction = 0.5
+            [[energy.target]]
+            class = "a"
+            perf_fraction = 1.5
+            "#,
+        )
+        .unwrap_err();
+        let text: Vec<String> = e.iter().map(|p| p.message.clone()).collect();
+        let all = text.join("\n");
+        for want in ["model_file", "not a [[class]]", "sets 2 of", "(0, 1]"] {
+            assert!(all.contains(want), "{want} missing in {all}");
+        }
+    }
+}
