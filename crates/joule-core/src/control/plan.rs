@@ -40,6 +40,11 @@ pub enum Want {
     CapClass { class: String, cpu_pct: f64 },
     /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
     CpufreqMax { pct: f64 },
+    /// Energy-aware placement (mechanism 2, `[energy]`): run the `[[class]]`'s threads on
+    /// `cpus` (the performance domain `domain`), with that domain's CPUs' frequency held at or
+    /// below `max_khz` (None: no cap, or no cpufreq to cap), and the class's traffic limited
+    /// to `bandwidth_mbit` (advisory: the bandwidth limiter acts on it, this actuator does not).
+    Place { class: String, domain: String, cpus: Vec<usize>, max_khz: Option<u64>, bandwidth_mbit: Option<f64> },
 }
 
 /// Which mechanism acts on the thermal stage this period.

@@ -1,0 +1,292 @@
+//! Energy-aware placement (mechanism 2): given each class's QoS target, choose per class the
+//! performance domain (its threads' affinity), the domain's frequency cap and, for network apps,
+//! an advisory bandwidth limit, so every target is met at the least modelled energy. The seed's
+//! (EANeM) point is built in: a network app's CPU demand comes from its flow state (bandwidth
+//! and mean packet size, `energy::NetCost`), softirq work included, and its bandwidth is
+//! limited to the target, which bounds that softirq work. `eas.rs` is the EAS-like baseline;
+//! `eval.rs` scores any placement on the model, so both are judged by the same arithmetic.
+//!
+//! The search is exhaustive over class → domain (domains^classes, ≤ 4096 combinations; beyond
+//! that one class at a time, greedily); within a domain threads go worst-fit onto its CPUs and
+//! the domain runs at the lowest OPP where the busiest CPU's need fits under the headroom.
+//! Pure: [`PlacementPolicy`] turns config + snapshot into `Want::Place` decisions, with a
+//! hysteresis so jittering readings do not move threads.
+
+mod eas;
+mod eval;
+
+pub use eval::{evaluate, AppOutcome, Outcome};
+
+use crate::config::{Config, EnergyTarget, PlacementPolicyKind};
+use crate::control::{Plan, Policy, Want};
+use crate::energy::{EnergyModel, FlowState, NetCost, CAPACITY_SCALE};
+use crate::Snapshot;
+use serde::Serialize;
+
+/// Actuator that holds `Want::Place`.
+pub const PLACEMENT_ACTUATOR: &str = "placement";
+/// Mean packet size assumed for a network class until measured: a full Ethernet TCP segment.
+pub const DEFAULT_PACKET_BYTES: f64 = 1448.0;
+const MAX_COMBINATIONS: usize = 4096;
+
+/// One class as placement sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct App {
+    pub class: String,
+    pub kind: AppKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AppKind {
+    /// A network app (one thread) and its flow: the target, the packet size, and what it would
+    /// send unlimited.
+    Net { target_mbit: f64, mean_packet_bytes: f64, offered_mbit: f64 },
+    /// A CPU-bound app: `threads` threads, each wanting `perf_fraction` of the biggest CPU at
+    /// its top OPP.
+    Cpu { perf_fraction: f64, threads: u32 },
+    /// A periodic RT thread (run time measured at the top OPP of the biggest CPU).
+    Rt { deadline_us: u64, runtime_us: u64, period_us: u64 },
+}
+
+/// A placement: per app its threads' CPUs (the model's packing), its domain and its bandwidth
+/// limit; per domain its OPP index.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placement {
+    pub threads: Vec<Vec<usize>>,
+    pub opp: Vec<usize>,
+    pub limit_mbit: Vec<Option<f64>>,
+    pub domain: Vec<Option<usize>>,
+}
+
+/// (thread work, softirq work) of a network app at `mbit`, in capacity units.
+pub(crate) fn net_demand_cap(model: &EnergyModel, cost: &NetCost, mbit: f64, mean_packet_bytes: f64) -> (f64, f64) {
+    let d = cost.demand(&FlowState { bandwidth_mbit: mbit, mean_packet_bytes });
+    (model.capacity_for(d.app_cycles_per_s), model.capacity_for(d.softirq_cycles_per_s))
+}
+
+/// Per thread of `a`: (the capacity it needs, the least OPP capacity it needs to run at all).
+fn thread_needs(model: &EnergyModel, cost: &NetCost, a: &App) -> Vec<(f64, f64)> {
+    match &a.kind {
+        AppKind::Net { target_mbit, mean_packet_bytes, offered_mbit } => {
+            let (app, soft) = net_demand_cap(model, cost, target_mbit.min(*offered_mbit), *mean_packet_bytes);
+            vec![(app + soft, 0.0)]
+        }
+        AppKind::Cpu { perf_fraction, threads } => vec![(perf_fraction * CAPACITY_SCALE, perf_fraction * CAPACITY_SCALE); *threads as usize],
+        AppKind::Rt { deadline_us, runtime_us, period_us } => {
+            vec![(CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64, CAPACITY_SCALE * *runtime_us as f64 / *deadline_us as f64)]
+        }
+    }
+}
+
+/// Places every app on the domain `assign[i]`: worst-fit packing, then per domain the lowest
+/// OPP where the busiest CPU fits: network and RT work under `1 - headroom` (bursts, model
+/// error), CPU-bound work exactly (it takes whatever it gets; its target is a capacity).
+fn pack(model: &EnergyModel, apps: &[App], cost: &NetCost, assign: &[usize], headroom: f64) -> Placement {
+    let ncpu = model.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |m| m + 1);
+    let (mut elastic, mut bound) = (vec![0.0f64; ncpu], vec![0.0f64; ncpu]);
+    let mut floor = vec![0.0f64; model.domains.len()];
+    let mut items: Vec<(usize, f64, f64)> = apps.iter().enumerate().flat_map(|(i, a)| thread_needs(model, cost, a).into_iter().map(move |(n, f)| (i, n, f))).collect();
+    items.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut threads = vec![Vec::new(); apps.len()];
+    for (i, need, min_cap) in items {
+        let d = &model.domains[assign[i]];
+        let cpu = d.cpus.iter().copied().min_by(|a, b| (elastic[*a] + bound[*a]).total_cmp(&(elastic[*b] + bound[*b]))).unwrap_or(0);
+        if matches!(apps[i].kind, AppKind::Cpu { .. }) {
+            bound[cpu] += need;
+        } else {
+            elastic[cpu] += need;
+        }
+        floor[assign[i]] = floor[assign[i]].max(min_cap);
+        threads[i].push(cpu);
+    }
+    let opp = model
+        .domains
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let busiest = d.cpus.iter().map(|c| elastic[*c] / (1.0 - headroom) + bound[*c]).fold(0.0, f64::max);
+            d.opp_for(busiest.max(floor[k]))
+        })
+        .collect();
+    let limit_mbit = apps.iter().map(|a| if let AppKind::Net { target_mbit, .. } = a.kind { Some(target_mbit) } else { None }).collect();
+    Placement { threads, opp, limit_mbit, domain: assign.iter().map(|d| Some(*d)).collect() }
+}
+
+/// Better = meets every target, then more performance when not, then less power.
+fn better(a: &Outcome, b: &Outcome) -> bool {
+    match (a.all_met(), b.all_met()) {
+        (true, false) => true,
+        (false, true) => false,
+        (true, true) => a.power_mw < b.power_mw - 1e-9,
+        (false, false) => a.perf() > b.perf() + 1e-9 || ((a.perf() - b.perf()).abs() <= 1e-9 && a.power_mw < b.power_mw - 1e-9),
+    }
+}
+
+/// Scores `assign`; where the packing's OPPs miss a target (the model's max-min sharing is
+/// stricter than the sum of needs), raises the domains of the apps that miss, one OPP at a time.
+fn try_assign(model: &EnergyModel, apps: &[App], cost: &NetCost, assign: &[usize], headroom: f64) -> (Placement, Outcome) {
+    let mut p = pack(model, apps, cost, assign, headroom);
+    loop {
+        let o = evaluate(model, apps, &p, cost);
+        let mut raised = false;
+        for (i, a) in o.apps.iter().enumerate() {
+            let d = assign[i];
+            if !a.qos_met && p.opp[d] + 1 < model.domains[d].opps.len() {
+                p.opp[d] += 1;
+                raised = true;
+            }
+        }
+        if !raised {
+            return (p, o);
+        }
+    }
+}
+
+/// joule's decision: the least modelled energy that meets every target.
+pub fn decide_joule(model: &EnergyModel, apps: &[App], cost: &NetCost, headroom_pct: f64) -> (Placement, Outcome) {
+    let (nd, headroom) = (model.domains.len(), headroom_pct / 100.0);
+    let combos = (0..apps.len()).try_fold(1usize, |acc, _| acc.checked_mul(nd).filter(|c| *c <= MAX_COMBINATIONS));
+    let score = |assign: &[usize]| try_assign(model, apps, cost, assign, headroom);
+    let keep = |best: Option<(Placement, Outcome)>, cand: (Placement, Outcome)| match best {
+        Some(b) if !better(&cand.1, &b.1) => Some(b),
+        _ => Some(cand),
+    };
+    let mut best = None;
+    match combos {
+        Some(n) => {
+            for k in 0..n {
+                let assign: Vec<usize> = (0..apps.len()).map(|i| k / nd.pow(i as u32) % nd).collect();
+                best = keep(best, score(&assign));
+            }
+        }
+        None => {
+            // Too many to enumerate: one app at a time, each to its best domain given the rest.
+            let mut assign = vec![nd - 1; apps.len()];
+            for i in 0..apps.len() {
+                let pick = (0..nd).map(|d| {
+                    assign[i] = d;
+                    (d, score(&assign).1)
+                });
+                let pick = pick.reduce(|x, y| if better(&y.1, &x.1) { y } else { x }).map_or(nd - 1, |x| x.0);
+                assign[i] = pick;
+            }
+            best = Some(score(&assign));
+        }
+    }
+    best.unwrap_or_else(|| score(&[]))
+}
+
+/// The EAS-like baseline's decision, scored on the same model.
+pub fn decide_eas(model: &EnergyModel, apps: &[App], cost: &NetCost) -> (Placement, Outcome) {
+    let p = eas::decide(model, apps, cost);
+    let o = evaluate(model, apps, &p, cost);
+    (p, o)
+}
+
+/// The agent's placement policy: `[[energy.target]]` classes → `Want::Place` per class.
+pub struct PlacementPolicy {
+    model: EnergyModel,
+    targets: Vec<EnergyTarget>,
+    cost: NetCost,
+    kind: PlacementPolicyKind,
+    hysteresis: f64,
+    headroom_pct: f64,
+    /// The demands the held decision was made for, and the decisions.
+    held: Option<(Vec<f64>, Vec<(String, Want, String)>)>,
+}
+
+impl PlacementPolicy {
+    /// `None` when `[energy]` is off or has no targets.
+    pub fn from_config(cfg: &Config, model: EnergyModel) -> Option<PlacementPolicy> {
+        let e = &cfg.energy;
+        (e.enabled && !e.targets.is_empty()).then(|| PlacementPolicy {
+            model,
+            targets: e.targets.clone(),
+            cost: e.net_cost,
+            kind: e.policy,
+            hysteresis: e.hysteresis_pct / 100.0,
+            headroom_pct: e.headroom_pct,
+            held: None,
+        })
+    }
+
+    /// The apps as this snapshot shows them. A class's measured CPU use (its cgroup's
+    /// `usage_cpus`, where the snapshot has a cgroup named after the class) raises a CPU app's
+    /// thread count; the flow monitor's per-class bandwidth and packet size will replace the
+    /// targets' here once it reports them (until then the target and the configured size).
+    pub fn apps(&self, snap: &Snapshot) -> Vec<App> {
+        self.targets
+            .iter()
+            .map(|t| {
+                let used = snap.cgroups.iter().find(|c| c.path.rsplit('/').next() == Some(t.class.as_str())).and_then(|c| c.usage_cpus);
+                let kind = if let Some(b) = t.bandwidth_mbit {
+                    AppKind::Net { target_mbit: b, mean_packet_bytes: t.mean_packet_bytes.unwrap_or(DEFAULT_PACKET_BYTES), offered_mbit: b }
+                } else if let Some(p) = t.perf_fraction {
+                    let threads = t.threads.unwrap_or(1).max(used.map_or(0, |u| (u - 0.05).ceil().max(0.0) as u32));
+                    AppKind::Cpu { perf_fraction: p, threads }
+                } else {
+                    AppKind::Rt { deadline_us: t.deadline_us.unwrap_or(0), runtime_us: t.runtime_us.unwrap_or(0), period_us: t.period_us.unwrap_or(1).max(1) }
+                };
+                App { class: t.class.clone(), kind }
+            })
+            .collect()
+    }
+
+    fn demands(&self, apps: &[App]) -> Vec<f64> {
+        apps.iter().map(|a| thread_needs(&self.model, &self.cost, a).iter().map(|n| n.0).sum()).collect()
+    }
+
+    fn moved(&self, now: &[f64]) -> bool {
+        match &self.held {
+            None => true,
+            Some((then, _)) => then.len() != now.len() || then.iter().zip(now).any(|(a, b)| (a - b).abs() > self.hysteresis * a.abs().max(1e-9)),
+        }
+    }
+
+    fn decisions(&self, apps: &[App]) -> Vec<(String, Want, String)> {
+        let (p, o) = match self.kind {
+            PlacementPolicyKind::Joule => decide_joule(&self.model, apps, &self.cost, self.headroom_pct),
+            PlacementPolicyKind::Eas => decide_eas(&self.model, apps, &self.cost),
+        };
+        apps.iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let d = &self.model.domains[p.domain[i]?];
+                let k = self.model.domains.iter().position(|x| x.name == d.name)?;
+                let khz = d.opps[p.opp[k]].frequency_khz;
+                let out = &o.apps[i];
+                let want = Want::Place { class: a.class.clone(), domain: d.name.clone(), cpus: d.cpus.clone(), max_khz: (khz > 0).then_some(khz), bandwidth_mbit: p.limit_mbit[i] };
+                let why = format!(
+                    "{} policy: domain {} at {} MHz meets {:.0} % of the target (model), {:.0} mW modelled for all classes",
+                    if self.kind == PlacementPolicyKind::Joule { "joule" } else { "eas" },
+                    d.name,
+                    khz / 1000,
+                    out.perf_uncapped * 100.0,
+                    o.power_mw
+                );
+                Some((a.class.clone(), want, why))
+            })
+            .collect()
+    }
+}
+
+impl Policy for PlacementPolicy {
+    fn name(&self) -> &'static str {
+        "placement"
+    }
+
+    fn decide(&mut self, snap: &Snapshot, plan: &mut Plan) {
+        let apps = self.apps(snap);
+        let now = self.demands(&apps);
+        if self.moved(&now) {
+            self.held = Some((now, self.decisions(&apps)));
+        }
+        for (_, want, why) in self.held.iter().flat_map(|h| h.1.iter()) {
+            plan.push("placement", Some(PLACEMENT_ACTUATOR), want.clone(), why.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+//! What a placement gives, on the energy model: each app's achieved performance (and whether its
+//! QoS target is met) and the modelled power. Both policies are scored by this one function, so
+//! the benchmark compares decisions, not two different models.
+//!
+//! Per CPU, at its domain's OPP capacity `C`: softirq work (the flows of the network apps whose
+//! thread runs there — receive flow steering assumed) and RT work are served first, in that
+//! order; what is left is shared max-min fairly by the CFS threads (a network app's own thread
+//! wants its per-byte work; a CPU-bound thread wants all it can get). A network app achieves
+//! its rate scaled by the worse of its two served fractions; a CPU app thread's performance is
+//! its served capacity / 1024. The CPU is busy for what was served; the domain's power is the
+//! energy model's `Σ busy × P(OPP)` plus its static term.
+
+use super::{App, AppKind, Placement};
+use crate::energy::{EnergyModel, NetCost, CAPACITY_SCALE};
+use serde::Serialize;
+
+/// One app's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AppOutcome {
+    pub class: String,
+    /// Achieved / target, capped at 1: performance only counts up to what was asked for.
+    pub perf: f64,
+    /// Achieved / target, uncapped.
+    pub perf_uncapped: f64,
+    pub qos_met: bool,
+    /// Network apps: the rate achieved, Mbit/s.
+    pub achieved_mbit: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub apps: Vec<AppOutcome>,
+    pub power_mw: f64,
+    /// Per domain: its OPP frequency, kHz, and its power, mW.
+    pub domains: Vec<(String, u64, f64)>,
+}
+
+impl Outcome {
+    pub fn all_met(&self) -> bool {
+        self.apps.iter().all(|a| a.qos_met)
+    }
+    pub fn perf(&self) -> f64 {
+        self.apps.iter().map(|a| a.perf).sum()
+    }
+    pub fn perf_uncapped(&self) -> f64 {
+        self.apps.iter().map(|a| a.perf_uncapped).sum()
+    }
+    /// Σ capped performance per watt of modelled CPU power.
+    pub fn perf_per_watt(&self) -> f64 {
+        self.perf() / (self.power_mw / 1000.0).max(1e-9)
+    }
+}
+
+/// Served share of each demand under max-min fairness over `cap` (∞ = takes all it can).
+pub(super) fn water_fill(demands: &[f64], cap: f64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by(|a, b| demands[*a].total_cmp(&demands[*b]));
+    let (mut left, mut out) = (cap.max(0.0), vec![0.0; demands.len()]);
+    for (k, &i) in order.iter().enumerate() {
+        let share = left / (demands.len() - k) as f64;
+        out[i] = demands[i].min(share);
+        left -= out[i];
+    }
+    out
+}
+
+/// The rate a network app sends at under `limit` (None: what it offers).
+pub(super) fn rate_mbit(kind: &AppKind, limit: Option<f64>) -> f64 {
+    match kind {
+        AppKind::Net { offered_mbit, .. } => limit.map_or(*offered_mbit, |l| l.min(*offered_mbit)),
+        _ => 0.0,
+    }
+}
+
+pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost) -> Outcome {
+    let ncpu = model.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |m| m + 1);
+    let cap_of = |cpu: usize| {
+        model.domains.iter().enumerate().find(|(_, d)| d.cpus.contains(&cpu)).map_or(0.0, |(i, d)| d.opps[p.opp[i]].capacity)
+    };
+    // Per CPU: (softirq, rt, [(app, thread demand)]) in capacity units.
+    let mut soft = vec![0.0; ncpu];
+    let mut rt = vec![0.0; ncpu];
+    let mut cfs: Vec<Vec<(usize, f64)>> = vec![Vec::new(); ncpu];
+    for (i, a) in apps.iter().enumerate() {
+        for &cpu in &p.threads[i] {
+            match &a.kind {
+                AppKind::Net { mean_packet_bytes, .. } => {
+                    let d = cost.demand(&crate::energy::FlowState { bandwidth_mbit: rate_mbit(&a.kind, p.limit_mbit[i]), mean_packet_bytes: *mean_packet_bytes });
+                    soft[cpu] += model.capacity_for(d.softirq_cycles_per_s);
+                    cfs[cpu].push((i, model.capacity_for(d.app_cycles_per_s)));
+                }
+                AppKind::Cpu { .. } => cfs[cpu].push((i, f64::INFINITY)),
+                AppKind::Rt { runtime_us, period_us, .. } => rt[cpu] += CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64,
+            }
+        }
+    }
+    let mut busy = vec![0.0; ncpu];
+    let mut net_frac = vec![1.0f64; apps.len()];
+    let mut cpu_perf = vec![Vec::new(); apps.len()];
+    let mut rt_ok = vec![true; apps.len()];
+    for cpu in 0..ncpu {
+        let c = cap_of(cpu);
+        let soft_served = soft[cpu].min(c);
+        let rt_served = rt[cpu].min(c - soft_served);
+        let demands: Vec<f64> = cfs[cpu].iter().map(|x| x.1).collect();
+        let served = water_fill(&demands, c - soft_served - rt_served);
+        busy[cpu] = if c > 0.0 { (soft_served + rt_served + served.iter().sum::<f64>()) / c } else { 0.0 };
+        let soft_frac = if soft[cpu] > 0.0 { soft_served / soft[cpu] } else { 1.0 };
+        for ((app, want), got) in cfs[cpu].iter().zip(&served) {
+            match apps[*app].kind {
+                AppKind::Net { .. } => net_frac[*app] = net_frac[*app].min(soft_frac).min(if *want > 0.0 { got / want } else { 1.0 }),
+                AppKind::Cpu { .. } => cpu_perf[*app].push(got / CAPACITY_SCALE),
+                AppKind::Rt { .. } => {}
+            }
+        }
+        for (i, a) in apps.iter().enumerate() {
+            if let AppKind::Rt { deadline_us, runtime_us, .. } = a.kind {
+                if p.threads[i].contains(&cpu) {
+                    // A job runs at capacity C minus what softirq takes before it.
+                    let rate = (c - soft_served) / CAPACITY_SCALE;
+                    rt_ok[i] &= rt_served + 1e-9 >= rt[cpu] && rate > 0.0 && runtime_us as f64 / rate <= deadline_us as f64;
+                }
+            }
+        }
+    }
+    let outcomes = apps
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let (raw, achieved) = match &a.kind {
+                AppKind::Net { target_mbit, .. } => {
+                    let got = rate_mbit(&a.kind, p.limit_mbit[i]) * net_frac[i];
+                    (got / target_mbit, Some(got))
+                }
+                AppKind::Cpu { perf_fraction, .. } => {
+                    let v = &cpu_perf[i];
+                    (if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 } / perf_fraction, None)
+                }
+                AppKind::Rt { .. } => (if rt_ok[i] && !p.threads[i].is_empty() { 1.0 } else { 0.0 }, None),
+            };
+            AppOutcome { class: a.class.clone(), perf: raw.min(1.0), perf_uncapped: raw, qos_met: raw >= 0.999, achieved_mbit: achieved }
+        })
+        .collect();
+    let mut domains = Vec::new();
+    let mut power_mw = 0.0;
+    for (i, d) in model.domains.iter().enumerate() {
+        let b: Vec<f64> = d.cpus.iter().map(|c| busy[*c]).collect();
+        let pw = d.power_mw(p.opp[i], &b);
+        power_mw += pw;
+        domains.push((d.name.clone(), d.opps[p.opp[i]].frequency_khz, pw));
+    }
+    Outcome { apps: outcomes, power_mw, domains }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn water_fill_serves_small_demands_whole_and_splits_the_rest() {
+        assert_eq!(water_fill(&[10.0, f64::INFINITY, f64::INFINITY], 110.0), vec![10.0, 50.0, 50.0]);
+        assert_eq!(water_fill(&[10.0, 20.0], 100.0), vec![10.0, 20.0]);
+        assert_eq!(water_fill(&[], 100.0), Vec::<f64>::new());
+    }
+}

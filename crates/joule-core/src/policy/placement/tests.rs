@@ -1,0 +1,139 @@
+//! The placement policy's decisions on the shipped XU4 model and on a homogeneous fixture.
+
+use super::*;
+use crate::energy::fixtures::homogeneous;
+use crate::snapshot::CgroupCpu;
+
+fn net(class: &str, target_mbit: f64, mean_packet_bytes: f64, offered_mbit: f64) -> App {
+    App { class: class.into(), kind: AppKind::Net { target_mbit, mean_packet_bytes, offered_mbit } }
+}
+
+fn cpu(class: &str, perf_fraction: f64, threads: u32) -> App {
+    App { class: class.into(), kind: AppKind::Cpu { perf_fraction, threads } }
+}
+
+fn freq_mhz(m: &EnergyModel, p: &Placement, name: &str) -> u64 {
+    let k = m.domains.iter().position(|d| d.name == name).unwrap();
+    m.domains[k].opps[p.opp[k]].frequency_khz / 1000
+}
+
+fn domain_of(m: &EnergyModel, p: &Placement, app: usize) -> String {
+    m.domains[p.domain[app].unwrap()].name.clone()
+}
+
+#[test]
+fn xu4_bulk_ftp_goes_little_and_slow_with_a_limit_where_eas_races_at_line_rate() {
+    let m = EnergyModel::odroid_xu4();
+    let apps = [net("ftp", 100.0, 1448.0, 1000.0)];
+    let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    assert!(jo.all_met() && eo.all_met());
+    assert_eq!(domain_of(&m, &jp, 0), "a7");
+    assert_eq!(freq_mhz(&m, &jp, "a7"), 600, "100 Mbit/s of bulk traffic fits the lowest A7 OPP");
+    assert_eq!(jp.limit_mbit, vec![Some(100.0)]);
+    assert_eq!(ep.limit_mbit, vec![None]);
+    assert!((eo.apps[0].achieved_mbit.unwrap() - 1000.0).abs() < 1e-6, "the baseline sends at line rate: {eo:?}");
+    assert!(freq_mhz(&m, &ep, "a7") > 600);
+    assert!(jo.power_mw * 4.0 < eo.power_mw, "joule {} mW vs eas {} mW", jo.power_mw, eo.power_mw);
+    assert!(jo.perf_per_watt() > eo.perf_per_watt());
+}
+
+#[test]
+fn xu4_cpu_app_gets_the_lowest_big_opp_meeting_its_fraction() {
+    let m = EnergyModel::odroid_xu4();
+    for (frac, mhz) in [(0.5, 900), (0.75, 1400)] {
+        let apps = [cpu("parsec", frac, 2)];
+        let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
+        assert!(jo.all_met(), "{jo:?}");
+        assert_eq!(domain_of(&m, &jp, 0), "a15", "no A7 OPP reaches {frac} of an A15 at 1.8 GHz");
+        assert_eq!(freq_mhz(&m, &jp, "a15"), mhz);
+        assert_ne!(jp.threads[0][0], jp.threads[0][1], "two threads, two CPUs");
+        let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+        assert_eq!(freq_mhz(&m, &ep, "a15"), 1800, "schedutil runs a CPU-bound thread at the top");
+        assert!(eo.perf_uncapped() > jo.perf_uncapped() && eo.power_mw > jo.power_mw);
+    }
+}
+
+#[test]
+fn xu4_small_packets_eas_misplaces_by_the_thread_alone_joule_counts_the_softirq() {
+    let m = EnergyModel::odroid_xu4();
+    // 200 Mbit/s of 200-byte packets: the thread's own work fits an A7 with margin, the
+    // softirq work does not.
+    let apps = [net("rpc", 200.0, 200.0, 200.0)];
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    assert_eq!(domain_of(&m, &ep, 0), "a7");
+    assert!(!eo.all_met(), "{eo:?}");
+    let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
+    assert_eq!(domain_of(&m, &jp, 0), "a15");
+    assert!(jo.all_met(), "{jo:?}");
+}
+
+#[test]
+fn xu4_rt_deadline_sets_a_capacity_floor() {
+    let m = EnergyModel::odroid_xu4();
+    let apps = [App { class: "rt".into(), kind: AppKind::Rt { deadline_us: 500, runtime_us: 300, period_us: 1000 } }];
+    let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
+    assert!(jo.all_met(), "{jo:?}");
+    assert_eq!(domain_of(&m, &jp, 0), "a15");
+    assert_eq!(freq_mhz(&m, &jp, "a15"), 1100, "300 µs at 1.8 GHz within 500 µs needs capacity ≥ 614");
+}
+
+#[test]
+fn homogeneous_machine_degenerates_to_the_lowest_opp_that_meets_the_targets() {
+    let m = homogeneous();
+    let apps = [net("ftp", 400.0, 1448.0, 1000.0), cpu("batch", 0.3, 1)];
+    let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    assert!(jo.all_met(), "{jo:?}");
+    assert_eq!(jp.domain, vec![Some(0), Some(0)], "one domain: nothing to choose");
+    assert_eq!(freq_mhz(&m, &jp, "all"), 1000, "0.3 × 3 GHz fits the 1 GHz OPP");
+    assert_eq!(freq_mhz(&m, &ep, "all"), 3000);
+    assert!(jo.power_mw < eo.power_mw);
+    assert_ne!(jp.threads[0], jp.threads[1], "worst fit spreads the two threads");
+}
+
+fn snap(usage_cpus: f64) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.cgroups.push(CgroupCpu { path: "/joule/parsec".into(), usage_cpus: Some(usage_cpus), ..CgroupCpu::default() });
+    s
+}
+
+#[test]
+fn the_agent_policy_holds_its_decision_within_the_hysteresis_and_redecides_past_it() {
+    let cfg = Config::parse(
+        r#"
+        [[class]]
+        name = "parsec"
+        match = { comm = ["parsec"] }
+        [[class]]
+        name = "ftp"
+        match = { comm = ["ftp"] }
+        [energy]
+        enabled = true
+        model = "file"
+        model_file = "x.toml"
+        [[energy.target]]
+        class = "parsec"
+        perf_fraction = 0.5
+        [[energy.target]]
+        class = "ftp"
+        bandwidth_mbit = 50.0
+        "#,
+    )
+    .unwrap();
+    let mut p = PlacementPolicy::from_config(&cfg, EnergyModel::odroid_xu4()).unwrap();
+    let mut plan = Plan::default();
+    p.decide(&snap(1.0), &mut plan);
+    let places: Vec<&Want> = plan.for_actuator(PLACEMENT_ACTUATOR).map(|d| &d.want).collect();
+    assert_eq!(places.len(), 2);
+    let Want::Place { class, domain, cpus, max_khz, bandwidth_mbit } = places[0] else { panic!("{places:?}") };
+    assert_eq!((class.as_str(), domain.as_str(), cpus.clone(), *max_khz, *bandwidth_mbit), ("parsec", "a15", vec![4, 5, 6, 7], Some(900_000), None));
+    assert!(matches!(places[1], Want::Place { domain, bandwidth_mbit: Some(b), .. } if domain == "a7" && *b == 50.0));
+    let held = p.held.clone();
+    p.decide(&snap(1.0), &mut Plan::default());
+    assert_eq!(p.held, held, "same readings, same decision");
+    // Three CPUs' worth of measured use: three threads, a demand far past the hysteresis.
+    p.decide(&snap(3.0), &mut Plan::default());
+    assert_ne!(p.held.as_ref().unwrap().0, held.unwrap().0);
+    assert!(PlacementPolicy::from_config(&Config::default(), EnergyModel::odroid_xu4()).is_none(), "off by default");
+}
