@@ -13,6 +13,7 @@
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
 mod events;
+mod placement;
 mod scx;
 mod status;
 
@@ -28,7 +29,7 @@ use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
-use joule_core::policy::{ClassPolicy, ThermalActions, ThermalPolicy};
+use joule_core::policy::{ClassPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -102,10 +103,23 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
 }
 
 /// The policies, in the order they decide. One line per mechanism.
-fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
+fn policies(cfg: &Config) -> anyhow::Result<Vec<Box<dyn Policy>>> {
     let mut p: Vec<Box<dyn Policy>> = vec![Box::new(ThermalPolicy::from_config(cfg))];
     p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
-    p
+    p.extend(energy_model(cfg)?.and_then(|m| PlacementPolicy::from_config(cfg, m)).map(|c| Box::new(c) as Box<dyn Policy>));
+    Ok(p)
+}
+
+/// The energy model placement decides with, when `[energy]` is on.
+fn energy_model(cfg: &Config) -> anyhow::Result<Option<joule_core::energy::EnergyModel>> {
+    if !cfg.energy.enabled {
+        return Ok(None);
+    }
+    let m = joule_core::energy::load(cfg, &RealEffects).context("while loading the [energy] model")?;
+    for n in &m.notes {
+        tracing::info!("energy model: {n}");
+    }
+    Ok(Some(m))
 }
 
 /// The actuators, in the order they start (and the reverse of the order they stop). One line
@@ -129,6 +143,15 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
     // missing). Decisions addressed to an actuator that is not here reach no one.
     if root {
         a.push(Box::new(CpufreqActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"))));
+    }
+    if cfg.energy.enabled && !cfg.energy.targets.is_empty() {
+        if root {
+            let (procfs, classes) = (cfg.telemetry.procfs_root.clone(), cfg.classes.clone());
+            let find = Box::new(move |class: &str| placement::class_threads(&procfs, &classes, class));
+            a.push(Box::new(placement::PlacementActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"), find)));
+        } else {
+            tracing::warn!("not root: [energy] placement decisions are published but not applied");
+        }
     }
     if cfg.thermal.scheduler == ThermalScheduler::Scx {
         if root {
@@ -166,7 +189,7 @@ fn run_loop(
     if !sense.bpf_status().enabled {
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
     }
-    let mut policies = policies(cfg);
+    let mut policies = policies(cfg)?;
     let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
     let mut actuators = Actuators::new(actuators(cfg, root, stage_map)?);
     let fx = RealEffects;

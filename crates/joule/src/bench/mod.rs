@@ -2,6 +2,7 @@
 //! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
 //! well as absolute numbers.
 
+pub mod netqos;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -23,6 +24,11 @@ pub enum BenchCmd {
     /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
     /// the throughput cost of each stage. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
+    /// Network QoS and energy (issue 11). Section `placement`: joule's energy-aware placement
+    /// and an EAS-like baseline decide over the same traces (FTP-like flows, a PARSEC-like app
+    /// at 50 % and 75 %) on the Odroid-XU4 energy model; perf per watt of each (model), beside
+    /// the seed's 4.79× / 3.11× / 2.35×.
+    NetQos(netqos::NetQosArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -33,6 +39,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Overhead(a) => overhead::run(a),
         BenchCmd::RtShare(a) => rt_share::run(&a),
         BenchCmd::Thermal(a) => thermal::run(&a),
+        BenchCmd::NetQos(a) => netqos::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
     }
 }

@@ -2,13 +2,14 @@
 //! QoS target is met) and the modelled power. Both policies are scored by this one function, so
 //! the benchmark compares decisions, not two different models.
 //!
-//! Per CPU, at its domain's OPP capacity `C`: softirq work (the flows of the network apps whose
-//! thread runs there — receive flow steering assumed) and RT work are served first, in that
-//! order; what is left is shared max-min fairly by the CFS threads (a network app's own thread
-//! wants its per-byte work; a CPU-bound thread wants all it can get). A network app achieves
-//! its rate scaled by the worse of its two served fractions; a CPU app thread's performance is
-//! its served capacity / 1024. The CPU is busy for what was served; the domain's power is the
-//! energy model's `Σ busy × P(OPP)` plus its static term.
+//! Per CPU, at its domain's OPP capacity `C`: network work (the softirq work of the flows whose
+//! app thread runs there — receive flow steering assumed — together with that thread's own
+//! work) is served first, because softirq runs above every thread and TCP's flow control ties
+//! the app's rate to what the stack gets through: a network app that does not fit is slowed as
+//! a whole (`served / demanded`), not starved to zero. RT work is served next; what is left is
+//! shared max-min fairly by CPU-bound threads. A CPU app thread's performance is its served
+//! capacity / 1024. The CPU is busy for what was served; the domain's power is the energy
+//! model's `Σ busy × P(OPP)` plus its static term.
 
 use super::{App, AppKind, Placement};
 use crate::energy::{EnergyModel, NetCost, CAPACITY_SCALE};
@@ -51,19 +52,6 @@ impl Outcome {
     }
 }
 
-/// Served share of each demand under max-min fairness over `cap` (∞ = takes all it can).
-pub(super) fn water_fill(demands: &[f64], cap: f64) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..demands.len()).collect();
-    order.sort_by(|a, b| demands[*a].total_cmp(&demands[*b]));
-    let (mut left, mut out) = (cap.max(0.0), vec![0.0; demands.len()]);
-    for (k, &i) in order.iter().enumerate() {
-        let share = left / (demands.len() - k) as f64;
-        out[i] = demands[i].min(share);
-        left -= out[i];
-    }
-    out
-}
-
 /// The rate a network app sends at under `limit` (None: what it offers).
 pub(super) fn rate_mbit(kind: &AppKind, limit: Option<f64>) -> f64 {
     match kind {
@@ -77,19 +65,18 @@ pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost
     let cap_of = |cpu: usize| {
         model.domains.iter().enumerate().find(|(_, d)| d.cpus.contains(&cpu)).map_or(0.0, |(i, d)| d.opps[p.opp[i]].capacity)
     };
-    // Per CPU: (softirq, rt, [(app, thread demand)]) in capacity units.
-    let mut soft = vec![0.0; ncpu];
+    // Per CPU, in capacity units: network work per app, RT work, CPU-bound threads per app.
+    let mut net = vec![Vec::new(); ncpu];
     let mut rt = vec![0.0; ncpu];
-    let mut cfs: Vec<Vec<(usize, f64)>> = vec![Vec::new(); ncpu];
+    let mut bound: Vec<Vec<usize>> = vec![Vec::new(); ncpu];
     for (i, a) in apps.iter().enumerate() {
         for &cpu in &p.threads[i] {
             match &a.kind {
                 AppKind::Net { mean_packet_bytes, .. } => {
                     let d = cost.demand(&crate::energy::FlowState { bandwidth_mbit: rate_mbit(&a.kind, p.limit_mbit[i]), mean_packet_bytes: *mean_packet_bytes });
-                    soft[cpu] += model.capacity_for(d.softirq_cycles_per_s);
-                    cfs[cpu].push((i, model.capacity_for(d.app_cycles_per_s)));
+                    net[cpu].push((i, model.capacity_for(d.total_cycles_per_s())));
                 }
-                AppKind::Cpu { .. } => cfs[cpu].push((i, f64::INFINITY)),
+                AppKind::Cpu { .. } => bound[cpu].push(i),
                 AppKind::Rt { runtime_us, period_us, .. } => rt[cpu] += CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64,
             }
         }
@@ -100,24 +87,23 @@ pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost
     let mut rt_ok = vec![true; apps.len()];
     for cpu in 0..ncpu {
         let c = cap_of(cpu);
-        let soft_served = soft[cpu].min(c);
-        let rt_served = rt[cpu].min(c - soft_served);
-        let demands: Vec<f64> = cfs[cpu].iter().map(|x| x.1).collect();
-        let served = water_fill(&demands, c - soft_served - rt_served);
-        busy[cpu] = if c > 0.0 { (soft_served + rt_served + served.iter().sum::<f64>()) / c } else { 0.0 };
-        let soft_frac = if soft[cpu] > 0.0 { soft_served / soft[cpu] } else { 1.0 };
-        for ((app, want), got) in cfs[cpu].iter().zip(&served) {
-            match apps[*app].kind {
-                AppKind::Net { .. } => net_frac[*app] = net_frac[*app].min(soft_frac).min(if *want > 0.0 { got / want } else { 1.0 }),
-                AppKind::Cpu { .. } => cpu_perf[*app].push(got / CAPACITY_SCALE),
-                AppKind::Rt { .. } => {}
-            }
+        let net_total: f64 = net[cpu].iter().map(|x| x.1).sum();
+        let net_served = net_total.min(c);
+        for (app, _) in &net[cpu] {
+            net_frac[*app] = net_frac[*app].min(if net_total > 0.0 { net_served / net_total } else { 1.0 });
         }
+        let rt_served = rt[cpu].min(c - net_served);
+        let left = c - net_served - rt_served;
+        let each = if bound[cpu].is_empty() { 0.0 } else { left / bound[cpu].len() as f64 };
+        for app in &bound[cpu] {
+            cpu_perf[*app].push(each / CAPACITY_SCALE);
+        }
+        busy[cpu] = if c > 0.0 { (net_served + rt_served + each * bound[cpu].len() as f64) / c } else { 0.0 };
         for (i, a) in apps.iter().enumerate() {
             if let AppKind::Rt { deadline_us, runtime_us, .. } = a.kind {
                 if p.threads[i].contains(&cpu) {
-                    // A job runs at capacity C minus what softirq takes before it.
-                    let rate = (c - soft_served) / CAPACITY_SCALE;
+                    // A job runs at the capacity network work leaves it.
+                    let rate = (c - net_served) / CAPACITY_SCALE;
                     rt_ok[i] &= rt_served + 1e-9 >= rt[cpu] && rate > 0.0 && runtime_us as f64 / rate <= deadline_us as f64;
                 }
             }
@@ -150,16 +136,4 @@ pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost
         domains.push((d.name.clone(), d.opps[p.opp[i]].frequency_khz, pw));
     }
     Outcome { apps: outcomes, power_mw, domains }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn water_fill_serves_small_demands_whole_and_splits_the_rest() {
-        assert_eq!(water_fill(&[10.0, f64::INFINITY, f64::INFINITY], 110.0), vec![10.0, 50.0, 50.0]);
-        assert_eq!(water_fill(&[10.0, 20.0], 100.0), vec![10.0, 20.0]);
-        assert_eq!(water_fill(&[], 100.0), Vec::<f64>::new());
-    }
 }
