@@ -136,7 +136,9 @@ pub(super) fn problems(e: &EnergyConfig, classes: &[String]) -> Vec<(String, Str
         if t.perf_fraction.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
             bad(format!("{key}.perf_fraction"), "perf_fraction must be in (0, 1]".into(), "0.5 = half the top performance");
         }
-        if t.deadline_us.is_some() && !(t.runtime_us.is_some_and(|r| r > 0 && Some(r) <= t.deadline_us) && t.period_us.is_some_and(|p| Some(p) >= t.deadline_us)) {
+        if t.deadline_us.is_some()
+            && !(t.runtime_us.is_some_and(|r| r > 0 && Some(r) <= t.deadline_us) && t.period_us.is_some_and(|p| Some(p) >= t.deadline_us))
+        {
             bad(key.clone(), "an RT target needs 0 < runtime_us ≤ deadline_us ≤ period_us".into(), "µs, at the top OPP of the biggest CPU");
         }
     }

@@ -55,9 +55,11 @@ fn read_cpu(fx: &dyn Effects, dir: &Path) -> CpuInfo {
 
 /// `(frequency kHz, power mW)` of the debugfs EM entry covering `cpu`, ascending.
 fn em_table(fx: &dyn Effects, em_root: &Path, cpu: usize) -> Option<Vec<(u64, f64)>> {
-    let dev = fx.list_dir(em_root).ok()?.into_iter().find(|d| {
-        read_trimmed(fx, &em_root.join(d).join("cpus")).ok().and_then(|s| crate::cpulist::parse(&s)).is_some_and(|c| c.contains(&cpu))
-    })?;
+    let dev = fx
+        .list_dir(em_root)
+        .ok()?
+        .into_iter()
+        .find(|d| read_trimmed(fx, &em_root.join(d).join("cpus")).ok().and_then(|s| crate::cpulist::parse(&s)).is_some_and(|c| c.contains(&cpu)))?;
     let d = em_root.join(dev);
     let mut t: Vec<(u64, f64)> = fx
         .list_dir(&d)
@@ -114,10 +116,17 @@ pub fn read_kernel(fx: &dyn Effects, roots: &KernelRoots, fallback_power_mw: f64
             }
         };
         if power_source == Origin::Model {
-            notes.push(format!("no kernel energy model for CPU {} under {}: power {fallback_power_mw} mW per busy CPU at the top OPP, × (f/f_max)³ below (model)", g[0], roots.em_root.display()));
+            notes.push(format!(
+                "no kernel energy model for CPU {} under {}: power {fallback_power_mw} mW per busy CPU at the top OPP, × (f/f_max)³ below (model)",
+                g[0],
+                roots.em_root.display()
+            ));
         }
         let top = table.last().map_or(0, |t| t.0).max(1) as f64;
-        let opps = table.iter().map(|&(k, p)| Opp { frequency_khz: k, capacity: if k == 0 { first.capacity } else { first.capacity * k as f64 / top }, power_mw: p }).collect();
+        let opps = table
+            .iter()
+            .map(|&(k, p)| Opp { frequency_khz: k, capacity: if k == 0 { first.capacity } else { first.capacity * k as f64 / top }, power_mw: p })
+            .collect();
         domains.push(PerfDomain { name: format!("cpu{}", crate::cpulist::format(&g)), cpus: g, opps, static_mw: 0.0, power_source });
     }
     let m = EnergyModel { domains, from: format!("kernel: {}", roots.cpu_root.display()), notes };
@@ -137,7 +146,8 @@ mod tests {
     /// A big.LITTLE tree: cpu0-1 LITTLE (capacity 446) and cpu2-3 big, cpufreq on both, and
     /// the EM in debugfs for the big domain only.
     fn big_little() -> FakeEffects {
-        let mut fx = FakeEffects::default().with_dir("/s/devices/system/cpu").with_dir("/s/devices/system/cpu/cpufreq").with_dir("/s/kernel/debug/energy_model");
+        let mut fx =
+            FakeEffects::default().with_dir("/s/devices/system/cpu").with_dir("/s/devices/system/cpu/cpufreq").with_dir("/s/kernel/debug/energy_model");
         for n in 0..4 {
             let d = format!("/s/devices/system/cpu/cpu{n}");
             let (cap, rel, freqs) = if n < 2 { ("446", "0 1", "500000 1000000") } else { ("1024", "2 3", "1000000 2000000") };
@@ -150,7 +160,10 @@ mod tests {
         let em = "/s/kernel/debug/energy_model/cpu2";
         fx = fx.with_dir(em).with_file(format!("{em}/cpus"), "2-3\n");
         for (k, uw) in [(2000000, "900000"), (1000000, "200000")] {
-            fx = fx.with_dir(format!("{em}/ps:{k}")).with_file(format!("{em}/ps:{k}/frequency"), &format!("{k}\n")).with_file(format!("{em}/ps:{k}/power"), &format!("{uw}\n"));
+            fx = fx
+                .with_dir(format!("{em}/ps:{k}"))
+                .with_file(format!("{em}/ps:{k}/frequency"), &format!("{k}\n"))
+                .with_file(format!("{em}/ps:{k}/power"), &format!("{uw}\n"));
         }
         fx
     }
@@ -163,7 +176,10 @@ mod tests {
         assert_eq!((little.cpus.clone(), big.cpus.clone()), (vec![0, 1], vec![2, 3]));
         assert_eq!(big.name, "cpu2-3");
         assert_eq!(big.power_source, Origin::Kernel);
-        assert_eq!(big.opps.iter().map(|o| (o.frequency_khz, o.capacity, o.power_mw)).collect::<Vec<_>>(), vec![(1000000, 512.0, 200.0), (2000000, 1024.0, 900.0)]);
+        assert_eq!(
+            big.opps.iter().map(|o| (o.frequency_khz, o.capacity, o.power_mw)).collect::<Vec<_>>(),
+            vec![(1000000, 512.0, 200.0), (2000000, 1024.0, 900.0)]
+        );
         assert_eq!(little.power_source, Origin::Model, "no EM entry for the LITTLE domain");
         assert_eq!(little.opps[1].capacity, 446.0);
         assert_eq!(little.opps[0].power_mw, 125.0, "1000 mW × (1/2)³");

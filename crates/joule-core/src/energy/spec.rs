@@ -94,7 +94,12 @@ pub fn build(specs: &[DomainSpec], from: &str, mut notes: Vec<String>) -> Result
             let power_mw = match (o.power_mw, o.voltage_uv, d.dynamic_power_coefficient) {
                 (Some(p), _, _) => p,
                 (None, Some(v), Some(c)) => coefficient_power_mw(c, v, o.frequency_khz),
-                _ => return Err(EnergyError::Invalid(format!("domain {} OPP {} kHz: give power_mw, or voltage_uv and the domain's dynamic_power_coefficient", d.name, o.frequency_khz))),
+                _ => {
+                    return Err(EnergyError::Invalid(format!(
+                        "domain {} OPP {} kHz: give power_mw, or voltage_uv and the domain's dynamic_power_coefficient",
+                        d.name, o.frequency_khz
+                    )))
+                }
             };
             let f = fmax(d);
             let capacity = o.capacity.unwrap_or(if f == 0 { cap } else { cap * o.frequency_khz as f64 / f as f64 });
@@ -144,8 +149,14 @@ mod tests {
 
     #[test]
     fn missing_numbers_are_refused_with_the_domain_named() {
-        let d = DomainSpec { name: "x".into(), cpus: "0".into(), capacity: Some(1024.0), opps: vec![OppSpec { frequency_khz: 1, ..OppSpec::default() }], ..DomainSpec::default() };
-        let e = build(&[d.clone()], "t", vec![]).unwrap_err().to_string();
+        let d = DomainSpec {
+            name: "x".into(),
+            cpus: "0".into(),
+            capacity: Some(1024.0),
+            opps: vec![OppSpec { frequency_khz: 1, ..OppSpec::default() }],
+            ..DomainSpec::default()
+        };
+        let e = build(std::slice::from_ref(&d), "t", vec![]).unwrap_err().to_string();
         assert!(e.contains("domain x") && e.contains("power_mw"), "{e}");
         let e = build(&[DomainSpec { capacity: None, ..d }], "t", vec![]).unwrap_err().to_string();
         assert!(e.contains("capacity"), "{e}");

@@ -86,7 +86,8 @@ fn pack(model: &EnergyModel, apps: &[App], cost: &NetCost, assign: &[usize], hea
     let ncpu = model.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |m| m + 1);
     let (mut elastic, mut bound) = (vec![0.0f64; ncpu], vec![0.0f64; ncpu]);
     let mut floor = vec![0.0f64; model.domains.len()];
-    let mut items: Vec<(usize, f64, f64)> = apps.iter().enumerate().flat_map(|(i, a)| thread_needs(model, cost, a).into_iter().map(move |(n, f)| (i, n, f))).collect();
+    let mut items: Vec<(usize, f64, f64)> =
+        apps.iter().enumerate().flat_map(|(i, a)| thread_needs(model, cost, a).into_iter().map(move |(n, f)| (i, n, f))).collect();
     items.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut threads = vec![Vec::new(); apps.len()];
     for (i, need, min_cap) in items {
@@ -192,8 +193,15 @@ pub struct PlacementPolicy {
     kind: PlacementPolicyKind,
     hysteresis: f64,
     headroom_pct: f64,
-    /// The demands the held decision was made for, and the decisions.
-    held: Option<(Vec<f64>, Vec<(String, Want, String)>)>,
+    held: Option<Held>,
+}
+
+/// The decision the policy holds, and the per-class demands (capacity units) it was made for.
+#[derive(Debug, Clone, PartialEq)]
+struct Held {
+    demands: Vec<f64>,
+    /// (want, reason) per class.
+    decisions: Vec<(Want, String)>,
 }
 
 impl PlacementPolicy {
@@ -240,11 +248,11 @@ impl PlacementPolicy {
     fn moved(&self, now: &[f64]) -> bool {
         match &self.held {
             None => true,
-            Some((then, _)) => then.len() != now.len() || then.iter().zip(now).any(|(a, b)| (a - b).abs() > self.hysteresis * a.abs().max(1e-9)),
+            Some(h) => h.demands.len() != now.len() || h.demands.iter().zip(now).any(|(a, b)| (a - b).abs() > self.hysteresis * a.abs().max(1e-9)),
         }
     }
 
-    fn decisions(&self, apps: &[App]) -> Vec<(String, Want, String)> {
+    fn decisions(&self, apps: &[App]) -> Vec<(Want, String)> {
         let (p, o) = match self.kind {
             PlacementPolicyKind::Joule => decide_joule(&self.model, apps, &self.cost, self.headroom_pct),
             PlacementPolicyKind::Eas => decide_eas(&self.model, apps, &self.cost),
@@ -256,7 +264,13 @@ impl PlacementPolicy {
                 let k = self.model.domains.iter().position(|x| x.name == d.name)?;
                 let khz = d.opps[p.opp[k]].frequency_khz;
                 let out = &o.apps[i];
-                let want = Want::Place { class: a.class.clone(), domain: d.name.clone(), cpus: d.cpus.clone(), max_khz: (khz > 0).then_some(khz), bandwidth_mbit: p.limit_mbit[i] };
+                let want = Want::Place {
+                    class: a.class.clone(),
+                    domain: d.name.clone(),
+                    cpus: d.cpus.clone(),
+                    max_khz: (khz > 0).then_some(khz),
+                    bandwidth_mbit: p.limit_mbit[i],
+                };
                 let why = format!(
                     "{} policy: domain {} at {} MHz meets {:.0} % of the target (model), {:.0} mW modelled for all classes",
                     if self.kind == PlacementPolicyKind::Joule { "joule" } else { "eas" },
@@ -265,7 +279,7 @@ impl PlacementPolicy {
                     out.perf_uncapped * 100.0,
                     o.power_mw
                 );
-                Some((a.class.clone(), want, why))
+                Some((want, why))
             })
             .collect()
     }
@@ -280,9 +294,9 @@ impl Policy for PlacementPolicy {
         let apps = self.apps(snap);
         let now = self.demands(&apps);
         if self.moved(&now) {
-            self.held = Some((now, self.decisions(&apps)));
+            self.held = Some(Held { demands: now, decisions: self.decisions(&apps) });
         }
-        for (_, want, why) in self.held.iter().flat_map(|h| h.1.iter()) {
+        for (want, why) in self.held.iter().flat_map(|h| h.decisions.iter()) {
             plan.push("placement", Some(PLACEMENT_ACTUATOR), want.clone(), why.clone());
         }
     }

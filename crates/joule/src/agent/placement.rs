@@ -111,7 +111,10 @@ impl Actuator for PlacementActuator {
                 None => 0,
             };
             if moved + capped > 0 {
-                (cx.events)("placement", serde_json::json!({ "class": class, "domain": domain, "cpus": cpus, "threads_moved": moved, "max_khz": max_khz, "cpus_capped": capped }));
+                (cx.events)(
+                    "placement",
+                    serde_json::json!({ "class": class, "domain": domain, "cpus": cpus, "threads_moved": moved, "max_khz": max_khz, "cpus_capped": capped }),
+                );
             }
             state.push(serde_json::json!({ "class": class, "domain": domain, "cpus": cpus, "threads": tids.len(), "max_khz": max_khz, "bandwidth_mbit": bandwidth_mbit }));
         }
@@ -138,7 +141,12 @@ mod tests {
 
     fn plan(max_khz: Option<u64>) -> Plan {
         let mut p = Plan::default();
-        p.push("placement", Some(PLACEMENT_ACTUATOR), Want::Place { class: "ftp".into(), domain: "a7".into(), cpus: vec![0, 1], max_khz, bandwidth_mbit: Some(100.0) }, "test");
+        p.push(
+            "placement",
+            Some(PLACEMENT_ACTUATOR),
+            Want::Place { class: "ftp".into(), domain: "a7".into(), cpus: vec![0, 1], max_khz, bandwidth_mbit: Some(100.0) },
+            "test",
+        );
         p
     }
 
@@ -147,7 +155,12 @@ mod tests {
         let mut fx = FakeEffects::default().with_dir("/sys/cpu");
         for n in 0..4 {
             let d = format!("/sys/cpu/cpu{n}/cpufreq");
-            fx = fx.with_dir(format!("/sys/cpu/cpu{n}")).with_dir(d.as_str()).with_file(format!("{d}/cpuinfo_max_freq"), "2000000").with_file(format!("{d}/cpuinfo_min_freq"), "500000").with_file(format!("{d}/scaling_max_freq"), "2000000");
+            fx = fx
+                .with_dir(format!("/sys/cpu/cpu{n}"))
+                .with_dir(d.as_str())
+                .with_file(format!("{d}/cpuinfo_max_freq"), "2000000")
+                .with_file(format!("{d}/cpuinfo_min_freq"), "500000")
+                .with_file(format!("{d}/scaling_max_freq"), "2000000");
         }
         for tid in [11, 12] {
             fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
@@ -157,7 +170,8 @@ mod tests {
         let mut sink = |_: &str, _: serde_json::Value| {};
         let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
         // Thread 13 is listed but gone: skipped, not an error.
-        let mut acts = Actuators::new(vec![Box::new(PlacementActuator::new("/sys/cpu", Box::new(|c: &str| if c == "ftp" { vec![11, 12, 13] } else { vec![] })))]);
+        let mut acts =
+            Actuators::new(vec![Box::new(PlacementActuator::new("/sys/cpu", Box::new(|c: &str| if c == "ftp" { vec![11, 12, 13] } else { vec![] })))]);
         acts.init_all(&mut cx).unwrap();
         acts.reconcile_all(&plan(Some(1_000_000)), &mut cx);
         assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);

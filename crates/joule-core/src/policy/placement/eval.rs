@@ -62,9 +62,7 @@ pub(super) fn rate_mbit(kind: &AppKind, limit: Option<f64>) -> f64 {
 
 pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost) -> Outcome {
     let ncpu = model.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |m| m + 1);
-    let cap_of = |cpu: usize| {
-        model.domains.iter().enumerate().find(|(_, d)| d.cpus.contains(&cpu)).map_or(0.0, |(i, d)| d.opps[p.opp[i]].capacity)
-    };
+    let cap_of = |cpu: usize| model.domains.iter().enumerate().find(|(_, d)| d.cpus.contains(&cpu)).map_or(0.0, |(i, d)| d.opps[p.opp[i]].capacity);
     // Per CPU, in capacity units: network work per app, RT work, CPU-bound threads per app.
     let mut net = vec![Vec::new(); ncpu];
     let mut rt = vec![0.0; ncpu];
@@ -73,7 +71,8 @@ pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost
         for &cpu in &p.threads[i] {
             match &a.kind {
                 AppKind::Net { mean_packet_bytes, .. } => {
-                    let d = cost.demand(&crate::energy::FlowState { bandwidth_mbit: rate_mbit(&a.kind, p.limit_mbit[i]), mean_packet_bytes: *mean_packet_bytes });
+                    let d =
+                        cost.demand(&crate::energy::FlowState { bandwidth_mbit: rate_mbit(&a.kind, p.limit_mbit[i]), mean_packet_bytes: *mean_packet_bytes });
                     net[cpu].push((i, model.capacity_for(d.total_cycles_per_s())));
                 }
                 AppKind::Cpu { .. } => bound[cpu].push(i),

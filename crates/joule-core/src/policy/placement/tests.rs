@@ -134,6 +134,6 @@ fn the_agent_policy_holds_its_decision_within_the_hysteresis_and_redecides_past_
     assert_eq!(p.held, held, "same readings, same decision");
     // Three CPUs' worth of measured use: three threads, a demand far past the hysteresis.
     p.decide(&snap(3.0), &mut Plan::default());
-    assert_ne!(p.held.as_ref().unwrap().0, held.unwrap().0);
+    assert_ne!(p.held.as_ref().unwrap().demands, held.unwrap().demands);
     assert!(PlacementPolicy::from_config(&Config::default(), EnergyModel::odroid_xu4()).is_none(), "off by default");
 }

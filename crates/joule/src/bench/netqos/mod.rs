@@ -17,6 +17,15 @@ pub struct NetQosArgs {
     /// machine.
     #[arg(long)]
     pub host_model: bool,
+    /// Placement: static (leakage) power of each XU4 cluster whenever it is busy, mW, as
+    /// "A7,A15" (sensitivity; the kernel's EM and the shipped model have none). The policy sees
+    /// it too, so decisions may change.
+    #[arg(long, value_name = "MW,MW", value_delimiter = ',')]
+    pub static_mw: Option<Vec<f64>>,
+    /// Placement: power of the rest of the board, mW, added for both policies (sensitivity:
+    /// changes no decision, only the ratios).
+    #[arg(long, value_name = "MW", default_value_t = 0.0)]
+    pub board_mw: f64,
     /// Write the results as JSON here.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
@@ -27,7 +36,17 @@ pub struct NetQosArgs {
 
 pub fn run(a: &NetQosArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.only == "placement", "section {:?} is not in this build (only \"placement\")", a.only);
-    let mut opts = placement::PlacementOpts::default();
+    let mut opts = placement::PlacementOpts { board_mw: a.board_mw, ..placement::PlacementOpts::default() };
+    crate::bench::check_bounds([
+        (a.board_mw.is_finite() && a.board_mw >= 0.0, "--board-mw must be ≥ 0"),
+        (a.static_mw.as_ref().is_none_or(|v| v.len() == 2 && v.iter().all(|x| x.is_finite() && *x >= 0.0)), "--static-mw takes two values ≥ 0, A7,A15"),
+    ])?;
+    if let Some(s) = &a.static_mw {
+        for (d, mw) in opts.models[0].1.domains.iter_mut().zip(s) {
+            d.static_mw = *mw;
+        }
+        opts.models[0].1.notes.push(format!("static power per busy cluster set by --static-mw: A7 {} mW, A15 {} mW (assumption)", s[0], s[1]));
+    }
     if a.host_model {
         let cfg = joule_core::config::Config::default();
         let roots = joule_core::energy::KernelRoots::under(&cfg.telemetry.sysfs_root);
@@ -39,10 +58,13 @@ pub fn run(a: &NetQosArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.json {
         let vs: Vec<serde_json::Value> = placement::versus_seed(&rows, "odroid-xu4")
             .into_iter()
-            .map(|(g, c, u, s)| serde_json::json!({ "group": g, "joule_over_eas": c, "joule_over_eas_uncapped": u, "seed": s, "source": "model" }))
+            .map(|(r, s)| serde_json::json!({ "group": r.group, "joule_over_eas": r.capped, "joule_over_eas_uncapped": r.uncapped, "seed": s, "source": "model" }))
             .collect();
         let models: Vec<&joule_core::energy::EnergyModel> = opts.models.iter().map(|m| &m.1).collect();
-        write_json(p, &serde_json::json!({ "placement": rows, "placement_vs_seed": vs, "placement_assumptions": placement::assumptions(&opts), "placement_models": models }))?;
+        write_json(
+            p,
+            &serde_json::json!({ "placement": rows, "placement_vs_seed": vs, "placement_assumptions": placement::assumptions(&opts), "placement_models": models }),
+        )?;
     }
     if let Some(p) = &a.plot {
         placement::plot(&rows, p)?;

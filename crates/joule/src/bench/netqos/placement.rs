@@ -28,11 +28,20 @@ pub struct PlacementOpts {
     pub headroom_pct: f64,
     /// Line rate an unlimited bulk sender fills (shared by its flows), Mbit/s.
     pub link_mbit: f64,
+    /// Power of the rest of the board (memory, NIC, USB, regulators), added to every step of
+    /// both policies: it changes no decision, only the ratio (sensitivity; 0 by default).
+    pub board_mw: f64,
 }
 
 impl Default for PlacementOpts {
     fn default() -> Self {
-        PlacementOpts { models: vec![("odroid-xu4".into(), EnergyModel::odroid_xu4())], cost: NetCost::default(), headroom_pct: 10.0, link_mbit: 1000.0 }
+        PlacementOpts {
+            models: vec![("odroid-xu4".into(), EnergyModel::odroid_xu4())],
+            cost: NetCost::default(),
+            headroom_pct: 10.0,
+            link_mbit: 1000.0,
+            board_mw: 0.0,
+        }
     }
 }
 
@@ -130,7 +139,7 @@ pub fn run(opts: &PlacementOpts) -> anyhow::Result<Vec<PlacementRow>> {
                     let (p, o) = if policy == "joule" { decide_joule(model, apps, &opts.cost, opts.headroom_pct) } else { decide_eas(model, apps, &opts.cost) };
                     perf += o.perf() * STEP_S;
                     unc += o.perf_uncapped() * STEP_S;
-                    energy_j += o.power_mw / 1000.0 * STEP_S;
+                    energy_j += (o.power_mw + opts.board_mw) / 1000.0 * STEP_S;
                     met += usize::from(o.all_met());
                     picks.extend(choices(model, k, apps, &p, &o));
                 }
@@ -158,13 +167,28 @@ pub fn run(opts: &PlacementOpts) -> anyhow::Result<Vec<PlacementRow>> {
     Ok(rows)
 }
 
-/// joule / eas perf per watt for each (model, scenario).
-pub fn ratios(rows: &[PlacementRow]) -> Vec<(String, String, String, f64, f64)> {
+/// joule / eas perf per watt for one (model, scenario).
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub model: String,
+    pub scenario: String,
+    pub group: String,
+    pub capped: f64,
+    pub uncapped: f64,
+}
+
+pub fn ratios(rows: &[PlacementRow]) -> Vec<Ratio> {
     rows.iter()
         .filter(|r| r.policy == "joule")
         .filter_map(|j| {
             let e = rows.iter().find(|e| e.policy == "eas" && e.scenario == j.scenario && e.model == j.model)?;
-            Some((j.model.clone(), j.scenario.clone(), j.group.clone(), j.perf_per_watt / e.perf_per_watt, j.perf_per_watt_uncapped / e.perf_per_watt_uncapped))
+            Some(Ratio {
+                model: j.model.clone(),
+                scenario: j.scenario.clone(),
+                group: j.group.clone(),
+                capped: j.perf_per_watt / e.perf_per_watt,
+                uncapped: j.perf_per_watt_uncapped / e.perf_per_watt_uncapped,
+            })
         })
         .collect()
 }
@@ -172,14 +196,22 @@ pub fn ratios(rows: &[PlacementRow]) -> Vec<(String, String, String, f64, f64)> 
 /// The seed's figures: (group, joule-vs-EAS perf/W on the Odroid-XU4).
 pub const SEED: [(&str, f64); 3] = [("ftp", 4.79), ("parsec50", 3.11), ("parsec75", 2.35)];
 
-/// Per seed group on `model`: the mean of our ratios (capped, uncapped) beside the seed's.
-pub fn versus_seed(rows: &[PlacementRow], model: &str) -> Vec<(String, f64, f64, f64)> {
+/// Per seed group on `model`: the mean of our ratios beside the seed's (`scenario` = the group,
+/// `group` = the seed's figure as text).
+pub fn versus_seed(rows: &[PlacementRow], model: &str) -> Vec<(Ratio, f64)> {
     let r = ratios(rows);
     SEED.iter()
         .map(|(g, seed)| {
-            let mine: Vec<&(String, String, String, f64, f64)> = r.iter().filter(|x| x.0 == model && x.2 == *g).collect();
-            let mean = |f: fn(&(String, String, String, f64, f64)) -> f64| mine.iter().map(|x| f(x)).sum::<f64>() / mine.len().max(1) as f64;
-            (g.to_string(), mean(|x| x.3), mean(|x| x.4), *seed)
+            let mine: Vec<&Ratio> = r.iter().filter(|x| x.model == model && x.group == *g).collect();
+            let n = mine.len().max(1) as f64;
+            let mean = Ratio {
+                model: model.into(),
+                scenario: String::new(),
+                group: g.to_string(),
+                capped: mine.iter().map(|x| x.capped).sum::<f64>() / n,
+                uncapped: mine.iter().map(|x| x.uncapped).sum::<f64>() / n,
+            };
+            (mean, *seed)
         })
         .collect()
 }
@@ -202,24 +234,24 @@ pub fn print(rows: &[PlacementRow]) {
         .collect();
     print_table(&["model", "scenario", "policy", "perf/W", "perf/W uncapped", "power mW", "perf", "QoS met"], &table);
     println!();
-    let r: Vec<Vec<String>> = ratios(rows).into_iter().map(|(m, s, g, c, u)| vec![m, s, g, format!("{c:.2}×"), format!("{u:.2}×")]).collect();
+    let r: Vec<Vec<String>> =
+        ratios(rows).into_iter().map(|r| vec![r.model, r.scenario, r.group, format!("{:.2}×", r.capped), format!("{:.2}×", r.uncapped)]).collect();
     print_table(&["model", "scenario", "seed group", "joule/eas perf/W", "uncapped"], &r);
     println!();
-    let models: Vec<String> = rows.iter().map(|r| r.model.clone()).fold(Vec::new(), |mut v, m| {
-        if !v.contains(&m) {
-            v.push(m)
-        }
-        v
-    });
-    let s: Vec<Vec<String>> = versus_seed(rows, &models[0]).into_iter().map(|(g, c, u, seed)| vec![g, format!("{c:.2}×"), format!("{u:.2}×"), format!("{seed:.2}×")]).collect();
-    print_table(&[&format!("group ({})", models[0]), "joule/eas (model)", "uncapped", "seed (measured, XU4)"], &s);
+    let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
+    let s: Vec<Vec<String>> = versus_seed(rows, &first)
+        .into_iter()
+        .map(|(r, seed)| vec![r.group, format!("{:.2}×", r.capped), format!("{:.2}×", r.uncapped), format!("{seed:.2}×")])
+        .collect();
+    print_table(&[&format!("group ({first})"), "joule/eas (model)", "uncapped", "seed (measured, XU4)"], &s);
     println!("all values: source = model (energy model + policy arithmetic; nothing measured)");
 }
 
 /// One bar per (scenario, policy): perf per watt on the first model.
 pub fn plot(rows: &[PlacementRow], path: &Path) -> anyhow::Result<()> {
     let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
-    let groups: Vec<(String, Vec<f64>)> = rows.iter().filter(|r| r.model == first).map(|r| (format!("{} {}", r.scenario, r.policy), vec![r.perf_per_watt])).collect();
+    let groups: Vec<(String, Vec<f64>)> =
+        rows.iter().filter(|r| r.model == first).map(|r| (format!("{} {}", r.scenario, r.policy), vec![r.perf_per_watt])).collect();
     bar_plot(path, &format!("placement on the {first} energy model: performance per watt (model)"), "Σ perf / W", &groups)
 }
 
@@ -233,7 +265,7 @@ pub fn assumptions(opts: &PlacementOpts) -> Vec<String> {
         format!("an unlimited bulk sender fills the {} Mbit/s link, shared by its flows; joule limits each flow to its target", opts.link_mbit),
         "performance = Σ over apps of achieved/target, capped at 1; PARSEC-like app = one CPU-bound thread per CPU of the biggest domain, perf = capacity served / 1024".into(),
         "network work (softirq + app thread) is served before CPU-bound threads and, when it does not fit, slowed as a whole (TCP flow control), not starved".into(),
-        "power = energy model only (Σ busy × P(OPP) per CPU, static 0): no memory, NIC, USB or board power".into(),
+        format!("power = energy model (Σ busy × P(OPP) per CPU, plus each domain's static_mw when busy) + {} mW for the rest of the board", opts.board_mw),
         "EAS baseline: smallest domain where the thread's own util × 1.25 fits, schedutil OPP = 1.25 × busiest CPU util (softirq included), no over-utilisation fallback, steady state".into(),
         format!("joule: exhaustive class→domain search, worst-fit packing, {} % headroom for network/RT work", opts.headroom_pct),
         format!("trace steps of {STEP_S} s; each policy decides once per step"),
@@ -253,8 +285,8 @@ mod tests {
         let rows = run(&PlacementOpts::default()).unwrap();
         assert_eq!(rows.len(), 10);
         assert!(rows.iter().all(|r| r.source == "model" && r.perf_per_watt.is_finite() && r.perf_per_watt > 0.0));
-        for (_, s, _, ratio, _) in ratios(&rows) {
-            assert!(ratio >= 1.0, "{s}: joule/eas = {ratio}");
+        for r in ratios(&rows) {
+            assert!(r.capped >= 1.0, "{r:?}");
         }
         assert!(rows.iter().filter(|r| r.policy == "joule").all(|r| r.qos_met), "joule meets every target on the XU4 model");
         let v = serde_json::to_value(&rows[0]).unwrap();
