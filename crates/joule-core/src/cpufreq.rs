@@ -41,6 +41,16 @@ impl CpuLimits {
     }
 }
 
+/// Writes `khz` to `l`'s `scaling_max_freq`, journalling its original under `owner` before the
+/// first write (`journalled`: the knobs already in the journal). The placement actuator caps
+/// per domain with it too.
+pub fn write_limit(l: &CpuLimits, khz: u64, owner: &str, journalled: &mut BTreeSet<PathBuf>, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+    if journalled.insert(l.knob.clone()) {
+        cx.journal.record(owner, Undo::Write { path: l.knob.clone(), old: l.original_khz.to_string() })?;
+    }
+    cx.fx.write(&l.knob, &khz.to_string()).map_err(|e| format!("writing {khz} kHz to {}: {e}", l.knob.display()).into())
+}
+
 pub struct CpufreqActuator {
     /// `/sys/devices/system/cpu` (a fixture tree in tests).
     cpu_root: PathBuf,
@@ -81,10 +91,7 @@ impl CpufreqActuator {
             if now == want {
                 continue;
             }
-            if self.journalled.insert(c.knob.clone()) {
-                cx.journal.record(OWNER, Undo::Write { path: c.knob.clone(), old: c.original_khz.to_string() })?;
-            }
-            cx.fx.write(&c.knob, &want.to_string()).map_err(|e| format!("writing {want} kHz to {}: {e}", c.knob.display()))?;
+            write_limit(c, want, OWNER, &mut self.journalled, cx)?;
             writes += 1;
         }
         self.pct = pct;

@@ -11,7 +11,7 @@
 
 use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
-use joule_core::cpufreq::{CpuLimits, CpufreqActuator};
+use joule_core::cpufreq::{write_limit, CpuLimits, CpufreqActuator};
 use joule_core::journal::Undo;
 use joule_core::policy::PLACEMENT_ACTUATOR;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,7 +26,8 @@ pub struct PlacementActuator {
     limits: Vec<CpuLimits>,
     /// Threads whose original affinity is in the journal.
     pinned: BTreeSet<i32>,
-    /// Knobs whose original value is in the journal, and what they hold now.
+    /// Knobs whose original value is in the journal, and what the knobs hold now.
+    journalled: BTreeSet<PathBuf>,
     caps: BTreeMap<PathBuf, u64>,
     note: Option<String>,
 }
@@ -46,7 +47,15 @@ pub fn class_threads(procfs: &Path, classes: &[ClassConfig], class: &str) -> Vec
 
 impl PlacementActuator {
     pub fn new(cpu_root: impl Into<PathBuf>, find: ThreadFinder) -> PlacementActuator {
-        PlacementActuator { cpu_root: cpu_root.into(), find, limits: Vec::new(), pinned: BTreeSet::new(), caps: BTreeMap::new(), note: None }
+        PlacementActuator {
+            cpu_root: cpu_root.into(),
+            find,
+            limits: Vec::new(),
+            pinned: BTreeSet::new(),
+            journalled: BTreeSet::new(),
+            caps: BTreeMap::new(),
+            note: None,
+        }
     }
 
     fn pin(&mut self, tid: i32, cpus: &[usize], cx: &mut ActCx<'_>) -> Result<bool, ActError> {
@@ -55,7 +64,7 @@ impl PlacementActuator {
             return Ok(false);
         }
         if self.pinned.insert(tid) {
-            cx.journal.record(joule_core::policy::PLACEMENT_ACTUATOR, Undo::affinity(cx.fx, tid, old))?;
+            cx.journal.record(PLACEMENT_ACTUATOR, Undo::affinity(cx.fx, tid, old))?;
         }
         match cx.fx.set_affinity(tid, cpus) {
             Ok(()) => Ok(true),
@@ -71,10 +80,7 @@ impl PlacementActuator {
             if self.caps.get(&l.knob) == Some(&want) {
                 continue;
             }
-            if !self.caps.contains_key(&l.knob) {
-                cx.journal.record(PLACEMENT_ACTUATOR, Undo::Write { path: l.knob.clone(), old: l.original_khz.to_string() })?;
-            }
-            cx.fx.write(&l.knob, &want.to_string()).map_err(|e| format!("writing {want} kHz to {}: {e}", l.knob.display()))?;
+            write_limit(l, want, PLACEMENT_ACTUATOR, &mut self.journalled, cx)?;
             self.caps.insert(l.knob.clone(), want);
             writes += 1;
         }
@@ -124,6 +130,7 @@ impl Actuator for PlacementActuator {
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         let r = joule_core::journal::restore_owner(cx.journal.dir(), PLACEMENT_ACTUATOR, cx.fx)?;
         self.pinned.clear();
+        self.journalled.clear();
         self.caps.clear();
         if !r.failed.is_empty() {
             return Err(format!("could not put back {} affinity/frequency setting(s): {:?}", r.failed.len(), r.failed).into());
