@@ -84,6 +84,18 @@ impl CpufreqActuator {
             .collect()
     }
 
+    /// [`scan`](Self::scan), and where it finds nothing, the note saying so (logged once);
+    /// `skipped` says what the caller then does without.
+    pub fn scan_noting(cpu_root: &Path, fx: &dyn Effects, skipped: &str) -> (Vec<CpuLimits>, Option<String>) {
+        let cpus = Self::scan(cpu_root, fx);
+        if !cpus.is_empty() {
+            return (cpus, None);
+        }
+        let note = format!("no cpufreq under {} (cpuN/cpufreq/scaling_max_freq): {skipped}", cpu_root.display());
+        tracing::info!("{note}");
+        (cpus, Some(note))
+    }
+
     fn hold(&mut self, pct: f64, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
         let mut writes = 0;
         for c in &self.cpus {
@@ -105,12 +117,7 @@ impl Actuator for CpufreqActuator {
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        self.cpus = Self::scan(&self.cpu_root, cx.fx);
-        if self.cpus.is_empty() {
-            let note = format!("no cpufreq under {} (cpuN/cpufreq/scaling_max_freq): CPU frequency caps are skipped on this machine", self.cpu_root.display());
-            tracing::info!("{note}");
-            self.note = Some(note);
-        }
+        (self.cpus, self.note) = Self::scan_noting(&self.cpu_root, cx.fx, "CPU frequency caps are skipped on this machine");
         Ok(())
     }
 

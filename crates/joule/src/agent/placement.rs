@@ -94,12 +94,7 @@ impl Actuator for PlacementActuator {
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        self.limits = CpufreqActuator::scan(&self.cpu_root, cx.fx);
-        if self.limits.is_empty() {
-            let note = format!("no cpufreq under {}: placement pins threads but cannot cap frequencies on this machine", self.cpu_root.display());
-            tracing::info!("{note}");
-            self.note = Some(note);
-        }
+        (self.limits, self.note) = CpufreqActuator::scan_noting(&self.cpu_root, cx.fx, "placement pins threads but cannot cap frequencies on this machine");
         Ok(())
     }
 
