@@ -49,11 +49,6 @@ pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
     v
 }
 
-fn under(path: &str, rule: &str) -> bool {
-    let rule = rule.trim_end_matches('/');
-    rule.is_empty() || path == rule || path.strip_prefix(rule).is_some_and(|r| r.starts_with('/'))
-}
-
 /// The first class (by config order) whose rules the process matches directly.
 pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a str> {
     if p.kthread {
@@ -67,7 +62,7 @@ pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a 
                 || m.comm.contains(&p.comm)
                 || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
                 || p.uid.is_some_and(|u| m.uid.contains(&u))
-                || m.cgroup.iter().any(|r| p.cgroups.paths().any(|path| under(path, r)))
+                || p.cgroups.paths().any(|path| m.cgroup_matches(path))
         })
         .map(|c| c.name.as_str())
 }

@@ -57,6 +57,15 @@ pub struct MatchRules {
 }
 
 impl MatchRules {
+    /// Whether the cgroup `path` is one of the `cgroup` rules or lies below one ("" or "/"
+    /// matches everything).
+    pub fn cgroup_matches(&self, path: &str) -> bool {
+        self.cgroup.iter().any(|rule| {
+            let rule = rule.trim_end_matches('/');
+            rule.is_empty() || path == rule || path.strip_prefix(rule).is_some_and(|r| r.starts_with('/'))
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.cgroup.is_empty() && self.comm.is_empty() && self.exe.is_empty() && self.pid.is_empty() && self.uid.is_empty()
     }

@@ -17,7 +17,7 @@ mod eval;
 
 pub use eval::{evaluate, AppOutcome, Outcome};
 
-use crate::config::{Config, EnergyTarget, PlacementPolicyKind};
+use crate::config::{ClassConfig, Config, EnergyTarget, PlacementPolicyKind};
 use crate::control::{Plan, Policy, Want};
 use crate::energy::{EnergyModel, FlowState, NetCost, CAPACITY_SCALE};
 use crate::Snapshot;
@@ -185,10 +185,39 @@ pub fn decide_eas(model: &EnergyModel, apps: &[App], cost: &NetCost) -> (Placeme
     (p, o)
 }
 
+/// One flow as the flow monitor reports it over an interval: the fields of the snapshot's flow
+/// sample that placement reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowReading {
+    /// The socket's cgroup2 path (relative to the hierarchy root).
+    pub cgroup: String,
+    pub bytes: u64,
+    pub packets: u64,
+    pub rate_bytes_per_second: f64,
+}
+
+/// A class's measured traffic: the flows whose socket cgroup is the class's — its last path
+/// component is the class name (the cgroups joule makes for classes), or it lies under one of
+/// the class's `match.cgroup` rules. `None` without packets.
+pub fn class_flow(flows: &[FlowReading], class: &ClassConfig) -> Option<FlowState> {
+    let mine = flows.iter().filter(|f| f.cgroup.rsplit('/').next() == Some(class.name.as_str()) || class.matches.cgroup_matches(&f.cgroup));
+    let (bytes, packets, rate) = mine.fold((0u64, 0u64, 0.0), |(b, p, r), f| (b + f.bytes, p + f.packets, r + f.rate_bytes_per_second));
+    (packets > 0).then(|| FlowState { bandwidth_mbit: rate * 8.0 / 1e6, mean_packet_bytes: bytes as f64 / packets as f64 })
+}
+
+/// The flow monitor's readings in this snapshot. The flow monitor is the network half of issue
+/// 11 (`snapshot.net.flows`, field for field a [`FlowReading`]); until it is merged into this
+/// build there are none, and network classes are modelled from their targets.
+fn flow_readings(_snap: &Snapshot) -> Vec<FlowReading> {
+    Vec::new()
+}
+
 /// The agent's placement policy: `[[energy.target]]` classes → `Want::Place` per class.
 pub struct PlacementPolicy {
     model: EnergyModel,
     targets: Vec<EnergyTarget>,
+    /// The `[[class]]`es the targets name (to find their flows).
+    classes: Vec<ClassConfig>,
     cost: NetCost,
     kind: PlacementPolicyKind,
     hysteresis: f64,
@@ -211,6 +240,7 @@ impl PlacementPolicy {
         (e.enabled && !e.targets.is_empty()).then(|| PlacementPolicy {
             model,
             targets: e.targets.clone(),
+            classes: cfg.classes.iter().filter(|c| e.targets.iter().any(|t| t.class == c.name)).cloned().collect(),
             cost: e.net_cost,
             kind: e.policy,
             hysteresis: e.hysteresis_pct / 100.0,
@@ -219,17 +249,20 @@ impl PlacementPolicy {
         })
     }
 
-    /// The apps as this snapshot shows them. A class's measured CPU use (its cgroup's
-    /// `usage_cpus`, where the snapshot has a cgroup named after the class) raises a CPU app's
-    /// thread count; the flow monitor's per-class bandwidth and packet size will replace the
-    /// targets' here once it reports them (until then the target and the configured size).
-    pub fn apps(&self, snap: &Snapshot) -> Vec<App> {
+    /// The apps as this snapshot shows them. A network class's measured flows (`flows`) give
+    /// its mean packet size and, where it sends more than its target, what it offers; a class's
+    /// measured CPU use (its cgroup's `usage_cpus`, where the snapshot has a cgroup named after
+    /// the class) raises a CPU app's thread count. Without readings: the target and the
+    /// configured packet size.
+    pub fn apps(&self, snap: &Snapshot, flows: &[FlowReading]) -> Vec<App> {
         self.targets
             .iter()
             .map(|t| {
                 let used = snap.cgroups.iter().find(|c| c.path.rsplit('/').next() == Some(t.class.as_str())).and_then(|c| c.usage_cpus);
                 let kind = if let Some(b) = t.bandwidth_mbit {
-                    AppKind::Net { target_mbit: b, mean_packet_bytes: t.mean_packet_bytes.unwrap_or(DEFAULT_PACKET_BYTES), offered_mbit: b }
+                    let seen = self.classes.iter().find(|c| c.name == t.class).and_then(|c| class_flow(flows, c));
+                    let bytes = seen.map_or(t.mean_packet_bytes.unwrap_or(DEFAULT_PACKET_BYTES), |f| f.mean_packet_bytes);
+                    AppKind::Net { target_mbit: b, mean_packet_bytes: bytes, offered_mbit: seen.map_or(b, |f| f.bandwidth_mbit.max(b)) }
                 } else if let Some(p) = t.perf_fraction {
                     let threads = t.threads.unwrap_or(1).max(used.map_or(0, |u| (u - 0.05).ceil().max(0.0) as u32));
                     AppKind::Cpu { perf_fraction: p, threads }
@@ -291,7 +324,7 @@ impl Policy for PlacementPolicy {
     }
 
     fn decide(&mut self, snap: &Snapshot, plan: &mut Plan) {
-        let apps = self.apps(snap);
+        let apps = self.apps(snap, &flow_readings(snap));
         let now = self.demands(&apps);
         if self.moved(&now) {
             self.held = Some(Held { demands: now, decisions: self.decisions(&apps) });

@@ -137,3 +137,38 @@ fn the_agent_policy_holds_its_decision_within_the_hysteresis_and_redecides_past_
     assert_ne!(p.held.as_ref().unwrap().demands, held.unwrap().demands);
     assert!(PlacementPolicy::from_config(&Config::default(), EnergyModel::odroid_xu4()).is_none(), "off by default");
 }
+
+#[test]
+fn measured_small_packets_move_a_network_class_and_count_past_the_hysteresis() {
+    let cfg = Config::parse(
+        r#"
+        [[class]]
+        name = "rpc"
+        match = { cgroup = ["/system.slice/rpc.service"] }
+        [energy]
+        enabled = true
+        model = "file"
+        model_file = "x.toml"
+        [[energy.target]]
+        class = "rpc"
+        bandwidth_mbit = 200.0
+        "#,
+    )
+    .unwrap();
+    let mut p = PlacementPolicy::from_config(&cfg, EnergyModel::odroid_xu4()).unwrap();
+    let flow = |cgroup: &str, bytes: u64, packets: u64| FlowReading { cgroup: cgroup.into(), bytes, packets, rate_bytes_per_second: 25e6 };
+    // Someone else's flow, and none of the class's: modelled from the target (1448-byte packets).
+    let none = p.apps(&Snapshot::default(), &[flow("/other.slice/x", 1000, 10)]);
+    assert_eq!(none[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: DEFAULT_PACKET_BYTES, offered_mbit: 200.0 });
+    // The flow monitor sees 200-byte packets under the class's cgroup rule.
+    let seen = [flow("/system.slice/rpc.service", 2_000_000, 10_000), flow("/system.slice/rpc.service/worker", 0, 0)];
+    assert_eq!(class_flow(&seen, &cfg.classes[0]), Some(FlowState { bandwidth_mbit: 400.0, mean_packet_bytes: 200.0 }));
+    let apps = p.apps(&Snapshot::default(), &seen);
+    assert_eq!(apps[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: 200.0, offered_mbit: 400.0 });
+    let (bulk, small) = (p.demands(&none), p.demands(&apps));
+    assert!(small[0] > 3.0 * bulk[0], "{small:?} vs {bulk:?}");
+    p.held = Some(Held { demands: bulk, decisions: vec![] });
+    assert!(p.moved(&small), "a change of packet size is a change of demand");
+    let (jp, _) = decide_joule(&p.model, &apps, &p.cost, 10.0);
+    assert_eq!(domain_of(&p.model, &jp, 0), "a15", "200 Mbit/s of 200-byte packets does not fit an A7");
+}
