@@ -247,12 +247,13 @@ pub fn print(rows: &[PlacementRow]) {
     println!("all values: source = model (energy model + policy arithmetic; nothing measured)");
 }
 
-/// One bar per (scenario, policy): perf per watt on the first model.
+/// One bar per scenario: joule / EAS perf per watt on the first model (perf per watt itself
+/// spans two orders of magnitude between scenarios), then the seed's three figures.
 pub fn plot(rows: &[PlacementRow], path: &Path) -> anyhow::Result<()> {
     let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
-    let groups: Vec<(String, Vec<f64>)> =
-        rows.iter().filter(|r| r.model == first).map(|r| (format!("{} {}", r.scenario, r.policy), vec![r.perf_per_watt])).collect();
-    bar_plot(path, &format!("placement on the {first} energy model: performance per watt (model)"), "Σ perf / W", &groups)
+    let mut groups: Vec<(String, Vec<f64>)> = ratios(rows).into_iter().filter(|r| r.model == first).map(|r| (r.scenario, vec![r.capped])).collect();
+    groups.extend(SEED.iter().map(|(g, v)| (format!("seed: {g}"), vec![*v])));
+    bar_plot(path, &format!("joule / EAS performance per watt on the {first} energy model (model), and the seed's (measured)"), "ratio", &groups)
 }
 
 /// The assumptions behind every number of this section.
