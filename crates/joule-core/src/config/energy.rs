@@ -133,6 +133,12 @@ pub(super) fn problems(e: &EnergyConfig, classes: &[String]) -> Vec<(String, Str
         if t.bandwidth_mbit.is_some_and(|b| !(b.is_finite() && b > 0.0)) || t.mean_packet_bytes.is_some_and(|b| !(64.0..=65536.0).contains(&b)) {
             bad(key.clone(), "bandwidth_mbit must be > 0 and mean_packet_bytes in 64..=65536".into(), "Mbit/s, bytes");
         }
+        if e.targets[..i].iter().any(|o| o.class == t.class) {
+            bad(format!("{key}.class"), format!("class {:?} has two targets", t.class), "one [[energy.target]] per class");
+        }
+        if t.threads == Some(0) {
+            bad(format!("{key}.threads"), "threads must be ≥ 1".into(), "the threads of the app that run at once");
+        }
         if t.perf_fraction.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
             bad(format!("{key}.perf_fraction"), "perf_fraction must be in (0, 1]".into(), "0.5 = half the top performance");
         }
@@ -196,12 +202,16 @@ mod tests {
             [[energy.target]]
             class = "a"
             perf_fraction = 1.5
+            threads = 0
+            [[energy.target]]
+            class = "a"
+            deadline_us = 100
             "#,
         )
         .unwrap_err();
         let text: Vec<String> = e.iter().map(|p| p.message.clone()).collect();
         let all = text.join("\n");
-        for want in ["model_file", "not a [[class]]", "sets 2 of", "(0, 1]"] {
+        for want in ["model_file", "not a [[class]]", "sets 2 of", "(0, 1]", "threads must be", "two targets", "runtime_us ≤ deadline_us"] {
             assert!(all.contains(want), "{want} missing in {all}");
         }
     }

@@ -293,8 +293,8 @@ impl PlacementPolicy {
         apps.iter()
             .enumerate()
             .filter_map(|(i, a)| {
-                let d = &self.model.domains[p.domain[i]?];
-                let k = self.model.domains.iter().position(|x| x.name == d.name)?;
+                let k = p.domain[i]?;
+                let d = &self.model.domains[k];
                 let khz = d.opps[p.opp[k]].frequency_khz;
                 let out = &o.apps[i];
                 let want = Want::Place {
