@@ -2,7 +2,8 @@
 //! (`cpuN/cpufreq/related_cpus`), each CPU's capacity (`cpuN/cpu_capacity`, 1024 where the file
 //! is missing), OPP frequencies (`scaling_available_frequencies`, else the cpuinfo min/max), and
 //! OPP powers from the kernel's Energy Model in debugfs (`energy_model/<dev>/cpus` and
-//! `ps:<kHz>/{frequency,power}`, µW since Linux 5.19). Every root is a parameter so tests read
+//! `ps:<kHz>/{frequency,power}`, read as µW: `Documentation/power/energy-model.rst` says micro-Watts
+//! today, milli-Watts in older kernels). Every root is a parameter so tests read
 //! fixture trees. What is missing is filled from the config and said in the model's notes.
 
 use super::{EnergyError, EnergyModel, Opp, PerfDomain};
