@@ -46,10 +46,16 @@ pub fn work_ns(ns: u64) {
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Workload {
-    Fixed { ns: u64 },
+    Fixed {
+        ns: u64,
+    },
     /// `long_per_mille` of 1000 requests take `long_ns`, the rest `short_ns` (the seed's
     /// bimodal: 995 × 0.5 µs + 5 × 500 µs).
-    Bimodal { short_ns: u64, long_ns: u64, long_per_mille: u32 },
+    Bimodal {
+        short_ns: u64,
+        long_ns: u64,
+        long_per_mille: u32,
+    },
 }
 
 impl Workload {

@@ -38,7 +38,7 @@ impl Pattern {
     /// The wait the measurements chose (docs/elevate.md).
     pub fn default_wait(self) -> WaitMethod {
         match self {
-            Pattern::Shared => WaitMethod::Nanosleep,
+            Pattern::Shared => WaitMethod::Timerfd,
             Pattern::Dedicated => WaitMethod::Spin,
         }
     }
@@ -117,6 +117,8 @@ pub struct Elevator<'a> {
     guardian: Option<Guardian>,
     undos: Vec<Undo>,
     torn_down: bool,
+    /// The scheduler thread and its policy and affinity before setup.
+    me: (i32, Option<(SchedAttr, Vec<usize>)>),
 }
 
 const fn fifo(priority: i32) -> SchedAttr {
@@ -141,12 +143,17 @@ impl<'a> Elevator<'a> {
             opts,
             undos: Vec::new(),
             torn_down: false,
+            me: (gettid(), None),
         };
-        let cpu = el.opts.cpu;
+        // The scheduler first: a thread that stayed SCHED_OTHER on the targets' core would
+        // starve there behind the first target taken (until RT throttling let it run).
+        el.become_scheduler()?;
+        // Every undo is journalled (and synced) before the first target changes: a journal on
+        // a slow disk must not hold a half-taken set of targets.
         for slot in slots {
             let mut managed = Vec::new();
             for t in slot {
-                match el.take(&t, cpu) {
+                match el.record_originals(&t) {
                     Ok(()) => managed.push(Managed { target: t, alive: true }),
                     Err(ElevateError::Sched { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => {
                         tracing::info!("target {} exited before it was taken", t.label)
@@ -156,10 +163,34 @@ impl<'a> Elevator<'a> {
             }
             el.slots.push(managed);
         }
-        if el.slots.iter().all(|s| s.is_empty()) {
+        let cpu = el.opts.cpu;
+        for slot in 0..el.slots.len() {
+            for k in 0..el.slots[slot].len() {
+                let t = el.slots[slot][k].target.clone();
+                match el.take(&t, cpu) {
+                    Ok(()) => {}
+                    Err(ElevateError::Sched { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => el.slots[slot][k].alive = false,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if el.slots.iter().all(|s| s.iter().all(|m| !m.alive)) {
             return Err(ElevateError::Invalid("every target exited before it could be taken".into()));
         }
         Ok(el)
+    }
+
+    fn become_scheduler(&mut self) -> Result<(), ElevateError> {
+        let me = self.me.0;
+        let err = |what, source| ElevateError::Sched { what, tid: me, source };
+        let old =
+            (self.fx.get_sched(me).map_err(|e| err("reading the policy of", e))?, self.fx.get_affinity(me).map_err(|e| err("reading the affinity of", e))?);
+        self.me.1 = Some(old);
+        self.fx.set_affinity(me, &[self.sched_cpu]).map_err(|e| err("binding the scheduler", e))?;
+        // RESET_ON_FORK: a command the caller starts later does not inherit SCHED_FIFO.
+        self.fx
+            .set_sched(me, SchedAttr { policy: libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, priority: Prio::HIGH })
+            .map_err(|e| err("setting SCHED_FIFO HIGH on the scheduler", e))
     }
 
     /// Records how to undo, then journals a change (journal, guardian, memory).
@@ -178,12 +209,16 @@ impl<'a> Elevator<'a> {
         Ok(())
     }
 
-    fn take(&mut self, t: &Target, cpu: usize) -> Result<(), ElevateError> {
+    fn record_originals(&mut self, t: &Target) -> Result<(), ElevateError> {
         let err = |what, source| ElevateError::Sched { what, tid: t.tid, source };
         let old = self.fx.get_sched(t.tid).map_err(|e| err("reading the policy of", e))?;
         let old_cpus = self.fx.get_affinity(t.tid).map_err(|e| err("reading the affinity of", e))?;
         self.record(Undo::sched(self.fx, t.tid, old))?;
-        self.record(Undo::affinity(self.fx, t.tid, old_cpus))?;
+        self.record(Undo::affinity(self.fx, t.tid, old_cpus))
+    }
+
+    fn take(&mut self, t: &Target, cpu: usize) -> Result<(), ElevateError> {
+        let err = |what, source| ElevateError::Sched { what, tid: t.tid, source };
         self.fx.set_affinity(t.tid, &[cpu]).map_err(|e| err("binding", e))?;
         self.fx.set_sched(t.tid, fifo(Prio::LOW)).map_err(|e| err("setting SCHED_FIFO LOW on", e))?;
         Ok(())
@@ -222,22 +257,13 @@ impl<'a> Elevator<'a> {
         self.slots[slot].iter().any(|m| m.alive)
     }
 
-    /// Runs the schedule on the calling thread (which becomes the scheduler: SCHED_FIFO HIGH on
-    /// the scheduler's core; its own policy and affinity are put back on return) until `stop`,
-    /// `duration`, or every target exited.
+    /// Runs the schedule until `stop`, `duration`, or every target exited. Call it on the
+    /// thread that called [`Elevator::setup`]: that thread is the scheduler.
     pub fn run(&mut self, stop: &AtomicBool, duration: Option<Duration>) -> Result<RunReport, ElevateError> {
-        let me = gettid();
-        let fx = self.fx;
-        let my_old = (fx.get_sched(me), fx.get_affinity(me));
-        let err = |what, source| ElevateError::Sched { what, tid: me, source };
-        fx.set_affinity(me, &[self.sched_cpu]).map_err(|e| err("binding the scheduler", e))?;
-        fx.set_sched(me, fifo(Prio::HIGH)).map_err(|e| err("setting SCHED_FIFO HIGH on the scheduler", e))?;
-        let out = self.hot_loop(stop, duration);
-        if let (Ok(s), Ok(a)) = my_old {
-            let _ = fx.set_sched(me, s);
-            let _ = fx.set_affinity(me, &a);
+        if gettid() != self.me.0 {
+            return Err(ElevateError::Invalid(format!("run() on thread {} but thread {} is the scheduler (it called setup)", gettid(), self.me.0)));
         }
-        out
+        self.hot_loop(stop, duration)
     }
 
     fn hot_loop(&mut self, stop: &AtomicBool, duration: Option<Duration>) -> Result<RunReport, ElevateError> {
@@ -248,6 +274,7 @@ impl<'a> Elevator<'a> {
             Schedule::Table(t) => t.clone(),
         };
         let slice_ns = self.opts.slice_us * 1000;
+        let shared = self.opts.pattern == Pattern::Shared;
         let mut r = RunReport { start_ns: now_ns(), ..Default::default() };
         let end_ns = duration.map(|d| r.start_ns + d.as_nanos() as u64);
         let mut exited = Vec::new();
@@ -280,7 +307,10 @@ impl<'a> Elevator<'a> {
                 r.switches += 1;
             }
             r.slices += 1;
-            deadline += slice_ns;
+            // Dedicated: absolute deadlines, so the schedule's period is exact. Shared: the
+            // slice starts after the switch (the scheduler's own wake-up and switch would
+            // otherwise come out of the target's slice; the seed's usleep did the same).
+            deadline = if shared { now_ns() + slice_ns } else { deadline + slice_ns };
             waiter.wait_until(deadline);
             let now = now_ns();
             if now > deadline + slice_ns {
@@ -319,6 +349,10 @@ impl<'a> Elevator<'a> {
             if let Some(g) = self.guardian.take() {
                 g.disarm();
             }
+        }
+        if let (me, Some((attr, cpus))) = (self.me.0, self.me.1.take()) {
+            let _ = self.fx.set_sched(me, attr);
+            let _ = self.fx.set_affinity(me, &cpus);
         }
         report
     }

@@ -45,9 +45,10 @@ fn setup_binds_and_lowers_every_target_then_the_table_raises_before_it_lowers_an
     let seq = prio_changes(&fx, &[10, 11, 12]);
     assert_eq!(&seq[..3], ["10:1", "11:1", "12:1"]);
     assert_eq!(&seq[3..9], ["10:2", "11:2", "10:1", "12:2", "11:1", "10:2"]);
-    // The scheduler thread got its policy back.
-    assert_eq!(fx.sched.lock().unwrap()[&gettid()], SchedAttr::OTHER);
+    // The scheduler thread is SCHED_FIFO HIGH (reset on fork) until teardown.
+    assert_eq!(fx.sched.lock().unwrap()[&gettid()].priority, Prio::HIGH);
     let rep = el.teardown();
+    assert_eq!(fx.sched.lock().unwrap()[&gettid()], SchedAttr::OTHER);
     assert!(rep.failed.is_empty());
     for t in [10, 11, 12] {
         assert_eq!(fx.sched.lock().unwrap()[&t], SchedAttr::OTHER);

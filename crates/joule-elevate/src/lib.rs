@@ -23,7 +23,7 @@ pub mod rt_throttle;
 pub mod target;
 pub mod timing;
 
-pub use engine::{Elevator, ElevateOpts, Pattern, Schedule, RunReport};
+pub use engine::{ElevateOpts, Elevator, Pattern, RunReport, Schedule};
 pub use target::{Target, TargetSpec};
 
 use std::io;

@@ -12,8 +12,8 @@
 //! NIC, and an idle worker sleeps on a futex (an elevation alone cannot wake a sleeping
 //! thread), so handing out a request is one raise plus one wake.
 
-use crate::timing::{arm_abs, arm_rel, now_ns, timerfd};
 use crate::gettid;
+use crate::timing::{arm_abs, arm_rel, now_ns, timerfd};
 use joule_core::effects::{RealEffects, Sched, SchedAttr};
 use std::collections::VecDeque;
 use std::io;
@@ -116,6 +116,7 @@ impl Preempt {
                 s.workers[i].tid.store(gettid(), Ordering::SeqCst);
                 let ok = r.is_ok();
                 let _ = tx.send(r);
+                drop(tx);
                 if ok {
                     worker_loop(&s, i);
                 }
@@ -127,14 +128,15 @@ impl Preempt {
                 let r = enter(cpu, P_SWITCHER);
                 let ok = r.is_ok();
                 let _ = tx.send(r);
+                drop(tx);
                 if ok {
                     switcher_loop(&s);
                 }
             })?);
         }
         drop(tx);
-        for r in rx {
-            r?;
+        for _ in 0..p.threads.len() {
+            rx.recv().map_err(|_| io::Error::other("a preemption thread died before it started"))??;
         }
         Ok(p)
     }

@@ -38,19 +38,37 @@ pub fn record_runs(until_ns: u64, max_runs: usize) -> Record {
     Record { runs, work: 0 }
 }
 
-/// Does integer work until `until_ns` (checking the clock every 256 units); returns the units.
+/// Does integer work until `until_ns`; `runs` holds checkpoints (time_ns, units so far) every
+/// 1024 units, so the work of any window can be read off ([`work_per_s`]).
 pub fn count_work(until_ns: u64) -> Record {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut work = 0u64;
-    while now_ns() < until_ns {
+    let mut marks = Vec::with_capacity(1 << 16);
+    loop {
         for _ in 0..256 {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             x ^= x >> 29;
         }
         work += 1;
+        if work % 1024 == 0 {
+            let t = now_ns();
+            marks.push((t, work));
+            if t >= until_ns {
+                break;
+            }
+        }
     }
     std::hint::black_box(x);
-    Record { runs: Vec::new(), work }
+    Record { runs: marks, work }
+}
+
+/// Units of work per second inside [from_ns, to_ns], from a work record's checkpoints.
+pub fn work_per_s(r: &Record, from_ns: u64, to_ns: u64) -> f64 {
+    let inside: Vec<&(u64, u64)> = r.runs.iter().filter(|(t, _)| *t >= from_ns && *t <= to_ns).collect();
+    match (inside.first(), inside.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / ((b.0 - a.0) as f64 / 1e9),
+        _ => 0.0,
+    }
 }
 
 /// One run of one target, for analysis.
@@ -116,6 +134,8 @@ mod tests {
     fn a_lone_busy_loop_records_at_least_one_run() {
         let r = record_runs(now_ns() + 2_000_000, 100);
         assert!(!r.runs.is_empty());
-        assert!(count_work(now_ns() + 1_000_000).work > 0);
+        let w = count_work(now_ns() + 3_000_000);
+        assert!(w.work > 0 && w.runs.len() >= 2);
+        assert!(work_per_s(&w, w.runs[0].0, w.runs.last().unwrap().0) > 0.0);
     }
 }

@@ -51,6 +51,10 @@ enum Cmd {
     /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
     /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
     Scx(cmd::scx::ScxArgs),
+    /// A user-space scheduler for chosen threads (the priority elevation trick): µs slices,
+    /// table-driven schedules, processes, threads or a QEMU guest's vCPUs; everything is put
+    /// back when it ends or dies.
+    Elevate(cmd::elevate::ElevateArgs),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Restore(a) => cmd::restore::run(a),
         Cmd::Qos(a) => cmd::qos_entry(a),
         Cmd::Scx(a) => cmd::scx::run(a),
+        Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

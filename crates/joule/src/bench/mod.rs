@@ -2,6 +2,7 @@
 //! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
 //! well as absolute numbers.
 
+pub mod elevate;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -23,6 +24,14 @@ pub enum BenchCmd {
     /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
     /// the throughput cost of each stage. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
+    /// The seed's user-space scheduler study (priority elevation trick) on this machine:
+    /// the physical floor, switching accuracy at µs slices (shared/dedicated, processes/
+    /// threads), CPU cost, table-driven schedules A-A-B-C vs A-B-A-C, and head-of-line blocking
+    /// with and without preemption; each against its baseline in the same run. Needs root.
+    Elevate(elevate::ElevateBenchArgs),
+    /// A busy-loop target of `bench elevate` that records its own runs (internal).
+    #[command(hide = true)]
+    ElevateTarget(elevate::targets::TargetArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -34,6 +43,8 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::RtShare(a) => rt_share::run(&a),
         BenchCmd::Thermal(a) => thermal::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
+        BenchCmd::Elevate(a) => elevate::run(&a),
+        BenchCmd::ElevateTarget(a) => elevate::targets::target_main(&a),
     }
 }
 
