@@ -34,6 +34,14 @@ const PREEMPTED: u8 = 2;
 
 pub type Job = Box<dyn FnOnce() + Send>;
 
+/// A request: `work` runs under the switcher's timer and may be switched out; `done` (the
+/// answer: a send, whose socket lock must not be held by a switched-out worker) runs after
+/// the timer is disarmed.
+pub struct Request {
+    pub work: Job,
+    pub done: Job,
+}
+
 struct Worker {
     tid: AtomicI32,
     state: AtomicU8,
@@ -42,7 +50,7 @@ struct Worker {
 }
 
 struct Shared {
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<VecDeque<Request>>,
     workers: Vec<Worker>,
     /// The worker the switcher's timer is armed for (-1: none).
     current: AtomicI32,
@@ -141,9 +149,9 @@ impl Preempt {
         Ok(p)
     }
 
-    /// Queues a request's work (dispatcher side); [`Preempt::kick`] hands it out.
-    pub fn submit(&self, job: Job) {
-        self.shared.queue.lock().unwrap().push_back(job);
+    /// Queues a request (dispatcher side); [`Preempt::kick`] hands it out.
+    pub fn submit(&self, req: Request) {
+        self.shared.queue.lock().unwrap().push_back(req);
     }
 
     /// Wakes an idle worker at RUNNING priority when requests wait; it preempts the dispatcher
@@ -232,17 +240,18 @@ fn worker_loop(s: &Shared, i: usize) {
         }
         loop {
             let job = s.queue.lock().unwrap().pop_front();
-            let Some(job) = job else { break };
+            let Some(req) = job else { break };
             if let Some(t) = &s.timer {
                 s.current.store(i as i32, Ordering::SeqCst);
                 arm_rel(t, s.threshold_ns);
             }
-            job();
+            (req.work)();
             if let Some(t) = &s.timer {
                 arm_rel(t, 0);
                 let _ = s.current.compare_exchange(i as i32, -1, Ordering::SeqCst, Ordering::SeqCst);
             }
             w.state.store(RUNNING, Ordering::SeqCst);
+            (req.done)();
         }
         w.state.store(IDLE, Ordering::SeqCst);
         futex_wait(&w.gen, g);

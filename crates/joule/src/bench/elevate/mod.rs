@@ -107,7 +107,7 @@ pub fn run(a: &ElevateBenchArgs) -> anyhow::Result<()> {
     }
     if want("table") {
         let rows = sections::table(a)?;
-        println!("\ntable: server A with busy B and C on CPU 0, 50 µs slices, shared pattern; ratio = p99 / p99 of A alone");
+        println!("\ntable: server A with busy B and C on CPU 0, 50 µs slices, shared pattern; ratio = p99 / p99 of A alone under the same scheduler");
         print_table(&["order", "p50_us", "p99_us", "rps", "p99_ratio"], &rows.iter().map(sections::lat_row("order")).collect::<Vec<_>>());
         out["table"] = json!(rows);
     }

@@ -225,7 +225,8 @@ pub fn table(a: &ElevateBenchArgs) -> anyhow::Result<Vec<Value>> {
             let (srv, tid_a) = Server::inline()?;
             let c = client(srv.addr, rate, Duration::from_millis(30), client_s, Workload::FIXED);
             if order == "alone" {
-                std::thread::sleep(Duration::from_secs_f64(a.run_s));
+                // A alone under the same scheduler (one slot: raised once, no rival).
+                elevate(&[tid_a], opts(a, Pattern::Shared, 50, Schedule::RoundRobin), a.run_s)?;
             } else {
                 let busy = Running::start(Kind::Thread, &[false, false], in_s(a.run_s + 0.3))?;
                 let mut tids = vec![tid_a];
