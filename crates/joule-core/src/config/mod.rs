@@ -3,11 +3,13 @@
 //! which is what `joule check-config` prints.
 
 mod class;
+mod elevate;
 mod locate;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
+pub use elevate::ElevateConfig;
 pub use locate::Problem;
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
@@ -23,6 +25,8 @@ pub struct Config {
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,
+    /// The user-space scheduler on one class's threads (off by default).
+    pub elevate: ElevateConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -132,5 +132,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             }
         }
     }
+    let names: Vec<&str> = cfg.classes.iter().map(|c| c.name.as_str()).collect();
+    out.extend(cfg.elevate.validate(&names));
     out
 }

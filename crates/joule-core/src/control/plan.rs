@@ -40,6 +40,10 @@ pub enum Want {
     CapClass { class: String, cpu_pct: f64 },
     /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
     CpufreqMax { pct: f64 },
+    /// Run the user-space scheduler (mechanism 5, docs/elevate.md) on every thread of
+    /// `[[class]]` `class`: bound to `cpu`, round-robin with `slice_us` slices, `pattern`
+    /// "shared" or "dedicated". No such decision: the scheduler stops and the threads go back.
+    Elevate { class: String, cpu: usize, slice_us: u64, pattern: String },
 }
 
 /// Which mechanism acts on the thermal stage this period.
