@@ -50,7 +50,7 @@ pub fn count_work(until_ns: u64) -> Record {
             x ^= x >> 29;
         }
         work += 1;
-        if work % 1024 == 0 {
+        if work.is_multiple_of(1024) {
             let t = now_ns();
             marks.push((t, work));
             if t >= until_ns {

@@ -55,7 +55,7 @@ pub fn floor(a: &ElevateBenchArgs) -> anyhow::Result<Value> {
         while now_ns() < t_end && k < 2000 {
             let (up, down) = (tids[k % 2], tids[(k + 1) % 2]);
             let t0 = now_ns();
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 let _ = fx.set_sched(up, SchedAttr { policy: libc::SCHED_FIFO, priority: Prio::MID });
                 seam.push((now_ns() - t0) as f64);
                 let _ = fx.set_sched(down, SchedAttr { policy: libc::SCHED_FIFO, priority: Prio::LOW });
