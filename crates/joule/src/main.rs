@@ -51,9 +51,7 @@ enum Cmd {
     /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
     /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
     Scx(cmd::scx::ScxArgs),
-    /// A user-space scheduler for chosen threads (the priority elevation trick): µs slices,
-    /// table-driven schedules, processes, threads or a QEMU guest's vCPUs; everything is put
-    /// back when it ends or dies.
+    // Its help (with examples) is the doc comment of `ElevateArgs`.
     Elevate(cmd::elevate::ElevateArgs),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]

@@ -43,6 +43,11 @@ fn elevate(journal: &Path, args: &[String]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Root for SCHED_FIFO, and two CPUs (the dedicated pattern's scheduler and the targets).
+fn can_run() -> bool {
+    require(is_root(), "root (SCHED_FIFO)") && require(joule_elevate::online_cpus().len() >= 2, "two online CPUs")
+}
+
 fn window(v: &serde_json::Value) -> (u64, u64) {
     (v["run"]["start_ns"].as_u64().unwrap() + 20_000_000, v["run"]["end_ns"].as_u64().unwrap() - 5_000_000)
 }
@@ -56,7 +61,7 @@ fn median(v: &[f64]) -> f64 {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_targets_alternate_at_the_requested_slice() {
-    if !require(is_root(), "root (SCHED_FIFO)") || !require(joule_elevate::online_cpus().len() >= 2, "two online CPUs") {
+    if !can_run() {
         return;
     }
     let dir = scratch();
@@ -88,7 +93,7 @@ fn root_elevate_targets_alternate_at_the_requested_slice() {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_table_order_is_obeyed() {
-    if !require(is_root(), "root (SCHED_FIFO)") || !require(joule_elevate::online_cpus().len() >= 2, "two online CPUs") {
+    if !can_run() {
         return;
     }
     let dir = scratch();
@@ -152,7 +157,7 @@ fn long_then_short(threshold: Option<Duration>) -> (Duration, Duration) {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_preemption_bounds_a_long_request() {
-    if !require(is_root(), "root (SCHED_FIFO)") || !require(joule_elevate::online_cpus().len() >= 2, "two online CPUs") {
+    if !can_run() {
         return;
     }
     let (long, short) = long_then_short(Some(Duration::from_micros(50)));
@@ -195,7 +200,7 @@ fn scheduled(dir: &Path) -> (Child, [(Child, PathBuf); 2], Vec<usize>) {
     let orig = threads_state(t[0].0.id())[0].2.clone();
     let pids = format!("{},{}", t[0].0.id(), t[1].0.id());
     let el = Command::new(JOULE)
-        .args(["elevate", "--cpu", "0", "--slice-us", "200", "--duration-s", "0.6", "--pids", &pids, "--journal-dir"])
+        .args(["elevate", "--json", "--cpu", "0", "--slice-us", "200", "--duration-s", "0.6", "--pids", &pids, "--journal-dir"])
         .arg(dir)
         .spawn()
         .unwrap();
@@ -221,7 +226,7 @@ fn restore(dir: &Path) {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_sigkilled_scheduler_leaves_no_rt_thread_or_changed_affinity() {
-    if !require(is_root(), "root (SCHED_FIFO)") || !require(joule_elevate::online_cpus().len() >= 2, "two online CPUs") {
+    if !can_run() {
         return;
     }
     let dir = scratch();

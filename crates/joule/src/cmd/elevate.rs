@@ -228,10 +228,11 @@ pub fn run(a: ElevateArgs) -> anyhow::Result<()> {
     let sched_cpu = el.sched_cpu();
     let owner = el.owner().to_string();
     let report = el.run(&stop, a.duration_s.map(Duration::from_secs_f64));
+    let command_ended_it = child_done.load(Ordering::SeqCst);
     let restored = el.teardown();
     let mut status = None;
     if let Some(w) = watcher {
-        if !child_done.load(Ordering::SeqCst) {
+        if !command_ended_it {
             if let Some(p) = cmd_pid {
                 // SAFETY: signalling the child we started (not yet reaped: the watcher waits).
                 unsafe { libc::kill(p, libc::SIGTERM) };
@@ -240,7 +241,7 @@ pub fn run(a: ElevateArgs) -> anyhow::Result<()> {
         status = w.join().ok().flatten().map(|s| s.to_string());
     }
     let report = report.context("while scheduling")?;
-    let ended_by = if child_done.load(Ordering::SeqCst) { "command_exited" } else { report.ended_by };
+    let ended_by = if command_ended_it { "command_exited" } else { report.ended_by };
     if a.json {
         let v = serde_json::json!({
             "cpu": a.cpu, "sched_cpu": sched_cpu,

@@ -4,8 +4,9 @@
 use super::targets::{as_fifo_on, elevate, in_s, rest, Kind, Running};
 use super::ElevateBenchArgs;
 use crate::bench::report::median;
+use crate::bench::thermal::probe::percentile;
 use joule_core::effects::{RealEffects, Sched, SchedAttr};
-use joule_elevate::demo::{percentile, run_client, Server, Workload};
+use joule_elevate::demo::{run_client, Server, Workload};
 use joule_elevate::probe::{run_and_gap_us, runs, work_per_s};
 use joule_elevate::timing::{now_ns, wakeup_errors_ns, WaitMethod};
 use joule_elevate::{ElevateOpts, Elevator, Pattern, Prio, Schedule, Target};
