@@ -119,3 +119,28 @@ fn child_main(rx: i32, prio: i32) -> ! {
     // SAFETY: leave without running the parent's atexit handlers or destructors.
     unsafe { libc::_exit(0) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file stands in for a thread: the guardian's replay goes through the same
+    /// `journal::replay` for every kind of record, and a file needs no privilege.
+    #[test]
+    fn a_guardian_left_without_disarm_replays_and_a_disarmed_one_does_not() {
+        let d = tempfile::tempdir().unwrap();
+        let knob = d.path().join("knob");
+        for disarm in [false, true] {
+            std::fs::write(&knob, "changed").unwrap();
+            let mut g = Guardian::spawn(0).unwrap();
+            g.watch(&Undo::Write { path: knob.clone(), old: "original".into() }).unwrap();
+            if disarm {
+                g.disarm();
+            } else {
+                drop(g); // what the kernel does to the pipe when the scheduler dies
+            }
+            let want = if disarm { "changed" } else { "original" };
+            assert_eq!(std::fs::read_to_string(&knob).unwrap(), want, "disarm = {disarm}");
+        }
+    }
+}
