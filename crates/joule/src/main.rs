@@ -51,6 +51,8 @@ enum Cmd {
     /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
     /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
     Scx(cmd::scx::ScxArgs),
+    // Its help (with examples) is the doc comment of `ElevateArgs`.
+    Elevate(cmd::elevate::ElevateArgs),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -104,6 +106,7 @@ fn main() -> ExitCode {
         Cmd::Restore(a) => cmd::restore::run(a),
         Cmd::Qos(a) => cmd::qos_entry(a),
         Cmd::Scx(a) => cmd::scx::run(a),
+        Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -4,12 +4,14 @@
 
 mod class;
 mod energy;
+mod elevate;
 mod locate;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
+pub use elevate::ElevateConfig;
 pub use locate::Problem;
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
@@ -27,6 +29,8 @@ pub struct Config {
     pub classes: Vec<ClassConfig>,
     /// Energy-aware placement (off unless `[energy] enabled = true`).
     pub energy: EnergyConfig,
+    /// The user-space scheduler on one class's threads (off by default).
+    pub elevate: ElevateConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -134,5 +134,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     }
     let names: Vec<String> = cfg.classes.iter().map(|c| c.name.clone()).collect();
     out.extend(super::energy::problems(&cfg.energy, &names));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    out.extend(cfg.elevate.validate(&names));
     out
 }

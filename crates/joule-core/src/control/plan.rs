@@ -45,6 +45,10 @@ pub enum Want {
     /// below `max_khz` (None: no cap, or no cpufreq to cap), and the class's traffic limited
     /// to `bandwidth_mbit` (advisory: the bandwidth limiter acts on it, this actuator does not).
     Place { class: String, domain: String, cpus: Vec<usize>, max_khz: Option<u64>, bandwidth_mbit: Option<f64> },
+    /// Run the user-space scheduler (mechanism 5, docs/elevate.md) on every thread of
+    /// `[[class]]` `class`: bound to `cpu`, round-robin with `slice_us` slices, `pattern`
+    /// "shared" or "dedicated". No such decision: the scheduler stops and the threads go back.
+    Elevate { class: String, cpu: usize, slice_us: u64, pattern: String },
 }
 
 /// Which mechanism acts on the thermal stage this period.

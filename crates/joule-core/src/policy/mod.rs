@@ -4,10 +4,12 @@
 
 mod classes;
 pub mod placement;
+mod elevate;
 mod stage_rule;
 mod thermal;
 
 pub use classes::{ClassPolicy, QOS_ACTUATOR};
 pub use placement::{PlacementPolicy, PLACEMENT_ACTUATOR};
+pub use elevate::{ElevatePolicy, ELEVATE_ACTUATOR};
 pub use stage_rule::thermal_stage;
 pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};

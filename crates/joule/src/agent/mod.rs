@@ -12,6 +12,7 @@
 //! any journal a crashed agent left; the actuators start in order (the first failure stops
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
+mod elevate;
 mod events;
 mod placement;
 mod scx;
@@ -29,7 +30,7 @@ use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
-use joule_core::policy::{ClassPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
+use joule_core::policy::{ClassPolicy, ElevatePolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -107,6 +108,7 @@ fn policies(cfg: &Config) -> anyhow::Result<Vec<Box<dyn Policy>>> {
     let mut p: Vec<Box<dyn Policy>> = vec![Box::new(ThermalPolicy::from_config(cfg))];
     p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
     p.extend(energy_model(cfg)?.and_then(|m| PlacementPolicy::from_config(cfg, m)).map(|c| Box::new(c) as Box<dyn Policy>));
+    p.extend(ElevatePolicy::from_config(cfg).map(|e| Box::new(e) as Box<dyn Policy>));
     Ok(p)
 }
 
@@ -159,6 +161,9 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
         } else {
             tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
         }
+    }
+    if cfg.elevate.enabled() && root {
+        a.push(Box::new(elevate::ElevateActuator::new(&cfg.classes, cfg.telemetry.procfs_root.clone(), cfg.agent.journal_dir.clone())));
     }
     Ok(a)
 }

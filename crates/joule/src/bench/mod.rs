@@ -3,6 +3,7 @@
 //! well as absolute numbers.
 
 pub mod netqos;
+pub mod elevate;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -29,6 +30,14 @@ pub enum BenchCmd {
     /// at 50 % and 75 %) on the Odroid-XU4 energy model; perf per watt of each (model), beside
     /// the seed's 4.79× / 3.11× / 2.35×.
     NetQos(netqos::NetQosArgs),
+    /// The seed's user-space scheduler study (priority elevation trick) on this machine:
+    /// the physical floor, switching accuracy at µs slices (shared/dedicated, processes/
+    /// threads), CPU cost, table-driven schedules A-A-B-C vs A-B-A-C, and head-of-line blocking
+    /// with and without preemption; each against its baseline in the same run. Needs root.
+    Elevate(elevate::ElevateBenchArgs),
+    /// A busy-loop target of `bench elevate` that records its own runs (internal).
+    #[command(hide = true)]
+    ElevateTarget(elevate::targets::TargetArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -41,6 +50,8 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Thermal(a) => thermal::run(&a),
         BenchCmd::NetQos(a) => netqos::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
+        BenchCmd::Elevate(a) => elevate::run(&a),
+        BenchCmd::ElevateTarget(a) => elevate::targets::target_main(&a),
     }
 }
 
