@@ -4,11 +4,13 @@
 
 mod class;
 mod locate;
+mod nap;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
 pub use locate::Problem;
+pub use nap::{MachineNap, NapConfig, NapMonitors};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +22,8 @@ pub struct Config {
     pub agent: AgentConfig,
     pub telemetry: TelemetryConfig,
     pub thermal: ThermalConfig,
+    /// Nap with fast wake (off by default).
+    pub nap: NapConfig,
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,

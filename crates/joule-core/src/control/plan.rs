@@ -40,6 +40,11 @@ pub enum Want {
     CapClass { class: String, cpu_pct: f64 },
     /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
     CpufreqMax { pct: f64 },
+    /// Nap (`[nap]`): `nap` true asks the "nap" actuator to enter the nap (freeze the class,
+    /// machine nap, system sleep, as configured), false to be awake. `idle_for_ms` is how long
+    /// no monitor has reported activity (0 while active). Waking on the first packet does not
+    /// wait for this: the actuator's waiter thread thaws at once and the next decision follows.
+    Nap { nap: bool, idle_for_ms: u64 },
 }
 
 /// Which mechanism acts on the thermal stage this period.

@@ -3,9 +3,11 @@
 //! `policies()`.
 
 mod classes;
+mod nap;
 mod stage_rule;
 mod thermal;
 
 pub use classes::{ClassPolicy, QOS_ACTUATOR};
+pub use nap::{NapPolicy, NAP_ACTUATOR};
 pub use stage_rule::thermal_stage;
 pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};
