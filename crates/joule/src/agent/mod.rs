@@ -13,6 +13,7 @@
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
 mod events;
+pub mod nap;
 mod scx;
 mod status;
 
@@ -28,7 +29,8 @@ use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
-use joule_core::policy::{ClassPolicy, ThermalActions, ThermalPolicy};
+use joule_core::nap::NapCounters;
+use joule_core::policy::{ClassPolicy, NapPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -105,6 +107,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
 fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
     let mut p: Vec<Box<dyn Policy>> = vec![Box::new(ThermalPolicy::from_config(cfg))];
     p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
+    p.extend(NapPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
     p
 }
 
@@ -112,7 +115,7 @@ fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
 /// per mechanism. Building one checks its config (admission control for the classes), so a
 /// refused config stops the agent before anything is changed. The classes start first: the
 /// scheduler (`scx`) gives their cgroups, made there, their thermal role.
-fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
+fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, nap: (bool, &Arc<NapCounters>)) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
     let mut a: Vec<Box<dyn Actuator>> = Vec::new();
     let mut class_dirs = Vec::new();
     if !cfg.classes.is_empty() && cfg.agent.apply_classes {
@@ -136,6 +139,10 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
         } else {
             tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
         }
+    }
+    if cfg.nap.enabled {
+        anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
+        a.push(Box::new(nap::NapActuator::new(cfg, nap.0, nap.1.clone())));
     }
     Ok(a)
 }
@@ -168,7 +175,13 @@ fn run_loop(
     }
     let mut policies = policies(cfg);
     let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
-    let mut actuators = Actuators::new(actuators(cfg, root, stage_map)?);
+    let nap_counters = Arc::new(NapCounters::default());
+    if cfg.nap.enabled {
+        let t = &cfg.telemetry;
+        let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root);
+        sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
+    }
+    let mut actuators = Actuators::new(actuators(cfg, root, stage_map, (sense.bpf_status().enabled, &nap_counters))?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
     let mut cx = ActCx { journal, fx: &fx, events: &mut emit };
