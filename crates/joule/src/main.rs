@@ -51,6 +51,10 @@ enum Cmd {
     /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
     /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
     Scx(cmd::scx::ScxArgs),
+    /// Nap with fast wake (`[nap]`): `joule nap status` shows awake or napping, residency,
+    /// wakes by reason and the last one.
+    #[command(subcommand)]
+    Nap(cmd::nap::NapCmd),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Restore(a) => cmd::restore::run(a),
         Cmd::Qos(a) => cmd::qos_entry(a),
         Cmd::Scx(a) => cmd::scx::run(a),
+        Cmd::Nap(c) => cmd::nap::run(c),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -1,6 +1,7 @@
 //! Small subcommands (check-config, restore, scx) and the glue to `joule qos`.
 
 pub mod check_config;
+pub mod nap;
 pub mod qos;
 pub mod restore;
 pub mod scx;
