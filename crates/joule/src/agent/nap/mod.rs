@@ -158,15 +158,13 @@ impl NapActuator {
 
     fn write_status(&self) {
         if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
-            let mut v = serde_json::to_value(core.status()).unwrap_or_default();
-            v["class"] = serde_json::to_value(&self.cfg.class).unwrap_or_default();
-            v["fast_wake"] = (self.probe.is_some()).into();
-            v["pid"] = std::process::id().into();
-            let tmp = path.with_extension("json.tmp");
-            if std::fs::write(&tmp, v.to_string()).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
-                tracing::warn!("nap: cannot write {}", path.display());
-            }
+            write_status(core, path, &self.meta());
         }
+    }
+
+    /// What the status file says besides the core's status.
+    fn meta(&self) -> serde_json::Value {
+        serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "pid": std::process::id() })
     }
 
     fn state(&self) -> serde_json::Value {
@@ -174,6 +172,18 @@ impl NapActuator {
         v["fast_wake"] = self.probe.is_some().into();
         v["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
         v
+    }
+}
+
+/// Rewrites the status file `joule nap status` reads (atomically: write, then rename).
+fn write_status(core: &NapCore, path: &Path, meta: &serde_json::Value) {
+    let mut v = serde_json::to_value(core.status()).unwrap_or_default();
+    if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
+        v.extend(m.clone());
+    }
+    let tmp = path.with_extension("json.tmp");
+    if std::fs::write(&tmp, v.to_string()).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
+        tracing::warn!("nap: cannot write {}", path.display());
     }
 }
 
@@ -217,18 +227,24 @@ impl Actuator for NapActuator {
         let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.dir().to_path_buf(), NapActions { freeze, writes }, self.counters.clone()));
         let ports: Vec<(NapProto, u16)> =
             self.cfg.monitors.tcp_ports.iter().map(|p| (NapProto::Tcp, *p)).chain(self.cfg.monitors.udp_ports.iter().map(|p| (NapProto::Udp, *p))).collect();
+        self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
         if self.bpf && !ports.is_empty() {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
             let (c, stop) = (core.clone(), self.stop.clone());
+            let status_file = cx.journal.dir().join(STATUS_FILE);
+            let mut meta = self.meta();
+            meta["fast_wake"] = true.into();
             self.waiter = Some(
                 std::thread::Builder::new()
                     .name("joule-nap-wake".into())
                     .spawn(move || {
                         let r = waker.run(&stop, Duration::from_millis(100), |w| {
                             let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
-                            if let Err(e) = c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
-                                tracing::error!("nap: waking for {reason} failed: {e}");
+                            match c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
+                                Ok(true) => write_status(&c, &status_file, &meta),
+                                Ok(false) => {}
+                                Err(e) => tracing::error!("nap: waking for {reason} failed: {e}"),
                             }
                         });
                         if let Err(e) = r {
@@ -242,7 +258,6 @@ impl Actuator for NapActuator {
             self.notes.push("eBPF off: a nap is left at the next period, when the monitors see the queued request (no fast wake)".into());
         }
         self.core = Some(core);
-        self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
         let moved = self.gather(cx)?;
         (cx.events)("nap_ready", serde_json::json!({ "class": self.cfg.class, "moved": moved, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }));
         self.write_status();
