@@ -12,6 +12,10 @@ pub struct NapConfig {
     /// How long every monitor must report no activity before napping. Short saves more and
     /// naps (and wakes) more often; each wake costs the thaw (about 0.1 ms measured here).
     pub idle_ms: u64,
+    /// The control loop's period while napping (the watched ports wake a nap at once through
+    /// eBPF, whatever this is; the other monitors are read this often while napping). Longer
+    /// means fewer wake-ups of the agent itself.
+    pub napping_period_ms: u64,
     /// The `[[class]]` whose tasks are frozen while napping (service nap); none: no freeze.
     pub class: Option<String>,
     pub monitors: NapMonitors,
@@ -23,7 +27,7 @@ pub struct NapConfig {
 
 impl Default for NapConfig {
     fn default() -> Self {
-        Self { enabled: false, idle_ms: 5000, class: None, monitors: NapMonitors::default(), machine: MachineNap::default(), system_sleep: false }
+        Self { enabled: false, idle_ms: 5000, napping_period_ms: 1000, class: None, monitors: NapMonitors::default(), machine: MachineNap::default(), system_sleep: false }
     }
 }
 

@@ -140,6 +140,9 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         if !(100..=86_400_000).contains(&n.idle_ms) {
             bad("nap.idle_ms", format!("idle_ms = {} is outside 100..=86400000", n.idle_ms), "a few periods at least; 5000 is the default");
         }
+        if !(10..=60_000).contains(&n.napping_period_ms) {
+            bad("nap.napping_period_ms", format!("napping_period_ms = {} is outside 10..=60000", n.napping_period_ms), "1000 is the default");
+        }
         if n.class.is_none() && n.machine.is_empty() && !n.system_sleep {
             bad("nap", "nap is enabled but does nothing (no class, no machine nap, no system sleep)".into(), "class = \"web\" freezes that [[class]]");
         }

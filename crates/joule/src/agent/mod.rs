@@ -237,7 +237,12 @@ fn run_loop(
 
         next += period;
         let now = Instant::now();
-        if next > now {
+        if nap_counters.napping() {
+            // Napping: the loop's own wake-ups count too. A packet on a watched port wakes the
+            // nap through eBPF and ends this sleep with it.
+            nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms));
+            next = Instant::now();
+        } else if next > now {
             std::thread::sleep(next - now);
         } else {
             next = now; // overran: do not try to catch up with a burst

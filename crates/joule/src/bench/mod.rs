@@ -2,6 +2,7 @@
 //! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
 //! well as absolute numbers.
 
+pub mod nap;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -23,6 +24,11 @@ pub enum BenchCmd {
     /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
     /// the throughput cost of each stage. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
+    /// nginx always awake vs under joule nap, alternating: requests spaced so each finds the
+    /// server napping and bursts around the transition; sent/answered/failed, latency awake vs
+    /// napped, enter/leave times, residency, wake-ups per second (kernel) and the model's power.
+    /// Needs root and nginx (scripts/install-deps.sh).
+    Nap(nap::NapArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -33,6 +39,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Overhead(a) => overhead::run(a),
         BenchCmd::RtShare(a) => rt_share::run(&a),
         BenchCmd::Thermal(a) => thermal::run(&a),
+        BenchCmd::Nap(a) => nap::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
     }
 }

@@ -167,8 +167,7 @@ impl NapCore {
         *s.wakes_total.entry(reason.to_string()).or_default() += 1;
         s.last_wake = Some(WakeInfo { reason: reason.into(), at_ms: now_ms(), leave_us });
         s.since_ms = now_ms();
-        self.counters.napping.store(false, Ordering::Release);
-        self.counters.wakes_total.fetch_add(1, Ordering::AcqRel);
+        self.counters.woke();
         Ok(true)
     }
 }

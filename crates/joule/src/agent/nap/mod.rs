@@ -239,6 +239,13 @@ impl Actuator for NapActuator {
                 std::thread::Builder::new()
                     .name("joule-nap-wake".into())
                     .spawn(move || {
+                        // The wake path is the request's latency: this thread should run the
+                        // moment the ring buffer has a wake, ahead of the machine's ordinary
+                        // work, without a real-time policy (nice -10; it dies with the agent).
+                        // SAFETY: setpriority on this thread's own tid.
+                        if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -10) } != 0 {
+                            tracing::warn!("nap: could not raise the waiter thread's priority: {}", io::Error::last_os_error());
+                        }
                         let r = waker.run(&stop, Duration::from_millis(100), |w| {
                             let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
                             match c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
