@@ -27,7 +27,15 @@ pub struct NapConfig {
 
 impl Default for NapConfig {
     fn default() -> Self {
-        Self { enabled: false, idle_ms: 5000, napping_period_ms: 1000, class: None, monitors: NapMonitors::default(), machine: MachineNap::default(), system_sleep: false }
+        Self {
+            enabled: false,
+            idle_ms: 5000,
+            napping_period_ms: 1000,
+            class: None,
+            monitors: NapMonitors::default(),
+            machine: MachineNap::default(),
+            system_sleep: false,
+        }
     }
 }
 

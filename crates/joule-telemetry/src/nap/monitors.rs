@@ -174,7 +174,10 @@ impl Monitor for CpuLoad {
     fn poll(&mut self) -> io::Result<Activity> {
         let path = self.procfs.join("stat");
         let text = fs::read_to_string(&path)?;
-        let line = text.lines().find(|l| l.starts_with("cpu ")).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{}: no cpu line", path.display())))?;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{}: no cpu line", path.display())))?;
         let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
         // user nice system idle iowait irq softirq steal (guest is inside user).
         let total: u64 = v.iter().take(8).sum();
@@ -323,7 +326,9 @@ mod tests {
 
         // A SYN received on the IPv6 side counts as a connection.
         fs::write(d.path().join("net/tcp"), &idle).unwrap();
-        let v6 = tcp(&["   0: 00000000000000000000000001000000:0050 00000000000000000000000001000000:D002 03 00000000:00000000 00:00000000 00000000     0        0 3 1"]);
+        let v6 = tcp(&[
+            "   0: 00000000000000000000000001000000:0050 00000000000000000000000001000000:D002 03 00000000:00000000 00:00000000 00000000     0        0 3 1",
+        ]);
         fs::write(d.path().join("net/tcp6"), v6).unwrap();
         assert_eq!(m.count().unwrap(), (1, 0));
     }
@@ -377,7 +382,9 @@ mod tests {
 
     #[test]
     fn console_and_interface_count_their_own_interrupts_and_packets() {
-        let irq = |tty: u64, loc: u64| format!("           CPU0       CPU1\n  4:          0  {tty}  IO-APIC   4-edge      ttyS0\nLOC:    {loc}    {loc}   Local timer interrupts\n");
+        let irq = |tty: u64, loc: u64| {
+            format!("           CPU0       CPU1\n  4:          0  {tty}  IO-APIC   4-edge      ttyS0\nLOC:    {loc}    {loc}   Local timer interrupts\n")
+        };
         let d = tree(&[("interrupts", &irq(10, 100)), ("class/net/eth0/statistics/rx_packets", "7\n")]);
         let mut c = Console::new(d.path().into(), vec!["ttyS".into()]);
         assert!(c.poll().unwrap().active);

@@ -41,7 +41,12 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
     let state = if v["napping"] == true { "napping" } else { "awake" };
     let since_s = (now_ms().saturating_sub(v["since_ms"].as_u64().unwrap_or(0))) as f64 / 1e3;
     println!("nap: {state} for {since_s:.1} s (class {}, fast wake {})", v["class"], if v["fast_wake"] == true { "ebpf" } else { "off: next period" });
-    println!("residency: {:.1} s napping in {} nap(s); {} entry(ies) aborted by the last check", v["residency_seconds"].as_f64().unwrap_or(0.0), v["naps_total"], v["aborted_total"]);
+    println!(
+        "residency: {:.1} s napping in {} nap(s); {} entry(ies) aborted by the last check",
+        v["residency_seconds"].as_f64().unwrap_or(0.0),
+        v["naps_total"],
+        v["aborted_total"]
+    );
     println!("last entry took {} µs", v["last_enter_us"]);
     if let Some(w) = v["wakes_total"].as_object() {
         let per: Vec<String> = w.iter().map(|(r, n)| format!("{r} {n}")).collect();

@@ -203,10 +203,7 @@ mod tests {
 
     fn core(dir: &std::path::Path) -> (Arc<FakeEffects>, NapCore) {
         let fx = Arc::new(
-            FakeEffects::default()
-                .with_dir("/fz/web")
-                .with_file("/fz/web/freezer.state", "THAWED\n")
-                .with_file("/sys/devices/system/cpu/cpu1/online", "1\n"),
+            FakeEffects::default().with_dir("/fz/web").with_file("/fz/web/freezer.state", "THAWED\n").with_file("/sys/devices/system/cpu/cpu1/online", "1\n"),
         );
         let actions = NapActions { freeze: Some("/fz/web".into()), writes: vec![("/sys/devices/system/cpu/cpu1/online".into(), "0".into())] };
         let c = NapCore::new(fx.clone(), dir.into(), actions, Arc::default());
@@ -227,7 +224,8 @@ mod tests {
         assert_eq!(c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap(), Entered::Napping);
         assert_eq!(*order.borrow(), vec!["arm", "check"]);
         assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /fz/web/freezer.state FROZEN"]);
-        let kinds: Vec<_> = journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
+        let kinds: Vec<_> =
+            journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
         assert_eq!(kinds.len(), 2, "{kinds:?}");
         assert!(c.status().napping);
         // The waiter's wake thaws first, then replays the rest, and empties the nap's journal.

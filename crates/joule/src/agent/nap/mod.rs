@@ -211,7 +211,10 @@ impl Actuator for NapActuator {
             if let Some(why) = system_sleep_refusal(&self.sysfs) {
                 return Err(why.into());
             }
-            return Err("nap.system_sleep: suspend-to-idle is offered here, but joule does not enter it yet (not testable on the development machine); turn it off".into());
+            return Err(
+                "nap.system_sleep: suspend-to-idle is offered here, but joule does not enter it yet (not testable on the development machine); turn it off"
+                    .into(),
+            );
         }
         let writes = self.machine_writes(cx.fx)?;
         let mut freeze = None;
@@ -266,7 +269,10 @@ impl Actuator for NapActuator {
         }
         self.core = Some(core);
         let moved = self.gather(cx)?;
-        (cx.events)("nap_ready", serde_json::json!({ "class": self.cfg.class, "moved": moved, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }));
+        (cx.events)(
+            "nap_ready",
+            serde_json::json!({ "class": self.cfg.class, "moved": moved, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }),
+        );
         self.write_status();
         Ok(())
     }
@@ -307,10 +313,8 @@ impl Actuator for NapActuator {
                     Entered::AlreadyNapping => {}
                 }
             }
-            Some(false) if napping => {
-                if core.wake("activity", Instant::now())? {
-                    (cx.events)("wake", serde_json::json!({ "reason": "activity" }));
-                }
+            Some(false) if napping && core.wake("activity", Instant::now())? => {
+                (cx.events)("wake", serde_json::json!({ "reason": "activity" }));
             }
             _ => {}
         }

@@ -144,7 +144,8 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         (a.rounds >= 1 && a.spaced >= 1, "--rounds and --spaced must be at least 1".into()),
         (a.window_s > 0.0, "--window-s must be > 0".into()),
     ])?;
-    let nginx_bin = setup::find_nginx().ok_or_else(|| UsageError("no nginx: run scripts/install-deps.sh (it unpacks nginx into /var/cache/joule-tools/bin) or set JOULE_NGINX".into()))?;
+    let nginx_bin = setup::find_nginx()
+        .ok_or_else(|| UsageError("no nginx: run scripts/install-deps.sh (it unpacks nginx into /var/cache/joule-tools/bin) or set JOULE_NGINX".into()))?;
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let dir = tempfile::tempdir()?;
     let ns = Netns::create().context("while creating the client's network namespace")?;
@@ -185,7 +186,9 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             }
             let r = in_ns(&ns, || setup::get(addr, Duration::from_secs(5)))?;
             record(&mut napped, r, true);
-            if let Some(w) = agent.status().and_then(|s| s["last_wake"]["leave_us"].as_f64().filter(|_| s["last_wake"]["reason"] == format!("tcp:{PORT}").as_str())) {
+            if let Some(w) =
+                agent.status().and_then(|s| s["last_wake"]["leave_us"].as_f64().filter(|_| s["last_wake"]["reason"] == format!("tcp:{PORT}").as_str()))
+            {
                 leave_us.push(w);
             }
         }

@@ -168,7 +168,8 @@ impl Agent {
         std::fs::write(dir.join("joule.toml"), cfg)?;
         let exe = std::env::current_exe()?;
         let log = std::fs::File::create(dir.join("agent.log"))?;
-        let child = Command::new(exe).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+        let child =
+            Command::new(exe).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
         let mut a = Agent { child, journal_dir };
         let deadline = Instant::now() + Duration::from_secs(20);
         while a.status().is_none() {
