@@ -239,9 +239,11 @@ fn run_loop(
         let now = Instant::now();
         if nap_counters.napping() {
             // Napping: the loop's own wake-ups count too. A packet on a watched port wakes the
-            // nap through eBPF and ends this sleep with it.
+            // nap through eBPF and ends this sleep with it; then the thawed service gets one
+            // period to answer before the loop samples (and competes for a CPU) again.
             nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms));
-            next = Instant::now();
+            next = Instant::now() + period;
+            std::thread::sleep(period);
         } else if next > now {
             std::thread::sleep(next - now);
         } else {
