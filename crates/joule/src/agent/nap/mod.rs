@@ -346,3 +346,21 @@ impl Actuator for NapActuator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_sleep_is_refused_with_the_reason_unless_the_kernel_offers_freeze() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("power")).unwrap();
+        std::fs::write(d.path().join("power/state"), "\n").unwrap();
+        let why = system_sleep_refusal(d.path()).unwrap();
+        assert!(why.contains("CONFIG_SUSPEND") && why.contains("freeze"), "{why}");
+        std::fs::write(d.path().join("power/state"), "freeze mem disk\n").unwrap();
+        assert_eq!(system_sleep_refusal(d.path()), None);
+        std::fs::remove_file(d.path().join("power/state")).unwrap();
+        assert!(system_sleep_refusal(d.path()).unwrap().contains("cannot read"));
+    }
+}
