@@ -55,6 +55,45 @@ pub fn check_bounds<S: Into<String>>(checks: impl IntoIterator<Item = (bool, S)>
     }
 }
 
+/// Stops a child the bench started: `signal` (its graceful stop), then SIGKILL if it is still
+/// running after `patience`; always reaped. True when it stopped by itself (not killed).
+pub fn stop_child(child: &mut std::process::Child, signal: nix::sys::signal::Signal, patience: std::time::Duration) -> bool {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, signal);
+    let deadline = std::time::Instant::now() + patience;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+/// Polls `ready` every 20 ms until it holds; an error naming `what` when `child` exits first
+/// (with `log`'s content) or `limit` passes.
+pub fn wait_ready(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+    log: &std::path::Path,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    while !ready() {
+        if let Ok(Some(st)) = child.try_wait() {
+            anyhow::bail!("{what} exited ({st}): {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{what} was not ready within {} s", limit.as_secs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// A bench's arguments as clap parses `joule bench <name> <extra>`, for the unit tests.
 #[cfg(test)]
 pub fn parse_args<A: clap::Args>(name: &str, extra: &[&str]) -> A {

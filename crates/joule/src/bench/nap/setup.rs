@@ -93,16 +93,8 @@ impl Nginx {
             .spawn()
             .with_context(|| format!("while starting {}", bin.display()))?;
         let mut me = Nginx { child };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
-            if let Ok(Some(st)) = me.child.try_wait() {
-                bail!("nginx exited ({st}): {}", std::fs::read_to_string(dir.join("error.log")).unwrap_or_default());
-            }
-            if Instant::now() > deadline {
-                bail!("nginx does not listen on {addr} after 5 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let listens = || TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok();
+        super::super::wait_ready(&mut me.child, Duration::from_secs(5), "nginx", &dir.join("error.log"), listens)?;
         Ok(me)
     }
 
@@ -120,17 +112,7 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGQUIT: graceful stop of master and workers (SIGKILL of the master would orphan them).
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGQUIT) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        super::super::stop_child(&mut self.child, nix::sys::signal::Signal::SIGQUIT, Duration::from_secs(3));
     }
 }
 
@@ -171,16 +153,8 @@ impl Agent {
         let child =
             Command::new(exe).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
         let mut a = Agent { child, journal_dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while a.status().is_none() {
-            if let Ok(Some(st)) = a.child.try_wait() {
-                bail!("the agent exited ({st}): {}", std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default());
-            }
-            if Instant::now() > deadline {
-                bail!("the agent wrote no nap status within 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status_file = a.journal_dir.join(crate::agent::nap::STATUS_FILE);
+        super::super::wait_ready(&mut a.child, Duration::from_secs(20), "the agent", &dir.join("agent.log"), || status_file.exists())?;
         Ok(a)
     }
 
