@@ -312,8 +312,16 @@ fn root_nap_a_frozen_service_is_thawed_by_the_first_connection_and_answers() {
     let inside = std::fs::read_to_string(freezer_dir().join("cgroup.procs")).unwrap();
     assert!(inside.lines().any(|l| l.trim() == server.pid().to_string()), "the server is in the freezer cgroup: {inside:?}");
     let napped = request(server.port, Duration::from_secs(5)).expect("the napping service answers");
-    let st = agent.status().unwrap();
     let reason = format!("tcp:{}", server.port);
+    // The waiter rewrites the status right after the thaw (the answer may come first).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let st = loop {
+        let st = agent.status().unwrap();
+        if st["last_wake"]["reason"] == reason.as_str() || Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(st["wakes_total"][&reason], 1, "{st}");
     assert_eq!(st["last_wake"]["reason"], reason.as_str(), "{st}");
     let leave_us = st["last_wake"]["leave_us"].as_u64().unwrap();

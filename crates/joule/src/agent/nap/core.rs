@@ -72,6 +72,9 @@ pub struct NapCore {
     actions: NapActions,
     counters: Arc<NapCounters>,
     state: Mutex<State>,
+    /// One writer of the status file at a time (the loop and the waiter both write it): a
+    /// status read before a wake can never be renamed over the one written after it.
+    status_write: Mutex<()>,
 }
 
 fn now_ms() -> u64 {
@@ -89,7 +92,7 @@ pub enum Entered {
 
 impl NapCore {
     pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal_dir: PathBuf, actions: NapActions, counters: Arc<NapCounters>) -> Self {
-        Self { fx, journal_dir, actions, counters, state: Mutex::new(State { status: NapStatus::default(), napped_at: None }) }
+        Self { fx, journal_dir, actions, counters, state: Mutex::new(State { status: NapStatus::default(), napped_at: None }), status_write: Mutex::new(()) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -103,6 +106,18 @@ impl NapCore {
             s.residency_seconds += t.elapsed().as_secs_f64();
         }
         s
+    }
+
+    /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
+    pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
+        let _one = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
+        if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
+            v.extend(m.clone());
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, v.to_string())?;
+        std::fs::rename(&tmp, path)
     }
 
     /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.

@@ -175,15 +175,10 @@ impl NapActuator {
     }
 }
 
-/// Rewrites the status file `joule nap status` reads (atomically: write, then rename).
+/// Rewrites the status file `joule nap status` reads (see `NapCore::write_status`).
 fn write_status(core: &NapCore, path: &Path, meta: &serde_json::Value) {
-    let mut v = serde_json::to_value(core.status()).unwrap_or_default();
-    if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
-        v.extend(m.clone());
-    }
-    let tmp = path.with_extension("json.tmp");
-    if std::fs::write(&tmp, v.to_string()).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
-        tracing::warn!("nap: cannot write {}", path.display());
+    if let Err(e) = core.write_status(path, meta) {
+        tracing::warn!("nap: cannot write {}: {e}", path.display());
     }
 }
 
