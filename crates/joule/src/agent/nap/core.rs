@@ -28,6 +28,8 @@ pub const SLEEP_OWNER: &str = "nap-sleep";
 pub trait Trigger {
     fn arm(&self) -> io::Result<()>;
     fn disarm(&self) -> io::Result<()>;
+    /// Whether a packet fired the armed trigger (its wake is on its way to the waiter).
+    fn fired(&self) -> bool;
 }
 
 /// What the nap does, fixed at start.
@@ -134,7 +136,15 @@ impl NapCore {
             st.status.last_abort = Some(why.clone());
             return Ok(Entered::Aborted(why));
         }
-        let changed = self.change(journal);
+        let changed = self.change(journal, trigger);
+        if let Ok(Some(why)) = &changed {
+            // A packet arrived during the machine-nap writes: undo them and stay awake rather
+            // than freeze the service the request is waiting for.
+            let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
+            st.status.aborted_total += 1;
+            st.status.last_abort = Some(why.clone());
+            return Ok(Entered::Aborted(why.clone()));
+        }
         if let Err(e) = changed {
             // Undo whatever part was done; the trigger may stay armed (a stale wake is ignored).
             let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
@@ -149,17 +159,21 @@ impl NapCore {
         Ok(Entered::Napping)
     }
 
-    fn change(&self, journal: &mut Journal) -> anyhow::Result<()> {
+    /// The journalled changes; `Some(why)` when the trigger fired before the freeze.
+    fn change(&self, journal: &mut Journal, trigger: &dyn Trigger) -> anyhow::Result<Option<String>> {
         for (path, value) in &self.actions.writes {
             let old = self.fx.read(path)?.trim().to_string();
             journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old })?;
             self.fx.write(path, value)?;
         }
+        if trigger.fired() {
+            return Ok(Some("a packet arrived while entering (before the freeze)".into()));
+        }
         if let Some(cg) = &self.actions.freeze {
             journal.record(SLEEP_OWNER, Undo::Thaw { cgroup: cg.clone() })?;
             self.fx.freeze(cg, FREEZE_SETTLE)?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Leaves the nap for `reason` (`tcp:80`, `activity`, `shutdown`); `since` is when the
@@ -206,6 +220,9 @@ mod tests {
 
     struct FakeTrigger(Rc<RefCell<Vec<String>>>);
     impl Trigger for FakeTrigger {
+        fn fired(&self) -> bool {
+            self.0.borrow().iter().any(|e| e == "packet")
+        }
         fn arm(&self) -> io::Result<()> {
             self.0.borrow_mut().push("arm".into());
             Ok(())
@@ -264,6 +281,25 @@ mod tests {
         assert_eq!(*order.borrow(), vec!["arm", "disarm"]);
         assert!(fx.calls().is_empty() && journal::entries(dir.path()).unwrap().is_empty());
         assert!(!c.status().napping && c.status().aborted_total == 1);
+    }
+
+    /// A packet seen during the machine-nap writes (the trigger fired, its wake on the way):
+    /// the writes are undone and nothing is frozen.
+    #[test]
+    fn a_trigger_fired_before_the_freeze_undoes_the_writes_and_freezes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c) = core(dir.path());
+        let mut j = Journal::open(dir.path()).unwrap();
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let o2 = order.clone();
+        let mut check = move || {
+            o2.borrow_mut().push("packet".to_string()); // arrives right after the check
+            Ok(None)
+        };
+        assert!(matches!(c.enter(&FakeTrigger(order), &mut check, &mut j).unwrap(), Entered::Aborted(_)));
+        assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /sys/devices/system/cpu/cpu1/online 1"]);
+        assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
+        assert!(journal::entries(dir.path()).unwrap().is_empty() && !c.status().napping);
     }
 
     /// A request arriving after the arm and before the freeze: the trigger fired during the

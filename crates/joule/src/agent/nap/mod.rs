@@ -52,6 +52,9 @@ impl Trigger for ProbeTrigger<'_> {
     fn disarm(&self) -> io::Result<()> {
         self.0.map_or(Ok(()), |p| p.disarm().map_err(io::Error::other))
     }
+    fn fired(&self) -> bool {
+        self.0.is_some_and(|p| !p.armed())
+    }
 }
 
 impl NapActuator {
