@@ -66,6 +66,10 @@ pub struct NapStatus {
 struct State {
     status: NapStatus,
     napped_at: Option<Instant>,
+    /// This nap's machine-nap writes and the values they replaced, in the order made.
+    undo_writes: Vec<(PathBuf, String)>,
+    /// A finished nap's records are still in the journal (dropped by `compact`).
+    compact: bool,
 }
 
 pub struct NapCore {
@@ -74,9 +78,6 @@ pub struct NapCore {
     actions: NapActions,
     counters: Arc<NapCounters>,
     state: Mutex<State>,
-    /// One writer of the status file at a time (the loop and the waiter both write it): a
-    /// status read before a wake can never be renamed over the one written after it.
-    status_write: Mutex<()>,
 }
 
 fn now_ms() -> u64 {
@@ -94,7 +95,13 @@ pub enum Entered {
 
 impl NapCore {
     pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal_dir: PathBuf, actions: NapActions, counters: Arc<NapCounters>) -> Self {
-        Self { fx, journal_dir, actions, counters, state: Mutex::new(State { status: NapStatus::default(), napped_at: None }), status_write: Mutex::new(()) }
+        Self {
+            fx,
+            journal_dir,
+            actions,
+            counters,
+            state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -112,7 +119,6 @@ impl NapCore {
 
     /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
     pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
-        let _one = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
         if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
             v.extend(m.clone());
@@ -136,7 +142,8 @@ impl NapCore {
             st.status.last_abort = Some(why.clone());
             return Ok(Entered::Aborted(why));
         }
-        let changed = self.change(journal, trigger);
+        let mut undo_writes = Vec::new();
+        let changed = self.change(journal, trigger, &mut undo_writes);
         if let Ok(Some(why)) = &changed {
             // A packet arrived during the machine-nap writes: undo them and stay awake rather
             // than freeze the service the request is waiting for.
@@ -150,6 +157,7 @@ impl NapCore {
             let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
             return Err(e);
         }
+        st.undo_writes = undo_writes;
         st.napped_at = Some(Instant::now());
         st.status.napping = true;
         st.status.since_ms = now_ms();
@@ -160,11 +168,12 @@ impl NapCore {
     }
 
     /// The journalled changes; `Some(why)` when the trigger fired before the freeze.
-    fn change(&self, journal: &mut Journal, trigger: &dyn Trigger) -> anyhow::Result<Option<String>> {
+    fn change(&self, journal: &mut Journal, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
         for (path, value) in &self.actions.writes {
             let old = self.fx.read(path)?.trim().to_string();
-            journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old })?;
+            journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old: old.clone() })?;
             self.fx.write(path, value)?;
+            undo_writes.push((path.clone(), old));
         }
         if trigger.fired() {
             return Ok(Some("a packet arrived while entering (before the freeze)".into()));
@@ -185,10 +194,15 @@ impl NapCore {
             self.fx.thaw(cg, FREEZE_SETTLE)?;
         }
         let leave_us = since.elapsed().as_micros() as u64;
-        let r = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref()).map_err(io::Error::other)?;
-        if !r.failed.is_empty() {
-            tracing::warn!("nap: could not undo {:?} on wake; they stay in the journal", r.failed);
+        // The machine-nap writes back from memory: nothing on the wake path reads or rewrites
+        // the journal (its fsync would compete with the thawed service); `compact` drops the
+        // records later, and a crash before it replays them (idempotent).
+        for (path, old) in std::mem::take(&mut st.undo_writes).iter().rev() {
+            if let Err(e) = self.fx.write(path, old) {
+                tracing::warn!("nap: could not put {} back to {old:?} on wake ({e}); the journal still holds it", path.display());
+            }
         }
+        st.compact = true;
         st.napped_at = None;
         let s = &mut st.status;
         s.napping = false;
@@ -198,6 +212,24 @@ impl NapCore {
         s.since_ms = now_ms();
         self.counters.woke();
         Ok(true)
+    }
+}
+
+impl NapCore {
+    /// Drops a finished nap's records from the journal (replaying them first: idempotent, and
+    /// it retries what the wake could not put back). The control loop calls it, off the wake
+    /// path.
+    pub fn compact(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        if !st.compact || st.napped_at.is_some() {
+            return Ok(());
+        }
+        let r = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref()).map_err(io::Error::other)?;
+        if !r.failed.is_empty() {
+            return Err(io::Error::other(format!("nap: could not undo {:?}; they stay in the journal", r.failed)));
+        }
+        st.compact = false;
+        Ok(())
     }
 }
 
@@ -260,10 +292,11 @@ mod tests {
             journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
         assert_eq!(kinds.len(), 2, "{kinds:?}");
         assert!(c.status().napping);
-        // The waiter's wake thaws first, then replays the rest, and empties the nap's journal.
+        // The waiter's wake thaws first, then puts the writes back, without the journal.
         assert!(c.wake("tcp:80", Instant::now()).unwrap());
-        let calls = fx.calls();
-        assert_eq!(&calls[2..], ["write /fz/web/freezer.state THAWED", "write /fz/web/freezer.state THAWED", "write /sys/devices/system/cpu/cpu1/online 1"]);
+        assert_eq!(&fx.calls()[2..], ["write /fz/web/freezer.state THAWED", "write /sys/devices/system/cpu/cpu1/online 1"]);
+        assert_eq!(journal::entries(dir.path()).unwrap().len(), 2, "the records stay until the loop compacts");
+        c.compact().unwrap();
         assert!(journal::entries(dir.path()).unwrap().is_empty());
         let s = c.status();
         assert!(!s.napping && s.wakes_total["tcp:80"] == 1 && s.last_wake.unwrap().reason == "tcp:80");

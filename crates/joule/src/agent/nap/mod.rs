@@ -159,9 +159,12 @@ impl NapActuator {
         Ok(moved)
     }
 
+    /// Rewrites the status file `joule nap status` reads (the loop only: one writer).
     fn write_status(&self) {
         if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
-            write_status(core, path, &self.meta());
+            if let Err(e) = core.write_status(path, &self.meta()) {
+                tracing::warn!("nap: cannot write {}: {e}", path.display());
+            }
         }
     }
 
@@ -175,13 +178,6 @@ impl NapActuator {
         v["fast_wake"] = self.probe.is_some().into();
         v["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
         v
-    }
-}
-
-/// Rewrites the status file `joule nap status` reads (see `NapCore::write_status`).
-fn write_status(core: &NapCore, path: &Path, meta: &serde_json::Value) {
-    if let Err(e) = core.write_status(path, meta) {
-        tracing::warn!("nap: cannot write {}: {e}", path.display());
     }
 }
 
@@ -233,9 +229,6 @@ impl Actuator for NapActuator {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
             let (c, stop) = (core.clone(), self.stop.clone());
-            let status_file = cx.journal.dir().join(STATUS_FILE);
-            let mut meta = self.meta();
-            meta["fast_wake"] = true.into();
             self.waiter = Some(
                 std::thread::Builder::new()
                     .name("joule-nap-wake".into())
@@ -249,10 +242,10 @@ impl Actuator for NapActuator {
                         }
                         let r = waker.run(&stop, Duration::from_millis(100), |w| {
                             let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
-                            match c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
-                                Ok(true) => write_status(&c, &status_file, &meta),
-                                Ok(false) => {}
-                                Err(e) => tracing::error!("nap: waking for {reason} failed: {e}"),
+                            // Only the thaw here: the status file and the journal are the
+                            // loop's, one period later, off the request's path.
+                            if let Err(e) = c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
+                                tracing::error!("nap: waking for {reason} failed: {e}");
                             }
                         });
                         if let Err(e) = r {
@@ -281,6 +274,7 @@ impl Actuator for NapActuator {
             Want::Nap { nap, .. } => Some(nap),
             _ => None,
         });
+        core.compact()?;
         let seen_hits = self.counters.port_hits_total();
         let napping = core.status().napping;
         match want {
