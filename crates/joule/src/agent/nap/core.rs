@@ -78,6 +78,9 @@ pub struct NapCore {
     actions: NapActions,
     counters: Arc<NapCounters>,
     state: Mutex<State>,
+    /// One writer of the status file at a time (the loop and the waiter both write it), so a
+    /// status taken before a wake is never renamed over the one written after it.
+    status_write: Mutex<()>,
 }
 
 fn now_ms() -> u64 {
@@ -101,6 +104,7 @@ impl NapCore {
             actions,
             counters,
             state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
+            status_write: Mutex::new(()),
         }
     }
 
@@ -119,6 +123,7 @@ impl NapCore {
 
     /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
     pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
+        let _one = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
         if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
             v.extend(m.clone());

@@ -159,7 +159,7 @@ impl NapActuator {
         Ok(moved)
     }
 
-    /// Rewrites the status file `joule nap status` reads (the loop only: one writer).
+    /// Rewrites the status file `joule nap status` reads (the waiter does too, after a wake).
     fn write_status(&self) {
         if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
             if let Err(e) = core.write_status(path, &self.meta()) {
@@ -229,6 +229,9 @@ impl Actuator for NapActuator {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
             let (c, stop) = (core.clone(), self.stop.clone());
+            let status_file = cx.journal.dir().join(STATUS_FILE);
+            let mut meta = self.meta();
+            meta["fast_wake"] = true.into();
             self.waiter = Some(
                 std::thread::Builder::new()
                     .name("joule-nap-wake".into())
@@ -242,10 +245,16 @@ impl Actuator for NapActuator {
                         }
                         let r = waker.run(&stop, Duration::from_millis(100), |w| {
                             let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
-                            // Only the thaw here: the status file and the journal are the
-                            // loop's, one period later, off the request's path.
-                            if let Err(e) = c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
-                                tracing::error!("nap: waking for {reason} failed: {e}");
+                            // The thaw first; then the status (a small write and a rename,
+                            // no fsync); the journal's compaction is the loop's, later.
+                            match c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
+                                Ok(true) => {
+                                    if let Err(e) = c.write_status(&status_file, &meta) {
+                                        tracing::warn!("nap: cannot write {}: {e}", status_file.display());
+                                    }
+                                }
+                                Ok(false) => {}
+                                Err(e) => tracing::error!("nap: waking for {reason} failed: {e}"),
                             }
                         });
                         if let Err(e) = r {

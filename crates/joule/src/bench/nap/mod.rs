@@ -184,12 +184,23 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
                     enter_us.extend(st["last_enter_us"].as_f64());
                 }
             }
+            let reason = format!("tcp:{PORT}");
+            let wakes = |s: &serde_json::Value| s["wakes_total"][&reason].as_u64().unwrap_or(0);
+            let before = agent.status().map(|s| wakes(&s)).unwrap_or(0);
             let r = in_ns(&ns, || setup::get(addr, Duration::from_secs(5)))?;
             record(&mut napped, r, true);
-            if let Some(w) =
-                agent.status().and_then(|s| s["last_wake"]["leave_us"].as_f64().filter(|_| s["last_wake"]["reason"] == format!("tcp:{PORT}").as_str()))
-            {
-                leave_us.push(w);
+            // Wait (bounded) for this request's wake in the status before reading its leave
+            // time and before waiting for the next nap (a status from before the wake would
+            // still say napping).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                match agent.status() {
+                    Some(s) if wakes(&s) > before => {
+                        leave_us.extend(s["last_wake"]["leave_us"].as_f64());
+                        break;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(1)),
+                }
             }
         }
         for _ in 0..a.bursts {
