@@ -178,6 +178,9 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         for _ in 0..a.spaced {
             // Each request finds the server napping: wait for the nap (bounded), then send.
             found_napping += usize::from(agent.wait_napping(gap * 4));
+            // Then a random moment within the nap (0..idle_ms in): requests do not arrive the
+            // instant a nap begins, and the nap's residency is measured over real napping.
+            std::thread::sleep(Duration::from_millis(rng.below(a.idle_ms)));
             if let Some(st) = agent.status() {
                 if st["naps_total"].as_u64().unwrap_or(0) > naps_seen {
                     naps_seen = st["naps_total"].as_u64().unwrap_or(0);
