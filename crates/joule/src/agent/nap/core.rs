@@ -6,8 +6,10 @@
 //! check, then change the machine (machine-nap writes, then the freeze; each journalled first
 //! under [`SLEEP_OWNER`]). A request that arrives before the arm is seen by the check (a SYN in
 //! the queue, a packet counted); one that arrives after it sends a wake that the waiter
-//! delivers as soon as the entry releases the lock. Leaving: thaw first (the request is
-//! waiting), then replay the rest of the nap's journal records.
+//! delivers as soon as the entry releases the lock; one seen before the freeze undoes the
+//! writes instead. Leaving: thaw first (the request is waiting), then the machine-nap writes
+//! back from memory; the control loop drops the finished nap's journal records later
+//! (`compact`), so no journal fsync is on the request's path.
 
 use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
 use joule_core::journal::{self, Journal, Undo};

@@ -1,8 +1,8 @@
 //! `joule bench nap`: nginx always awake (the baseline) vs nginx under joule nap, alternating
 //! in one run. nginx runs in its own cgroup (the agent's `[[class]]`, matched by pid), reached
 //! through a veth pair from a client in a network namespace the bench creates. Requests are
-//! spaced so each finds the server napping (the bench waits for the nap before sending), then
-//! bursts fire at random moments around the transition. Reported: sent/answered/failed,
+//! spaced so each finds the server napping (the bench waits for the nap, then a random moment up
+//! to idle_ms, before sending), then bursts fire at random moments around the transition. Reported: sent/answered/failed,
 //! latency awake vs napped, time to enter and leave a nap, residency, wake-ups per second
 //! awake vs napped from the kernel (/proc/interrupts LOC and the service's context switches),
 //! and the power model's estimate, labelled `model`.
