@@ -292,6 +292,17 @@ fn proc_state(pid: u32) -> char {
     s.rsplit(')').next().and_then(|r| r.trim_start().chars().next()).unwrap_or('?')
 }
 
+/// A server and an agent that has put it to sleep, or None (skipped, saying why).
+fn napping_server(idle_ms: u64) -> Option<(Server, Agent)> {
+    if !root() || !v1_freezer() {
+        return None;
+    }
+    let server = Server::start()?;
+    let mut agent = Agent::start(&server, idle_ms);
+    agent.wait_napping();
+    Some((server, agent))
+}
+
 fn v1_freezer() -> bool {
     require(Path::new("/sys/fs/cgroup/freezer/cgroup.procs").exists(), "the cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer")
 }
@@ -336,12 +347,7 @@ fn root_nap_a_frozen_service_is_thawed_by_the_first_connection_and_answers() {
 #[test]
 #[ignore]
 fn root_nap_requests_around_the_transition_are_never_lost() {
-    if !root() || !v1_freezer() {
-        return;
-    }
-    let Some(server) = Server::start() else { return };
-    let mut agent = Agent::start(&server, 150);
-    agent.wait_napping();
+    let Some((server, agent)) = napping_server(150) else { return };
     // Requests at pseudo-random moments (a fixed LCG: the same schedule every run), 0 to
     // 400 ms apart, so some land while napping, some while entering, some while awake; and
     // bursts of 16 at once.
@@ -374,12 +380,7 @@ fn root_nap_requests_around_the_transition_are_never_lost() {
 #[test]
 #[ignore]
 fn root_nap_sigkill_while_napping_then_restore_thaws_the_service() {
-    if !root() || !v1_freezer() {
-        return;
-    }
-    let Some(server) = Server::start() else { return };
-    let mut agent = Agent::start(&server, 200);
-    agent.wait_napping();
+    let Some((server, mut agent)) = napping_server(200) else { return };
     agent.child.kill().unwrap();
     agent.child.wait().unwrap();
     assert_eq!(freezer_state(&freezer_dir()), "FROZEN", "a killed agent leaves the nap in place");

@@ -281,19 +281,28 @@ mod tests {
         (fx, c)
     }
 
+    /// Enters with a last check that logs `event` (a "packet" fires the fake trigger) and
+    /// finds no activity; the entry's result and the trigger's log.
+    fn enter_after(c: &NapCore, dir: &std::path::Path, event: &str) -> (Entered, Vec<String>) {
+        let mut j = Journal::open(dir).unwrap();
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let o2 = order.clone();
+        let mut check = move || {
+            o2.borrow_mut().push(event.to_string());
+            Ok(None)
+        };
+        let entered = c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap();
+        let log = order.borrow().clone();
+        (entered, log)
+    }
+
     #[test]
     fn the_trigger_is_armed_before_the_last_check_and_changes_are_journalled_before_they_happen() {
         let dir = tempfile::tempdir().unwrap();
         let (fx, c) = core(dir.path());
-        let mut j = Journal::open(dir.path()).unwrap();
-        let order = Rc::new(RefCell::new(Vec::new()));
-        let o2 = order.clone();
-        let mut check = move || {
-            o2.borrow_mut().push("check".to_string());
-            Ok(None)
-        };
-        assert_eq!(c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap(), Entered::Napping);
-        assert_eq!(*order.borrow(), vec!["arm", "check"]);
+        let (entered, order) = enter_after(&c, dir.path(), "check");
+        assert_eq!(entered, Entered::Napping);
+        assert_eq!(order, vec!["arm", "check"]);
         assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /fz/web/freezer.state FROZEN"]);
         let kinds: Vec<_> =
             journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
@@ -329,14 +338,8 @@ mod tests {
     fn a_trigger_fired_before_the_freeze_undoes_the_writes_and_freezes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let (fx, c) = core(dir.path());
-        let mut j = Journal::open(dir.path()).unwrap();
-        let order = Rc::new(RefCell::new(Vec::new()));
-        let o2 = order.clone();
-        let mut check = move || {
-            o2.borrow_mut().push("packet".to_string()); // arrives right after the check
-            Ok(None)
-        };
-        assert!(matches!(c.enter(&FakeTrigger(order), &mut check, &mut j).unwrap(), Entered::Aborted(_)));
+        // The packet arrives right after the check found nothing.
+        assert!(matches!(enter_after(&c, dir.path(), "packet").0, Entered::Aborted(_)));
         assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /sys/devices/system/cpu/cpu1/online 1"]);
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
         assert!(journal::entries(dir.path()).unwrap().is_empty() && !c.status().napping);
