@@ -57,3 +57,11 @@ if [ ! -x "$TOOLS/bin/promtool" ] && [ "$(id -u)" = 0 ]; then
   mkdir -p "$TOOLS/bin"
   install -m 0755 "$work/root/usr/bin/promtool" "$TOOLS/bin/promtool"
 fi
+
+# nginx (the HTTP server `joule bench nap` freezes and wakes): installing Debian's package would
+# enable and start the system service, so as for promtool only the binary is unpacked into the
+# cache; the bench runs it with its own config, pid and logs under a temp dir.
+if [ ! -x "$TOOLS/bin/nginx" ] && [ "$(id -u)" = 0 ]; then
+  echo "install-deps: unpacking nginx into $TOOLS/bin (from Debian's nginx package, not installed)"
+  work=$(mktemp -d); ( cd "$work" && { apt-get download -qq nginx 2>/dev/null || { apt-get update -qq && apt-get download -qq nginx; }; } ) && dpkg -x "$work"/nginx_*.deb "$work/root" && mkdir -p "$TOOLS/bin" && install -m 0755 "$work/root/usr/sbin/nginx" "$TOOLS/bin/nginx"; rm -rf "$work"
+fi

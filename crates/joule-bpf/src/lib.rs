@@ -8,6 +8,7 @@
 //! BTF, pinning needs bpffs: see [`probe`].
 
 mod error;
+pub mod nap;
 mod pins;
 mod pod;
 mod probe;
@@ -18,6 +19,7 @@ mod storage;
 pub mod thermal;
 
 pub use error::BpfError;
+pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use pins::UndoRecorder;
 pub use probe::probe;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};
@@ -39,5 +41,7 @@ mod tests {
         send::<crate::RunqLat>();
         send::<crate::ThermalStage>();
         send::<crate::Scx>();
+        send::<crate::NapProbe>();
+        send::<crate::NapWaker>();
     }
 }

@@ -16,6 +16,7 @@ pub mod energy;
 pub mod fsread;
 pub mod journal;
 pub mod mounts;
+pub mod nap;
 pub mod origin;
 pub mod policy;
 pub mod procfs;

@@ -27,6 +27,9 @@ pub struct Snapshot {
     pub bpf: BpfStatus,
     /// Which scheduler class runs the machine's tasks: the kernel's own, or a sched_ext one.
     pub sched_ext: SchedExt,
+    /// The nap monitors' readings and the nap's state (`[nap]` enabled only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nap: Option<NapReadings>,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
 }
@@ -285,4 +288,29 @@ pub struct LatencyBuckets {
     /// Sum of the latencies, estimated: the kernel keeps no sum, so each wake-up counts at the
     /// midpoint of its slot (within 6.25% of its true value).
     pub estimated_sum_ns: f64,
+}
+
+/// What the nap monitors saw this period, and what the nap actuator reports back (its waiter
+/// thread counts wakes and the eBPF program counts packets on the watched ports).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NapReadings {
+    pub monitors: Vec<MonitorReading>,
+    /// Napping now (the actuator's state when the snapshot was taken).
+    pub napping: bool,
+    /// Wakes since the agent started (any reason); a change is activity.
+    pub wakes_total: u64,
+    /// Packets (SYNs, datagrams) the eBPF program saw on the watched ports since load; a
+    /// change is activity. 0 without eBPF.
+    pub port_hits_total: u64,
+}
+
+/// One monitor's verdict for the period.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MonitorReading {
+    /// `tcp`, `udp`, `processes`, `cpu_load`, `block_io`, `console`, `interface`.
+    pub name: String,
+    pub active: bool,
+    /// What it saw, with units ("2 connections on :80", "cpu 3.1% ≤ 20%").
+    pub detail: String,
+    pub source: Origin,
 }

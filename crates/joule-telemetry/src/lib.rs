@@ -13,6 +13,7 @@ mod cpu;
 mod freq;
 mod fsread;
 mod model;
+pub mod nap;
 mod power;
 mod psi;
 mod rediscover;

@@ -53,6 +53,10 @@ enum Cmd {
     Scx(cmd::scx::ScxArgs),
     // Its help (with examples) is the doc comment of `ElevateArgs`.
     Elevate(cmd::elevate::ElevateArgs),
+    /// Nap with fast wake (`[nap]`): `joule nap status` shows awake or napping, residency,
+    /// wakes by reason and the last one.
+    #[command(subcommand)]
+    Nap(cmd::nap::NapCmd),
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Cmd::Qos(a) => cmd::qos_entry(a),
         Cmd::Scx(a) => cmd::scx::run(a),
         Cmd::Elevate(a) => cmd::elevate::run(a),
+        Cmd::Nap(c) => cmd::nap::run(c),
         Cmd::Bench(b) => bench::run(b),
     };
     match result {

@@ -286,6 +286,8 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
     let num = |v: f64| Value::Number(v);
     // The scx actuator's state (agent/scx.rs), when it is there.
     let scx: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == "scx").map(|a| &a.state).collect();
+    // The nap actuator's state (agent/nap), when `[nap]` is on.
+    let nap: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == joule_core::policy::NAP_ACTUATOR).map(|a| &a.state).collect();
     vec![
         Family {
             def: def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
@@ -319,6 +321,22 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
                 .iter()
                 .filter_map(|st| st["ejections_total"].as_object())
                 .flat_map(|m| m.iter().map(|(kind, n)| (l(&[("kind", kind)]), num(n.as_f64().unwrap_or(0.0)))))
+                .collect(),
+        },
+        Family {
+            def: def!("joule_nap_state", Gauge, None, "", "1 while napping (the [nap] class frozen, the machine-nap changes held), 0 while awake."),
+            samples: nap.iter().map(|st| (vec![], num(f64::from(u8::from(st["napping"] == true))))).collect(),
+        },
+        Family {
+            def: def!("joule_nap_residency_seconds", Counter, None, "", "Time spent napping since the agent started."),
+            samples: nap.iter().map(|st| (vec![], num(st["residency_seconds"].as_f64().unwrap_or(0.0)))).collect(),
+        },
+        Family {
+            def: def!("joule_nap_wakes", Counter, None, "", "Naps ended, per reason: the first packet on a watched port (tcp:PORT, udp:PORT, seen by eBPF), a monitor's activity, shutdown."),
+            samples: nap
+                .iter()
+                .filter_map(|st| st["wakes_total"].as_object())
+                .flat_map(|m| m.iter().map(|(reason, n)| (l(&[("reason", reason)]), num(n.as_f64().unwrap_or(0.0)))))
                 .collect(),
         },
     ]
@@ -389,7 +407,7 @@ mod tests {
                 assert!(json.pointer(def.json).is_some(), "{}: {} is not in the snapshot JSON", def.name, def.json);
             }
         }
-        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_", "joule_scx_"];
+        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_", "joule_scx_", "joule_nap_"];
         for def in catalogue() {
             assert_eq!(def.json.is_empty(), in_snapshot.iter().any(|p| def.name.starts_with(p)), "{}", def.name);
         }
@@ -419,6 +437,7 @@ mod tests {
         assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
         assert_eq!(get("joule_thermal_class_cap_ratio").samples, vec![(l(&[("class", "batch")]), Value::Number(0.35))]);
         assert!(get("joule_scx_running").samples.is_empty(), "no scx actuator, no sample");
+        assert!(get("joule_nap_state").samples.is_empty(), "no nap actuator, no sample");
         for f in &fams {
             assert!(f.def.name.starts_with("joule_") && !f.def.name.ends_with("_total"), "{}", f.def.name);
         }
@@ -434,6 +453,17 @@ mod tests {
         let ej = get("joule_scx_ejections");
         assert_eq!(ej.len(), 2);
         assert!(ej.contains(&(l(&[("kind", "ERROR_STALL")]), Value::Number(2.0))), "{ej:?}");
+    }
+
+    #[test]
+    fn the_nap_actuators_state_becomes_state_residency_and_wakes_per_reason() {
+        let state = serde_json::json!({ "napping": true, "residency_seconds": 2.5, "wakes_total": { "tcp:80": 3, "activity": 1 } });
+        let acts = [ActuatorStatus { name: "nap".into(), ok: true, state, ..Default::default() }];
+        let fams = control_families(&Plan::default(), &acts);
+        let get = |n: &str| &fams.iter().find(|f| f.def.name == n).unwrap().samples;
+        assert_eq!(get("joule_nap_state"), &vec![(vec![], Value::Number(1.0))]);
+        assert_eq!(get("joule_nap_residency_seconds"), &vec![(vec![], Value::Number(2.5))]);
+        assert_eq!(get("joule_nap_wakes").len(), 2);
     }
 
     #[test]

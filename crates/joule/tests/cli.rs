@@ -59,6 +59,25 @@ fn missing_config_file_is_a_usage_error() {
 }
 
 #[test]
+fn nap_status_without_an_agent_is_a_usage_error_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = joule(&["nap", "status", "--journal-dir", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no joule agent runs"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_nap_config_that_would_nap_at_once_or_do_nothing_is_refused_with_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("j.toml");
+    std::fs::write(&p, "[nap]\nenabled = true\nclass = \"web\"\n").unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("no monitor") && text.contains("not a [[class]]"), "{text}");
+}
+
+#[test]
 fn restore_of_an_empty_journal_is_a_no_op() {
     let dir = tempfile::tempdir().unwrap();
     let out = joule(&["restore", "--journal-dir", dir.path().to_str().unwrap(), "--json"]);

@@ -188,4 +188,21 @@ struct joule_scx_exit {
 	char msg[JOULE_SCX_MSG_LEN];
 };
 
+/* Nap fast wake (nap.bpf.c). nap_ports[key] holds a watched port: key = proto << 16 | port
+ * (host byte order). JOULE_NAP_MAX_PORTS bounds the map. */
+enum joule_nap {
+	JOULE_NAP_TCP = 1,
+	JOULE_NAP_UDP = 2,
+	JOULE_NAP_MAX_PORTS = 64,
+	JOULE_NAP_RINGBUF_BYTES = 4096,
+};
+
+/* One wake, sent through the ring buffer the first time a watched port sees a SYN (to a
+ * listener) or a datagram while the trigger is armed; arming again allows the next one. */
+struct joule_nap_wake {
+	__u64 at_ns;      /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u32 proto;      /* JOULE_NAP_TCP or JOULE_NAP_UDP */
+	__u32 port;
+};
+
 #endif /* __JOULE_INTF_H */

@@ -6,6 +6,7 @@ mod class;
 mod energy;
 mod elevate;
 mod locate;
+mod nap;
 mod thermal;
 mod validate;
 
@@ -13,6 +14,7 @@ pub use class::{ClassConfig, MatchRules, ThermalRole};
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use elevate::ElevateConfig;
 pub use locate::Problem;
+pub use nap::{MachineNap, NapConfig, NapMonitors};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,8 @@ pub struct Config {
     pub agent: AgentConfig,
     pub telemetry: TelemetryConfig,
     pub thermal: ThermalConfig,
+    /// Nap with fast wake (off by default).
+    pub nap: NapConfig,
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,

@@ -49,6 +49,11 @@ pub enum Want {
     /// `[[class]]` `class`: bound to `cpu`, round-robin with `slice_us` slices, `pattern`
     /// "shared" or "dedicated". No such decision: the scheduler stops and the threads go back.
     Elevate { class: String, cpu: usize, slice_us: u64, pattern: String },
+    /// Nap (`[nap]`): `nap` true asks the "nap" actuator to enter the nap (freeze the class,
+    /// machine nap, system sleep, as configured), false to be awake. `idle_for_ms` is how long
+    /// no monitor has reported activity (0 while active). Waking on the first packet does not
+    /// wait for this: the actuator's waiter thread thaws at once and the next decision follows.
+    Nap { nap: bool, idle_for_ms: u64 },
 }
 
 /// Which mechanism acts on the thermal stage this period.

@@ -92,7 +92,9 @@ impl Version {
     /// Polls until the state is `want` or `settle` has passed; true when it got there.
     fn settles<F: Files + ?Sized>(self, fx: &F, cgroup: &Path, want: FreezeState, settle: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + settle;
-        let mut pause = Duration::from_millis(1);
+        // From 100 µs: a freezer usually settles within a millisecond, and a nap's entry (and
+        // a request waiting on it) should not wait for a coarse first poll.
+        let mut pause = Duration::from_micros(100);
         loop {
             if self.state(fx, cgroup)? == want {
                 return Ok(true);

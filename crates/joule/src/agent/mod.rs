@@ -14,6 +14,7 @@
 
 mod elevate;
 mod events;
+pub mod nap;
 mod placement;
 mod scx;
 mod status;
@@ -30,7 +31,8 @@ use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::{self, Journal};
-use joule_core::policy::{ClassPolicy, ElevatePolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
+use joule_core::nap::NapCounters;
+use joule_core::policy::{ClassPolicy, ElevatePolicy, NapPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -109,6 +111,7 @@ fn policies(cfg: &Config) -> anyhow::Result<Vec<Box<dyn Policy>>> {
     p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
     p.extend(energy_model(cfg)?.and_then(|m| PlacementPolicy::from_config(cfg, m)).map(|c| Box::new(c) as Box<dyn Policy>));
     p.extend(ElevatePolicy::from_config(cfg).map(|e| Box::new(e) as Box<dyn Policy>));
+    p.extend(NapPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
     Ok(p)
 }
 
@@ -128,7 +131,7 @@ fn energy_model(cfg: &Config) -> anyhow::Result<Option<joule_core::energy::Energ
 /// per mechanism. Building one checks its config (admission control for the classes), so a
 /// refused config stops the agent before anything is changed. The classes start first: the
 /// scheduler (`scx`) gives their cgroups, made there, their thermal role.
-fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
+fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, nap: (bool, &Arc<NapCounters>)) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
     let mut a: Vec<Box<dyn Actuator>> = Vec::new();
     let mut class_dirs = Vec::new();
     if !cfg.classes.is_empty() && cfg.agent.apply_classes {
@@ -165,6 +168,10 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
     if cfg.elevate.enabled() && root {
         a.push(Box::new(elevate::ElevateActuator::new(&cfg.classes, cfg.telemetry.procfs_root.clone(), cfg.agent.journal_dir.clone())));
     }
+    if cfg.nap.enabled {
+        anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
+        a.push(Box::new(nap::NapActuator::new(cfg, nap.0, nap.1.clone())));
+    }
     Ok(a)
 }
 
@@ -196,7 +203,13 @@ fn run_loop(
     }
     let mut policies = policies(cfg)?;
     let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
-    let mut actuators = Actuators::new(actuators(cfg, root, stage_map)?);
+    let nap_counters = Arc::new(NapCounters::default());
+    if cfg.nap.enabled {
+        let t = &cfg.telemetry;
+        let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root);
+        sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
+    }
+    let mut actuators = Actuators::new(actuators(cfg, root, stage_map, (sense.bpf_status().enabled, &nap_counters))?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
     let mut cx = ActCx { journal, fx: &fx, events: &mut emit };
@@ -252,7 +265,14 @@ fn run_loop(
 
         next += period;
         let now = Instant::now();
-        if next > now {
+        if nap_counters.napping() {
+            // Napping: the loop's own wake-ups count too. A packet on a watched port wakes the
+            // nap through eBPF and ends this sleep with it; then the thawed service gets one
+            // period to answer before the loop samples (and competes for a CPU) again.
+            nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms));
+            next = Instant::now() + period;
+            std::thread::sleep(period);
+        } else if next > now {
             std::thread::sleep(next - now);
         } else {
             next = now; // overran: do not try to catch up with a burst

@@ -4,6 +4,7 @@
 
 pub mod netqos;
 pub mod elevate;
+pub mod nap;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -38,6 +39,11 @@ pub enum BenchCmd {
     /// A busy-loop target of `bench elevate` that records its own runs (internal).
     #[command(hide = true)]
     ElevateTarget(elevate::targets::TargetArgs),
+    /// nginx always awake vs under joule nap, alternating: requests spaced so each finds the
+    /// server napping and bursts around the transition; sent/answered/failed, latency awake vs
+    /// napped, enter/leave times, residency, wake-ups per second (kernel) and the model's power.
+    /// Needs root and nginx (scripts/install-deps.sh).
+    Nap(nap::NapArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -49,6 +55,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::RtShare(a) => rt_share::run(&a),
         BenchCmd::Thermal(a) => thermal::run(&a),
         BenchCmd::NetQos(a) => netqos::run(&a),
+        BenchCmd::Nap(a) => nap::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
         BenchCmd::Elevate(a) => elevate::run(&a),
         BenchCmd::ElevateTarget(a) => elevate::targets::target_main(&a),
@@ -64,6 +71,45 @@ pub fn check_bounds<S: Into<String>>(checks: impl IntoIterator<Item = (bool, S)>
     } else {
         Err(crate::UsageError(problems.join("; ")))
     }
+}
+
+/// Stops a child the bench started: `signal` (its graceful stop), then SIGKILL if it is still
+/// running after `patience`; always reaped. True when it stopped by itself (not killed).
+pub fn stop_child(child: &mut std::process::Child, signal: nix::sys::signal::Signal, patience: std::time::Duration) -> bool {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, signal);
+    let deadline = std::time::Instant::now() + patience;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+/// Polls `ready` every 20 ms until it holds; an error naming `what` when `child` exits first
+/// (with `log`'s content) or `limit` passes.
+pub fn wait_ready(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+    log: &std::path::Path,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + limit;
+    while !ready() {
+        if let Ok(Some(st)) = child.try_wait() {
+            anyhow::bail!("{what} exited ({st}): {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{what} was not ready within {} s", limit.as_secs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// A bench's arguments as clap parses `joule bench <name> <extra>`, for the unit tests.

@@ -2,6 +2,7 @@
 
 pub mod check_config;
 pub mod elevate;
+pub mod nap;
 pub mod qos;
 pub mod restore;
 pub mod scx;

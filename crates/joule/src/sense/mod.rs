@@ -118,6 +118,11 @@ impl Snapshotter {
         &self.status
     }
 
+    /// Appends a source that runs after every other (the nap monitors).
+    pub fn push_source(&mut self, source: Box<dyn joule_telemetry::Source + Send>) {
+        self.sampler.push(source);
+    }
+
     /// Names of the sources, in the order they run.
     pub fn source_names(&self) -> Vec<&'static str> {
         self.sampler.source_names()

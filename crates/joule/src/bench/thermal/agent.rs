@@ -144,17 +144,9 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if super::super::stop_child(&mut self.child, nix::sys::signal::Signal::SIGTERM, Duration::from_secs(15)) {
+            return;
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         // Killed: its journal still holds what it changed.
         match joule_core::journal::restore(&self.journal_dir, &joule_core::effects::RealEffects) {
             Ok(r) if r.failed.is_empty() => {}

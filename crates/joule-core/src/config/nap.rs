@@ -1,0 +1,95 @@
+//! `[nap]`: PowerNap on one machine (issue 10, seed 003). What counts as activity (one monitor
+//! per key under `[nap.monitors]`), how long without any before napping, and what napping does
+//! (freeze a `[[class]]`, machine nap, system sleep). Off unless `enabled = true`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NapConfig {
+    /// Nap at all. Off by default: nothing is watched, frozen or changed.
+    pub enabled: bool,
+    /// How long every monitor must report no activity before napping. Short saves more and
+    /// naps (and wakes) more often; each wake costs the thaw (about 0.1 ms measured here).
+    pub idle_ms: u64,
+    /// The control loop's period while napping (the watched ports wake a nap at once through
+    /// eBPF, whatever this is; the other monitors are read this often while napping). Longer
+    /// means fewer wake-ups of the agent itself.
+    pub napping_period_ms: u64,
+    /// The `[[class]]` whose tasks are frozen while napping (service nap); none: no freeze.
+    pub class: Option<String>,
+    pub monitors: NapMonitors,
+    pub machine: MachineNap,
+    /// Suspend-to-idle while napping (`freeze` in /sys/power/state). Refused, with the reason,
+    /// where the kernel lacks it (no CONFIG_SUSPEND); the agent then does not start.
+    pub system_sleep: bool,
+}
+
+impl Default for NapConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            idle_ms: 5000,
+            napping_period_ms: 1000,
+            class: None,
+            monitors: NapMonitors::default(),
+            machine: MachineNap::default(),
+            system_sleep: false,
+        }
+    }
+}
+
+/// Activity monitors; each key given turns one on. Any one reporting activity keeps the
+/// machine awake.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NapMonitors {
+    /// TCP: a connection (any state but LISTEN/TIME_WAIT/CLOSE) or a queued SYN/accept on
+    /// these local ports. They are also the ports whose first SYN wakes a nap (eBPF).
+    pub tcp_ports: Vec<u16>,
+    /// UDP: datagrams queued on sockets bound to these ports; their first datagram wakes a nap.
+    pub udp_ports: Vec<u16>,
+    /// Processes by name (/proc/PID/comm): any one running keeps the machine awake.
+    pub processes: Vec<String>,
+    /// Whole-machine CPU busy percentage above which the machine is active.
+    pub cpu_load_pct: Option<f64>,
+    /// Any sectors read or written on a block device (/proc/diskstats, loop/ram excluded).
+    pub block_io: bool,
+    /// Terminal/console input: interrupts on /proc/interrupts lines whose name contains one
+    /// of these (e.g. "i8042", "ttyS").
+    pub console_irqs: Vec<String>,
+    /// Packets received on this interface (/sys/class/net/IF/statistics/rx_packets).
+    pub interface: Option<String>,
+}
+
+impl NapMonitors {
+    pub fn is_empty(&self) -> bool {
+        self.tcp_ports.is_empty()
+            && self.udp_ports.is_empty()
+            && self.processes.is_empty()
+            && self.cpu_load_pct.is_none()
+            && !self.block_io
+            && self.console_irqs.is_empty()
+            && self.interface.is_none()
+    }
+}
+
+/// Machine nap: fewer wake-ups while idle, all restored on wake.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachineNap {
+    /// CPUs taken offline while napping (never CPU 0). Onlining takes milliseconds: this is
+    /// on the wake path after the thaw, so the first request is served on the CPUs left.
+    pub cpus_offline: Vec<u32>,
+    /// Cap every CPU's `scaling_max_freq` to its `cpuinfo_min_freq` where cpufreq exists.
+    pub cpufreq_min: bool,
+    /// sysfs device directories (`/sys/devices/...`) set to runtime-suspend (`power/control`
+    /// = `auto`). The watched interface's device is refused.
+    pub devices: Vec<String>,
+}
+
+impl MachineNap {
+    pub fn is_empty(&self) -> bool {
+        self.cpus_offline.is_empty() && !self.cpufreq_min && self.devices.is_empty()
+    }
+}

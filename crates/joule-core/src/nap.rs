@@ -1,0 +1,68 @@
+//! What the nap actuator (and its waiter thread) tells the nap source each period: napping or
+//! not, wakes so far, packets the eBPF program saw on the watched ports. Atomics, because the
+//! waiter thread updates them the moment a packet wakes a nap, not at the next period.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub struct NapCounters {
+    pub napping: AtomicBool,
+    pub wakes_total: AtomicU64,
+    pub port_hits_total: AtomicU64,
+    /// Bumped on every wake, so a control loop sleeping through a nap wakes with it.
+    wakes: Mutex<u64>,
+    woken: Condvar,
+}
+
+impl NapCounters {
+    pub fn napping(&self) -> bool {
+        self.napping.load(Ordering::Acquire)
+    }
+    pub fn wakes_total(&self) -> u64 {
+        self.wakes_total.load(Ordering::Acquire)
+    }
+    pub fn port_hits_total(&self) -> u64 {
+        self.port_hits_total.load(Ordering::Acquire)
+    }
+    /// Records a wake (napping false, one more wake) and wakes a loop in [`Self::sleep_napping`].
+    pub fn woke(&self) {
+        self.napping.store(false, Ordering::Release);
+        self.wakes_total.fetch_add(1, Ordering::AcqRel);
+        *self.wakes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.woken.notify_all();
+    }
+    /// Sleeps up to `limit` while napping; returns at once when not napping or on a wake.
+    pub fn sleep_napping(&self, limit: Duration) {
+        let g = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = *g;
+        let _ = self.woken.wait_timeout_while(g, limit, |w| *w == seen && self.napping());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn a_loop_sleeping_through_a_nap_wakes_with_the_wake() {
+        let c = Arc::new(NapCounters::default());
+        let t0 = Instant::now();
+        c.sleep_napping(Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(1), "not napping: no sleep");
+        c.napping.store(true, Ordering::Release);
+        let c2 = c.clone();
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c2.woke();
+        });
+        let t0 = Instant::now();
+        c.sleep_napping(Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(2), "the wake ended the sleep");
+        waker.join().unwrap();
+        assert_eq!((c.napping(), c.wakes_total()), (false, 1));
+    }
+}

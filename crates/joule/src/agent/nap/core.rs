@@ -1,0 +1,376 @@
+//! The nap's transitions, shared by the control loop (which enters a nap) and the waiter
+//! thread (which leaves it the moment the first packet arrives). One mutex orders them, so a
+//! wake can never slip between "frozen" and "known to be frozen".
+//!
+//! Entering, in this order (the seed's race, closed): arm the trigger, run the last idle
+//! check, then change the machine (machine-nap writes, then the freeze; each journalled first
+//! under [`SLEEP_OWNER`]). A request that arrives before the arm is seen by the check (a SYN in
+//! the queue, a packet counted); one that arrives after it sends a wake that the waiter
+//! delivers as soon as the entry releases the lock; one seen before the freeze undoes the
+//! writes instead. Leaving: thaw first (the request is waiting), then the machine-nap writes
+//! back from memory; the control loop drops the finished nap's journal records later
+//! (`compact`), so no journal fsync is on the request's path.
+
+use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
+use joule_core::journal::{self, Journal, Undo};
+use joule_core::nap::NapCounters;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Journal owner of what one nap changes (undone on every wake); the cgroup the class's tasks
+/// live in for the whole run is recorded under "nap".
+pub const SLEEP_OWNER: &str = "nap-sleep";
+
+/// The fast-wake trigger (the eBPF program's one-shot `armed` flag; a fake in tests).
+pub trait Trigger {
+    fn arm(&self) -> io::Result<()>;
+    fn disarm(&self) -> io::Result<()>;
+    /// Whether a packet fired the armed trigger (its wake is on its way to the waiter).
+    fn fired(&self) -> bool;
+}
+
+/// What the nap does, fixed at start.
+pub struct NapActions {
+    /// The class's freezer cgroup.
+    pub freeze: Option<PathBuf>,
+    /// Machine-nap writes (path, value while napping).
+    pub writes: Vec<(PathBuf, String)>,
+}
+
+/// A wake, as `joule nap status` and the metrics show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WakeInfo {
+    pub reason: String,
+    pub at_ms: u64,
+    /// Time from the packet (eBPF timestamp) or the decision to the service thawed.
+    pub leave_us: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NapStatus {
+    pub napping: bool,
+    pub since_ms: u64,
+    pub residency_seconds: f64,
+    pub naps_total: u64,
+    pub aborted_total: u64,
+    pub wakes_total: BTreeMap<String, u64>,
+    pub last_wake: Option<WakeInfo>,
+    /// Time the last entry took, arm to frozen.
+    pub last_enter_us: u64,
+    pub last_abort: Option<String>,
+}
+
+struct State {
+    status: NapStatus,
+    napped_at: Option<Instant>,
+    /// This nap's machine-nap writes and the values they replaced, in the order made.
+    undo_writes: Vec<(PathBuf, String)>,
+    /// A finished nap's records are still in the journal (dropped by `compact`).
+    compact: bool,
+}
+
+pub struct NapCore {
+    fx: Arc<dyn Effects + Send + Sync>,
+    journal_dir: PathBuf,
+    actions: NapActions,
+    counters: Arc<NapCounters>,
+    state: Mutex<State>,
+    /// One writer of the status file at a time (the loop and the waiter both write it), so a
+    /// status taken before a wake is never renamed over the one written after it.
+    status_write: Mutex<()>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// What an entry did.
+#[derive(Debug, PartialEq)]
+pub enum Entered {
+    Napping,
+    AlreadyNapping,
+    /// The last check found activity: nothing was changed.
+    Aborted(String),
+}
+
+impl NapCore {
+    pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal_dir: PathBuf, actions: NapActions, counters: Arc<NapCounters>) -> Self {
+        Self {
+            fx,
+            journal_dir,
+            actions,
+            counters,
+            state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
+            status_write: Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn status(&self) -> NapStatus {
+        let st = self.lock();
+        let mut s = st.status.clone();
+        if let Some(t) = st.napped_at {
+            s.residency_seconds += t.elapsed().as_secs_f64();
+        }
+        s
+    }
+
+    /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
+    pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
+        let _one = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
+        if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
+            v.extend(m.clone());
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, v.to_string())?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.
+    pub fn enter(&self, trigger: &dyn Trigger, last_check: &mut dyn FnMut() -> io::Result<Option<String>>, journal: &mut Journal) -> anyhow::Result<Entered> {
+        let mut st = self.lock();
+        if st.napped_at.is_some() {
+            return Ok(Entered::AlreadyNapping);
+        }
+        let t0 = Instant::now();
+        trigger.arm()?;
+        if let Some(why) = last_check()? {
+            trigger.disarm()?;
+            st.status.aborted_total += 1;
+            st.status.last_abort = Some(why.clone());
+            return Ok(Entered::Aborted(why));
+        }
+        let mut undo_writes = Vec::new();
+        let changed = self.change(journal, trigger, &mut undo_writes);
+        if let Ok(Some(why)) = &changed {
+            // A packet arrived during the machine-nap writes: undo them and stay awake rather
+            // than freeze the service the request is waiting for.
+            let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
+            st.status.aborted_total += 1;
+            st.status.last_abort = Some(why.clone());
+            return Ok(Entered::Aborted(why.clone()));
+        }
+        if let Err(e) = changed {
+            // Undo whatever part was done; the trigger may stay armed (a stale wake is ignored).
+            let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
+            return Err(e);
+        }
+        st.undo_writes = undo_writes;
+        st.napped_at = Some(Instant::now());
+        st.status.napping = true;
+        st.status.since_ms = now_ms();
+        st.status.naps_total += 1;
+        st.status.last_enter_us = t0.elapsed().as_micros() as u64;
+        self.counters.napping.store(true, Ordering::Release);
+        Ok(Entered::Napping)
+    }
+
+    /// The journalled changes; `Some(why)` when the trigger fired before the freeze.
+    fn change(&self, journal: &mut Journal, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
+        for (path, value) in &self.actions.writes {
+            let old = self.fx.read(path)?.trim().to_string();
+            journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old: old.clone() })?;
+            self.fx.write(path, value)?;
+            undo_writes.push((path.clone(), old));
+        }
+        if trigger.fired() {
+            return Ok(Some("a packet arrived while entering (before the freeze)".into()));
+        }
+        if let Some(cg) = &self.actions.freeze {
+            journal.record(SLEEP_OWNER, Undo::Thaw { cgroup: cg.clone() })?;
+            self.fx.freeze(cg, FREEZE_SETTLE)?;
+        }
+        Ok(None)
+    }
+
+    /// Leaves the nap for `reason` (`tcp:80`, `activity`, `shutdown`); `since` is when the
+    /// cause happened (the packet), for the leave time. False when not napping (a stale wake).
+    pub fn wake(&self, reason: &str, since: Instant) -> io::Result<bool> {
+        let mut st = self.lock();
+        let Some(napped_at) = st.napped_at else { return Ok(false) };
+        if let Some(cg) = &self.actions.freeze {
+            self.fx.thaw(cg, FREEZE_SETTLE)?;
+        }
+        let leave_us = since.elapsed().as_micros() as u64;
+        // The machine-nap writes back from memory: nothing on the wake path reads or rewrites
+        // the journal (its fsync would compete with the thawed service); `compact` drops the
+        // records later, and a crash before it replays them (idempotent).
+        for (path, old) in std::mem::take(&mut st.undo_writes).iter().rev() {
+            if let Err(e) = self.fx.write(path, old) {
+                tracing::warn!("nap: could not put {} back to {old:?} on wake ({e}); the journal still holds it", path.display());
+            }
+        }
+        st.compact = true;
+        st.napped_at = None;
+        let s = &mut st.status;
+        s.napping = false;
+        s.residency_seconds += napped_at.elapsed().as_secs_f64();
+        *s.wakes_total.entry(reason.to_string()).or_default() += 1;
+        s.last_wake = Some(WakeInfo { reason: reason.into(), at_ms: now_ms(), leave_us });
+        s.since_ms = now_ms();
+        self.counters.woke();
+        Ok(true)
+    }
+}
+
+impl NapCore {
+    /// Drops a finished nap's records from the journal (replaying them first: idempotent, and
+    /// it retries what the wake could not put back). The control loop calls it, off the wake
+    /// path.
+    pub fn compact(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        if !st.compact || st.napped_at.is_some() {
+            return Ok(());
+        }
+        let r = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref()).map_err(io::Error::other)?;
+        if !r.failed.is_empty() {
+            return Err(io::Error::other(format!("nap: could not undo {:?}; they stay in the journal", r.failed)));
+        }
+        st.compact = false;
+        Ok(())
+    }
+}
+
+/// How long a wake from the eBPF timestamp (CLOCK_MONOTONIC ns) has been pending: the Instant
+/// the packet arrived, as well as std can express it.
+pub fn instant_of_monotonic_ns(at_ns: u64) -> Instant {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    Instant::now().checked_sub(Duration::from_nanos(now_ns.saturating_sub(at_ns))).unwrap_or_else(Instant::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::effects::FakeEffects;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    struct FakeTrigger(Rc<RefCell<Vec<String>>>);
+    impl Trigger for FakeTrigger {
+        fn fired(&self) -> bool {
+            self.0.borrow().iter().any(|e| e == "packet")
+        }
+        fn arm(&self) -> io::Result<()> {
+            self.0.borrow_mut().push("arm".into());
+            Ok(())
+        }
+        fn disarm(&self) -> io::Result<()> {
+            self.0.borrow_mut().push("disarm".into());
+            Ok(())
+        }
+    }
+
+    fn core(dir: &std::path::Path) -> (Arc<FakeEffects>, NapCore) {
+        let fx = Arc::new(
+            FakeEffects::default().with_dir("/fz/web").with_file("/fz/web/freezer.state", "THAWED\n").with_file("/sys/devices/system/cpu/cpu1/online", "1\n"),
+        );
+        let actions = NapActions { freeze: Some("/fz/web".into()), writes: vec![("/sys/devices/system/cpu/cpu1/online".into(), "0".into())] };
+        let c = NapCore::new(fx.clone(), dir.into(), actions, Arc::default());
+        (fx, c)
+    }
+
+    /// Enters with a last check that logs `event` (a "packet" fires the fake trigger) and
+    /// finds no activity; the entry's result and the trigger's log.
+    fn enter_after(c: &NapCore, dir: &std::path::Path, event: &str) -> (Entered, Vec<String>) {
+        let mut j = Journal::open(dir).unwrap();
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let o2 = order.clone();
+        let mut check = move || {
+            o2.borrow_mut().push(event.to_string());
+            Ok(None)
+        };
+        let entered = c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap();
+        let log = order.borrow().clone();
+        (entered, log)
+    }
+
+    #[test]
+    fn the_trigger_is_armed_before_the_last_check_and_changes_are_journalled_before_they_happen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c) = core(dir.path());
+        let (entered, order) = enter_after(&c, dir.path(), "check");
+        assert_eq!(entered, Entered::Napping);
+        assert_eq!(order, vec!["arm", "check"]);
+        assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /fz/web/freezer.state FROZEN"]);
+        let kinds: Vec<_> =
+            journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
+        assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert!(c.status().napping);
+        // The waiter's wake thaws first, then puts the writes back, without the journal.
+        assert!(c.wake("tcp:80", Instant::now()).unwrap());
+        assert_eq!(&fx.calls()[2..], ["write /fz/web/freezer.state THAWED", "write /sys/devices/system/cpu/cpu1/online 1"]);
+        assert_eq!(journal::entries(dir.path()).unwrap().len(), 2, "the records stay until the loop compacts");
+        c.compact().unwrap();
+        assert!(journal::entries(dir.path()).unwrap().is_empty());
+        let s = c.status();
+        assert!(!s.napping && s.wakes_total["tcp:80"] == 1 && s.last_wake.unwrap().reason == "tcp:80");
+        assert!(!c.wake("tcp:80", Instant::now()).unwrap(), "a second wake for the same nap is stale");
+    }
+
+    #[test]
+    fn activity_seen_by_the_last_check_aborts_without_changing_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c) = core(dir.path());
+        let mut j = Journal::open(dir.path()).unwrap();
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let mut check = || Ok(Some("1 queued for accept on [80]".to_string()));
+        assert!(matches!(c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap(), Entered::Aborted(_)));
+        assert_eq!(*order.borrow(), vec!["arm", "disarm"]);
+        assert!(fx.calls().is_empty() && journal::entries(dir.path()).unwrap().is_empty());
+        assert!(!c.status().napping && c.status().aborted_total == 1);
+    }
+
+    /// A packet seen during the machine-nap writes (the trigger fired, its wake on the way):
+    /// the writes are undone and nothing is frozen.
+    #[test]
+    fn a_trigger_fired_before_the_freeze_undoes_the_writes_and_freezes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c) = core(dir.path());
+        // The packet arrives right after the check found nothing.
+        assert!(matches!(enter_after(&c, dir.path(), "packet").0, Entered::Aborted(_)));
+        assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /sys/devices/system/cpu/cpu1/online 1"]);
+        assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
+        assert!(journal::entries(dir.path()).unwrap().is_empty() && !c.status().napping);
+    }
+
+    /// A request arriving after the arm and before the freeze: the trigger fired during the
+    /// entry; the waiter, blocked on the lock until the entry is done, wakes the nap at once.
+    #[test]
+    fn a_wake_that_fires_while_entering_thaws_right_after_the_freeze() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c) = core(dir.path());
+        let c = Arc::new(c);
+        let mut j = Journal::open(dir.path()).unwrap();
+        let (fired_tx, fired_rx) = std::sync::mpsc::channel::<()>();
+        let waiter = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                fired_rx.recv().unwrap(); // the ring buffer delivered the wake
+                c.wake("tcp:80", Instant::now()).unwrap()
+            })
+        };
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let mut check = || {
+            fired_tx.send(()).unwrap(); // the SYN arrives now, during the last check
+            std::thread::sleep(Duration::from_millis(20)); // the waiter is waiting for the lock
+            Ok(None)
+        };
+        assert_eq!(c.enter(&FakeTrigger(order), &mut check, &mut j).unwrap(), Entered::Napping);
+        assert!(waiter.join().unwrap(), "the waiter woke the nap the entry made");
+        assert!(!c.status().napping);
+        assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
+        assert_eq!(fx.file("/sys/devices/system/cpu/cpu1/online").unwrap().trim(), "1");
+    }
+}

@@ -1,0 +1,367 @@
+//! The "nap" actuator (issue 10): holds the nap the policy asks for. At start it makes the
+//! class's freezer cgroup, works out the machine-nap writes, refuses what the machine cannot
+//! do (system sleep without `freeze` in /sys/power/state), loads the fast-wake eBPF program and
+//! starts the waiter thread. Entering and leaving a nap are in `core.rs`; this file wires them
+//! to the plan, the class's tasks and the status `joule nap status` reads.
+
+pub mod core;
+
+use self::core::{Entered, NapActions, NapCore, Trigger, SLEEP_OWNER};
+use joule_bpf::{NapProbe, NapProto};
+use joule_core::config::{Config, NapConfig};
+use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
+use joule_core::effects::{Effects, RealEffects};
+use joule_core::journal::{self, Undo};
+use joule_core::nap::NapCounters;
+use joule_core::policy::NAP_ACTUATOR;
+use joule_telemetry::nap::{TcpPorts, UdpPorts};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The file `joule nap status` reads, next to the journal; removed at shutdown.
+pub const STATUS_FILE: &str = "nap.json";
+
+pub struct NapActuator {
+    cfg: NapConfig,
+    classes: Vec<joule_core::config::ClassConfig>,
+    cgroup_root: PathBuf,
+    procfs: PathBuf,
+    sysfs: PathBuf,
+    bpf: bool,
+    counters: Arc<NapCounters>,
+    core: Option<Arc<NapCore>>,
+    probe: Option<NapProbe>,
+    /// The class's freezer cgroup and the `cgroup.procs` its tasks came from.
+    freezer: Option<(PathBuf, PathBuf)>,
+    stop: Arc<AtomicBool>,
+    waiter: Option<JoinHandle<()>>,
+    status_file: Option<PathBuf>,
+    notes: Vec<String>,
+}
+
+struct ProbeTrigger<'a>(Option<&'a NapProbe>);
+
+impl Trigger for ProbeTrigger<'_> {
+    fn arm(&self) -> io::Result<()> {
+        self.0.map_or(Ok(()), |p| p.arm().map_err(io::Error::other))
+    }
+    fn disarm(&self) -> io::Result<()> {
+        self.0.map_or(Ok(()), |p| p.disarm().map_err(io::Error::other))
+    }
+    fn fired(&self) -> bool {
+        self.0.is_some_and(|p| !p.armed())
+    }
+}
+
+impl NapActuator {
+    /// `bpf`: whether the agent may load eBPF (root, not turned off). Without it a nap is left
+    /// at the next period, when the monitors see the queued connection.
+    pub fn new(cfg: &Config, bpf: bool, counters: Arc<NapCounters>) -> Self {
+        let t = &cfg.telemetry;
+        Self {
+            cfg: cfg.nap.clone(),
+            classes: cfg.classes.clone(),
+            cgroup_root: t.cgroup_root.clone(),
+            procfs: t.procfs_root.clone(),
+            sysfs: t.sysfs_root.clone(),
+            bpf,
+            counters,
+            core: None,
+            probe: None,
+            freezer: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            waiter: None,
+            status_file: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The freezer cgroup for `class`: the v1 freezer hierarchy where it is mounted (this
+    /// machine), else a v2 cgroup (`cgroup.freeze`). Returns (dir, the root's cgroup.procs).
+    fn freezer_dir(&self, fx: &dyn Effects, class: &str) -> Result<(PathBuf, PathBuf), String> {
+        let v1 = self.cgroup_root.join("freezer");
+        let name = format!("joule-nap-{class}");
+        if fx.exists(&v1.join("cgroup.procs")) && !fx.exists(&v1.join("cgroup.controllers")) {
+            return Ok((v1.join(&name), v1.join("cgroup.procs")));
+        }
+        for v2 in [self.cgroup_root.join("unified"), self.cgroup_root.clone()] {
+            if fx.exists(&v2.join("cgroup.controllers")) {
+                return Ok((v2.join(&name), v2.join("cgroup.procs")));
+            }
+        }
+        Err(format!("no cgroup freezer under {}: neither a v1 freezer hierarchy nor cgroup v2", self.cgroup_root.display()))
+    }
+
+    /// The machine-nap writes, each checked against what this machine has.
+    fn machine_writes(&self, fx: &dyn Effects) -> Result<Vec<(PathBuf, String)>, String> {
+        let m = &self.cfg.machine;
+        let cpu = self.sysfs.join("devices/system/cpu");
+        let mut w = Vec::new();
+        for n in &m.cpus_offline {
+            let p = cpu.join(format!("cpu{n}/online"));
+            if !fx.exists(&p) {
+                return Err(format!("nap.machine.cpus_offline: {} does not exist (CPU {n} absent or not hot-pluggable)", p.display()));
+            }
+            w.push((p, "0".into()));
+        }
+        if m.cpufreq_min {
+            let cpus = fx.list_dir(&cpu).unwrap_or_default();
+            let mut any = false;
+            for c in cpus.iter().filter(|c| c.strip_prefix("cpu").is_some_and(|n| n.parse::<u32>().is_ok())) {
+                let f = cpu.join(c).join("cpufreq");
+                if let Ok(min) = fx.read(&f.join("cpuinfo_min_freq")) {
+                    w.push((f.join("scaling_max_freq"), min.trim().to_string()));
+                    any = true;
+                }
+            }
+            if !any {
+                self.note_later(format!("nap.machine.cpufreq_min: no cpufreq under {} (nothing to cap)", cpu.display()));
+            }
+        }
+        let nic = self.cfg.monitors.interface.as_ref().and_then(|i| std::fs::canonicalize(self.sysfs.join("class/net").join(i).join("device")).ok());
+        for d in &m.devices {
+            let dev = std::fs::canonicalize(d).unwrap_or_else(|_| PathBuf::from(d));
+            if nic.as_ref().is_some_and(|n| n.starts_with(&dev)) {
+                return Err(format!("nap.machine.devices: {d} is (or holds) the watched interface's device; it must stay awake to see the first request"));
+            }
+            let p = Path::new(d).join("power/control");
+            if !fx.exists(&p) {
+                return Err(format!("nap.machine.devices: {} does not exist (no runtime PM for {d})", p.display()));
+            }
+            w.push((p, "auto".into()));
+        }
+        Ok(w)
+    }
+
+    fn note_later(&self, note: String) {
+        tracing::info!("{note}");
+    }
+
+    /// Puts the class's tasks (new ones too) into the freezer cgroup, journalled first.
+    fn gather(&self, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
+        let (Some(class), Some((dir, home))) = (&self.cfg.class, &self.freezer) else { return Ok(0) };
+        let procs = joule_qos::matching::scan(&self.procfs);
+        let assigned = joule_qos::matching::assign(&procs, &self.classes);
+        let inside: Vec<i32> = cx.fx.read(&dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        let mut moved = 0;
+        for (pid, _) in assigned.iter().filter(|(pid, c)| *c == class && !inside.contains(pid)) {
+            cx.journal.record(NAP_ACTUATOR, Undo::move_task(cx.fx, *pid, home.clone()))?;
+            match cx.fx.write(&dir.join("cgroup.procs"), &pid.to_string()) {
+                Ok(()) => moved += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // exited meanwhile
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Rewrites the status file `joule nap status` reads (the waiter does too, after a wake).
+    fn write_status(&self) {
+        if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
+            if let Err(e) = core.write_status(path, &self.meta()) {
+                tracing::warn!("nap: cannot write {}: {e}", path.display());
+            }
+        }
+    }
+
+    /// What the status file says besides the core's status.
+    fn meta(&self) -> serde_json::Value {
+        serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "pid": std::process::id() })
+    }
+
+    fn state(&self) -> serde_json::Value {
+        let mut v = self.core.as_ref().map(|c| serde_json::to_value(c.status()).unwrap_or_default()).unwrap_or_default();
+        v["fast_wake"] = self.probe.is_some().into();
+        v["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
+        v
+    }
+}
+
+/// The system-sleep check: suspend-to-idle needs `freeze` in /sys/power/state.
+pub fn system_sleep_refusal(sysfs: &Path) -> Option<String> {
+    let p = sysfs.join("power/state");
+    match std::fs::read_to_string(&p) {
+        Ok(s) if s.split_whitespace().any(|w| w == "freeze") => None,
+        Ok(s) => Some(format!(
+            "nap.system_sleep refused: {} offers {:?}, not `freeze` (suspend-to-idle); this kernel was built without CONFIG_SUSPEND. Use service nap and machine nap instead",
+            p.display(),
+            s.trim()
+        )),
+        Err(e) => Some(format!("nap.system_sleep refused: cannot read {}: {e}", p.display())),
+    }
+}
+
+impl Actuator for NapActuator {
+    fn name(&self) -> &'static str {
+        NAP_ACTUATOR
+    }
+
+    fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        if self.cfg.system_sleep {
+            if let Some(why) = system_sleep_refusal(&self.sysfs) {
+                return Err(why.into());
+            }
+            return Err(
+                "nap.system_sleep: suspend-to-idle is offered here, but joule does not enter it yet (not testable on the development machine); turn it off"
+                    .into(),
+            );
+        }
+        let writes = self.machine_writes(cx.fx)?;
+        let mut freeze = None;
+        if let Some(class) = self.cfg.class.clone() {
+            let (dir, home) = self.freezer_dir(cx.fx, &class)?;
+            if !cx.fx.exists(&dir) {
+                cx.journal.record(NAP_ACTUATOR, Undo::RemoveDir { path: dir.clone(), evacuate_to: Some(home.clone()) })?;
+                cx.fx.create_dir(&dir)?;
+            }
+            freeze = Some(dir.clone());
+            self.freezer = Some((dir, home));
+        }
+        let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.dir().to_path_buf(), NapActions { freeze, writes }, self.counters.clone()));
+        let ports: Vec<(NapProto, u16)> =
+            self.cfg.monitors.tcp_ports.iter().map(|p| (NapProto::Tcp, *p)).chain(self.cfg.monitors.udp_ports.iter().map(|p| (NapProto::Udp, *p))).collect();
+        self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
+        if self.bpf && !ports.is_empty() {
+            let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
+            let waker = probe.waker()?;
+            let (c, stop) = (core.clone(), self.stop.clone());
+            let status_file = cx.journal.dir().join(STATUS_FILE);
+            let mut meta = self.meta();
+            meta["fast_wake"] = true.into();
+            self.waiter = Some(
+                std::thread::Builder::new()
+                    .name("joule-nap-wake".into())
+                    .spawn(move || {
+                        // The wake path is the request's latency: this thread should run the
+                        // moment the ring buffer has a wake, ahead of the machine's ordinary
+                        // work, without a real-time policy (nice -10; it dies with the agent).
+                        // SAFETY: setpriority on this thread's own tid.
+                        if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -10) } != 0 {
+                            tracing::warn!("nap: could not raise the waiter thread's priority: {}", io::Error::last_os_error());
+                        }
+                        let r = waker.run(&stop, Duration::from_millis(100), |w| {
+                            let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
+                            // The thaw first; then the status (a small write and a rename,
+                            // no fsync); the journal's compaction is the loop's, later.
+                            match c.wake(&reason, self::core::instant_of_monotonic_ns(w.at_ns)) {
+                                Ok(true) => {
+                                    if let Err(e) = c.write_status(&status_file, &meta) {
+                                        tracing::warn!("nap: cannot write {}: {e}", status_file.display());
+                                    }
+                                }
+                                Ok(false) => {}
+                                Err(e) => tracing::error!("nap: waking for {reason} failed: {e}"),
+                            }
+                        });
+                        if let Err(e) = r {
+                            tracing::error!("nap: the waiter thread stopped: {e}");
+                        }
+                    })
+                    .map_err(|e| format!("starting the nap waiter thread: {e}"))?,
+            );
+            self.probe = Some(probe);
+        } else if !ports.is_empty() {
+            self.notes.push("eBPF off: a nap is left at the next period, when the monitors see the queued request (no fast wake)".into());
+        }
+        self.core = Some(core);
+        let moved = self.gather(cx)?;
+        (cx.events)(
+            "nap_ready",
+            serde_json::json!({ "class": self.cfg.class, "moved": moved, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }),
+        );
+        self.write_status();
+        Ok(())
+    }
+
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
+        let Some(core) = self.core.clone() else { return Ok(self.state()) };
+        let want = plan.for_actuator(NAP_ACTUATOR).find_map(|d| match d.want {
+            Want::Nap { nap, .. } => Some(nap),
+            _ => None,
+        });
+        core.compact()?;
+        let seen_hits = self.counters.port_hits_total();
+        let napping = core.status().napping;
+        match want {
+            Some(true) if !napping => {
+                self.gather(cx)?;
+                let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone() };
+                let udp = UdpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.udp_ports.clone() };
+                let probe = self.probe.as_ref();
+                let mut last_check = || -> io::Result<Option<String>> {
+                    let hits = probe.map_or(seen_hits, |p| p.hits());
+                    if hits != seen_hits {
+                        return Ok(Some(format!("{} packet(s) on the watched ports since the decision (ebpf)", hits - seen_hits)));
+                    }
+                    if !tcp.ports.is_empty() {
+                        let (c, q) = tcp.count()?;
+                        if c + q as usize > 0 {
+                            return Ok(Some(format!("{c} connection(s), {q} queued on {:?}", tcp.ports)));
+                        }
+                    }
+                    if !udp.ports.is_empty() && udp.queued()? > 0 {
+                        return Ok(Some(format!("datagrams queued on {:?}", udp.ports)));
+                    }
+                    Ok(None)
+                };
+                match core.enter(&ProbeTrigger(probe), &mut last_check, cx.journal)? {
+                    Entered::Napping => (cx.events)("nap", serde_json::json!({ "enter_us": core.status().last_enter_us })),
+                    Entered::Aborted(why) => (cx.events)("nap_aborted", serde_json::json!({ "why": why })),
+                    Entered::AlreadyNapping => {}
+                }
+            }
+            Some(false) if napping && core.wake("activity", Instant::now())? => {
+                (cx.events)("wake", serde_json::json!({ "reason": "activity" }));
+            }
+            _ => {}
+        }
+        if let Some(p) = &self.probe {
+            self.counters.port_hits_total.store(p.hits(), Ordering::Release);
+        }
+        self.write_status();
+        Ok(self.state())
+    }
+
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(core) = &self.core {
+            core.wake("shutdown", Instant::now())?;
+        }
+        if let Some(w) = self.waiter.take() {
+            let _ = w.join();
+        }
+        self.probe = None;
+        if let Some(p) = self.status_file.take() {
+            let _ = std::fs::remove_file(p);
+        }
+        for owner in [SLEEP_OWNER, NAP_ACTUATOR] {
+            let r = journal::restore_owner(cx.journal.dir(), owner, cx.fx)?;
+            if !r.failed.is_empty() {
+                return Err(format!("nap: could not undo {:?}", r.failed).into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_sleep_is_refused_with_the_reason_unless_the_kernel_offers_freeze() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("power")).unwrap();
+        std::fs::write(d.path().join("power/state"), "\n").unwrap();
+        let why = system_sleep_refusal(d.path()).unwrap();
+        assert!(why.contains("CONFIG_SUSPEND") && why.contains("freeze"), "{why}");
+        std::fs::write(d.path().join("power/state"), "freeze mem disk\n").unwrap();
+        assert_eq!(system_sleep_refusal(d.path()), None);
+        std::fs::remove_file(d.path().join("power/state")).unwrap();
+        assert!(system_sleep_refusal(d.path()).unwrap().contains("cannot read"));
+    }
+}

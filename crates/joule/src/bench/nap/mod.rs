@@ -1,0 +1,305 @@
+//! `joule bench nap`: nginx always awake (the baseline) vs nginx under joule nap, alternating
+//! in one run. nginx runs in its own cgroup (the agent's `[[class]]`, matched by pid), reached
+//! through a veth pair from a client in a network namespace the bench creates. Requests are
+//! spaced so each finds the server napping (the bench waits for the nap, then a random moment up
+//! to idle_ms, before sending), then bursts fire at random moments around the transition. Reported: sent/answered/failed,
+//! latency awake vs napped, time to enter and leave a nap, residency, wake-ups per second
+//! awake vs napped from the kernel (/proc/interrupts LOC and the service's context switches),
+//! and the power model's estimate, labelled `model`.
+
+mod setup;
+
+use super::report;
+use crate::UsageError;
+use anyhow::Context;
+use setup::{Agent, Netns, Nginx};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct NapArgs {
+    /// The nap's idle threshold. Shorter naps sooner; each spaced request waits for the nap.
+    #[arg(long, default_value_t = 200)]
+    pub idle_ms: u64,
+    /// Rounds; each runs the baseline then the nap mode.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Spaced requests per mode and round.
+    #[arg(long, default_value_t = 70)]
+    pub spaced: usize,
+    /// Bursts per mode and round, each at a random moment 0..2×idle_ms after the previous
+    /// request (before, during or after the nap transition).
+    #[arg(long, default_value_t = 8)]
+    pub bursts: usize,
+    #[arg(long, default_value_t = 16)]
+    pub burst_size: usize,
+    /// Seconds of quiet per mode and round over which wake-ups per second are counted.
+    #[arg(long, default_value_t = 3.0)]
+    pub window_s: f64,
+    /// nginx's `timer_resolution` (its workers' periodic timer while awake), standing in for
+    /// the housekeeping timers a service keeps while idle; 0 leaves nginx's default (none).
+    #[arg(long, default_value_t = 100)]
+    pub timer_resolution_ms: u64,
+    /// Machine nap: CPUs to take offline while napping (off by default: this machine's CPUs
+    /// are shared with other work).
+    #[arg(long, value_delimiter = ',')]
+    pub offline_cpus: Vec<u32>,
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// SVG: latency of every request, awake vs napped, spaced and bursts.
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<PathBuf>,
+}
+
+const PORT: u16 = 18080;
+
+#[derive(Default)]
+struct Mode {
+    spaced_us: Vec<f64>,
+    burst_us: Vec<f64>,
+    failed: Vec<String>,
+    sent: usize,
+    /// (LOC, all interrupts, service context switches, seconds, busy share) per window.
+    windows: Vec<(f64, f64, f64, f64, f64)>,
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((p / 100.0) * (s.len() - 1) as f64).round() as usize]
+}
+
+fn lat_json(v: &[f64]) -> serde_json::Value {
+    let ms = |x: f64| (x / 1e3 * 1000.0).round() / 1000.0;
+    serde_json::json!({ "n": v.len(), "p50_ms": ms(pct(v, 50.0)), "p99_ms": ms(pct(v, 99.0)), "max_ms": ms(pct(v, 100.0)) })
+}
+
+/// Runs `f` on a thread inside the namespace (its sockets are the client's).
+fn in_ns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter_this_thread().context("while entering the client's network namespace")?;
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
+    })
+}
+
+/// A fixed pseudo-random sequence (the same schedule every run).
+struct Lcg(u64);
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+fn record(m: &mut Mode, r: Result<Duration, String>, spaced: bool) {
+    m.sent += 1;
+    match r {
+        Ok(d) if spaced => m.spaced_us.push(d.as_secs_f64() * 1e6),
+        Ok(d) => m.burst_us.push(d.as_secs_f64() * 1e6),
+        Err(e) => m.failed.push(e),
+    }
+}
+
+fn burst(ns: &Netns, addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Result<Duration, String>>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    ns.enter_this_thread().map_err(|e| e.to_string())?;
+                    setup::get(addr, Duration::from_secs(5))
+                })
+            })
+            .collect();
+        Ok(hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("client thread panicked".into()))).collect())
+    })
+}
+
+/// Counts wake-ups over `secs` of quiet.
+fn window(nginx: &Nginx, secs: f64) -> (f64, f64, f64, f64, f64) {
+    let (l0, a0) = setup::interrupts();
+    let c0 = setup::ctx_switches(&nginx.pids());
+    let (t0, i0) = setup::cpu_times();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let dt = start.elapsed().as_secs_f64();
+    let (l1, a1) = setup::interrupts();
+    let c1 = setup::ctx_switches(&nginx.pids());
+    let (t1, i1) = setup::cpu_times();
+    let busy = 1.0 - (i1.saturating_sub(i0)) as f64 / (t1.saturating_sub(t0)).max(1) as f64;
+    ((l1 - l0) as f64, (a1 - a0) as f64, c1.saturating_sub(c0) as f64, dt, busy)
+}
+
+pub fn run(a: &NapArgs) -> anyhow::Result<()> {
+    super::check_bounds([
+        (joule_core::testing::is_root(), "joule bench nap needs root (network namespace, freezer cgroup, eBPF)".to_string()),
+        ((100..=5000).contains(&a.idle_ms), "--idle-ms must be in 100..=5000".into()),
+        (a.rounds >= 1 && a.spaced >= 1, "--rounds and --spaced must be at least 1".into()),
+        (a.window_s > 0.0, "--window-s must be > 0".into()),
+    ])?;
+    let nginx_bin = setup::find_nginx()
+        .ok_or_else(|| UsageError("no nginx: run scripts/install-deps.sh (it unpacks nginx into /var/cache/joule-tools/bin) or set JOULE_NGINX".into()))?;
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let dir = tempfile::tempdir()?;
+    let ns = Netns::create().context("while creating the client's network namespace")?;
+    let addr: SocketAddr = format!("{}:{PORT}", ns.host_ip).parse()?;
+    let nginx = Nginx::start(&nginx_bin, dir.path(), addr, a.timer_resolution_ms)?;
+    let gap = Duration::from_millis(a.idle_ms + 150);
+    let mut rng = Lcg(0x2545_F491_4F6C_DD1D);
+    let (mut awake, mut napped) = (Mode::default(), Mode::default());
+    let (mut enter_us, mut leave_us, mut found_napping) = (Vec::new(), Vec::new(), 0usize);
+    let mut residency = (0.0, 0.0);
+    let started = Instant::now();
+    for round in 0..a.rounds {
+        eprintln!("round {}/{}: awake", round + 1, a.rounds);
+        for _ in 0..a.spaced {
+            std::thread::sleep(gap);
+            record(&mut awake, in_ns(&ns, || setup::get(addr, Duration::from_secs(5)))?, true);
+        }
+        for _ in 0..a.bursts {
+            std::thread::sleep(Duration::from_millis(rng.below(2 * a.idle_ms)));
+            burst(&ns, addr, a.burst_size)?.into_iter().for_each(|r| record(&mut awake, r, false));
+        }
+        awake.windows.push(window(&nginx, a.window_s));
+
+        eprintln!("round {}/{}: nap (idle {} ms)", round + 1, a.rounds, a.idle_ms);
+        let agent_dir = dir.path().join(format!("agent-{round}"));
+        std::fs::create_dir_all(&agent_dir)?;
+        let agent = Agent::start(&agent_dir, nginx.pid(), PORT, a.idle_ms, &a.offline_cpus)?;
+        let t_mode = Instant::now();
+        let mut naps_seen = 0;
+        for _ in 0..a.spaced {
+            // Each request finds the server napping: wait for the nap (bounded), then send.
+            found_napping += usize::from(agent.wait_napping(gap * 4));
+            // Then a random moment within the nap (0..idle_ms in): requests do not arrive the
+            // instant a nap begins, and the nap's residency is measured over real napping.
+            std::thread::sleep(Duration::from_millis(rng.below(a.idle_ms)));
+            if let Some(st) = agent.status() {
+                if st["naps_total"].as_u64().unwrap_or(0) > naps_seen {
+                    naps_seen = st["naps_total"].as_u64().unwrap_or(0);
+                    enter_us.extend(st["last_enter_us"].as_f64());
+                }
+            }
+            let reason = format!("tcp:{PORT}");
+            let wakes = |s: &serde_json::Value| s["wakes_total"][&reason].as_u64().unwrap_or(0);
+            let before = agent.status().map(|s| wakes(&s)).unwrap_or(0);
+            let r = in_ns(&ns, || setup::get(addr, Duration::from_secs(5)))?;
+            record(&mut napped, r, true);
+            // Wait (bounded) for this request's wake in the status before reading its leave
+            // time and before waiting for the next nap (a status from before the wake would
+            // still say napping).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                match agent.status() {
+                    Some(s) if wakes(&s) > before => {
+                        leave_us.extend(s["last_wake"]["leave_us"].as_f64());
+                        break;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        }
+        for _ in 0..a.bursts {
+            std::thread::sleep(Duration::from_millis(rng.below(2 * a.idle_ms)));
+            burst(&ns, addr, a.burst_size)?.into_iter().for_each(|r| record(&mut napped, r, false));
+        }
+        agent.wait_napping(gap * 4);
+        napped.windows.push(window(&nginx, a.window_s));
+        let st = agent.status().unwrap_or_default();
+        residency.0 += st["residency_seconds"].as_f64().unwrap_or(0.0);
+        residency.1 += t_mode.elapsed().as_secs_f64();
+        agent.stop()?;
+    }
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    drop(nginx);
+    drop(ns);
+
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let pm = joule_core::config::PowerModelConfig::default();
+    let rates = |m: &Mode| {
+        let secs: f64 = m.windows.iter().map(|w| w.3).sum();
+        let sum = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| m.windows.iter().map(f).sum::<f64>() / secs;
+        let busy = m.windows.iter().map(|w| w.4 * w.3).sum::<f64>() / secs;
+        (sum(|w| w.0), sum(|w| w.1), sum(|w| w.2), busy, pm.idle_watts + busy * ncpu * pm.cpu_dynamic_watts)
+    };
+    let (ra, rn) = (rates(&awake), rates(&napped));
+    let sent = awake.sent + napped.sent;
+    let failed = awake.failed.len() + napped.failed.len();
+    let d = |p: f64| (pct(&napped.spaced_us, p) - pct(&awake.spaced_us, p)) / 1e3;
+    // JSON has no infinity: a ratio over zero napped wake-ups is null (the counts say why).
+    let ratio = |x: f64, y: f64| if y > 0.0 { Some(x / y) } else { None };
+    let show = |r: Option<f64>| r.map_or("∞ (none napped)".to_string(), |r| format!("ratio {r:.2}"));
+    let out = serde_json::json!({
+        "sent": sent,
+        "answered": sent - failed,
+        "failed": failed,
+        "failures": awake.failed.iter().chain(&napped.failed).take(20).collect::<Vec<_>>(),
+        "awake": lat_json(&awake.spaced_us),
+        "napped": lat_json(&napped.spaced_us),
+        "added_ms": { "p50": d(50.0), "p99": d(99.0), "max": d(100.0) },
+        "bursts": { "awake": lat_json(&awake.burst_us), "napped": lat_json(&napped.burst_us), "size": a.burst_size },
+        "spaced_found_napping": found_napping,
+        "spaced_samples_ms": {
+            "awake": awake.spaced_us.iter().map(|x| (x / 1e3 * 1000.0).round() / 1000.0).collect::<Vec<f64>>(),
+            "napped": napped.spaced_us.iter().map(|x| (x / 1e3 * 1000.0).round() / 1000.0).collect::<Vec<f64>>(),
+        },
+        "spaced_per_mode": a.spaced * a.rounds,
+        "enter_ms": { "p50": pct(&enter_us, 50.0) / 1e3, "max": pct(&enter_us, 100.0) / 1e3, "n": enter_us.len(), "what": "arm to frozen (the actuator's last_enter_us)" },
+        "leave_ms": { "p50": pct(&leave_us, 50.0) / 1e3, "max": pct(&leave_us, 100.0) / 1e3, "n": leave_us.len(), "what": "SYN seen in the kernel (eBPF timestamp) to thawed" },
+        "residency_ratio": residency.0 / residency.1.max(1e-9),
+        "wakeups_per_s": {
+            "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2 },
+            "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2 },
+            "ratio_awake_to_napped": { "timer_loc": ratio(ra.0, rn.0), "service_context_switches": ratio(ra.2, rn.2) },
+            "source": "kernel: /proc/interrupts LOC (local timer interrupts, all CPUs) and all interrupts, deltas over quiet windows; the service's context switches from /proc/PID/status (nginx master + worker)",
+        },
+        "power_watts": { "awake": ra.4, "napped": rn.4, "source": "model", "what": "joule's utilisation power model (telemetry.power_model defaults) on the windows' measured CPU busy share of the whole machine" },
+        "config": { "idle_ms": a.idle_ms, "rounds": a.rounds, "spaced": a.spaced, "bursts": a.bursts, "burst_size": a.burst_size, "window_s": a.window_s, "timer_resolution_ms": a.timer_resolution_ms, "offline_cpus": a.offline_cpus, "nginx": nginx_bin },
+        "loadavg": { "before": load_before.trim(), "after": load_after.trim() },
+        "duration_s": started.elapsed().as_secs_f64(),
+    });
+    let f = |x: f64| format!("{x:.3}");
+    report::print_table(
+        &["", "awake", "napped", "napped − awake"],
+        &[
+            vec!["p50 latency (ms)".into(), f(pct(&awake.spaced_us, 50.0) / 1e3), f(pct(&napped.spaced_us, 50.0) / 1e3), f(d(50.0))],
+            vec!["p99 latency (ms)".into(), f(pct(&awake.spaced_us, 99.0) / 1e3), f(pct(&napped.spaced_us, 99.0) / 1e3), f(d(99.0))],
+            vec!["max latency (ms)".into(), f(pct(&awake.spaced_us, 100.0) / 1e3), f(pct(&napped.spaced_us, 100.0) / 1e3), f(d(100.0))],
+            vec!["burst p99 (ms)".into(), f(pct(&awake.burst_us, 99.0) / 1e3), f(pct(&napped.burst_us, 99.0) / 1e3), String::new()],
+            vec!["LOC timer irqs/s (kernel)".into(), format!("{:.1}", ra.0), format!("{:.1}", rn.0), show(ratio(ra.0, rn.0))],
+            vec!["service wake-ups/s (kernel)".into(), format!("{:.1}", ra.2), format!("{:.1}", rn.2), show(ratio(ra.2, rn.2))],
+            vec!["power (model, W)".into(), format!("{:.2}", ra.4), format!("{:.2}", rn.4), String::new()],
+        ],
+    );
+    println!(
+        "sent {sent}, answered {}, failed {failed}; {found_napping}/{} spaced requests found the server napping; enter p50 {:.2} ms, leave p50 {:.3} ms (max {:.3}); residency {:.0}%",
+        sent - failed,
+        a.spaced * a.rounds,
+        pct(&enter_us, 50.0) / 1e3,
+        pct(&leave_us, 50.0) / 1e3,
+        pct(&leave_us, 100.0) / 1e3,
+        100.0 * residency.0 / residency.1.max(1e-9)
+    );
+    if let Some(p) = &a.json {
+        report::write_json(p, &out)?;
+    }
+    if let Some(p) = &a.plot {
+        let ms = |v: &[f64]| v.iter().map(|x| x / 1e3).collect::<Vec<f64>>();
+        let groups = vec![
+            ("awake".to_string(), ms(&awake.spaced_us)),
+            ("napped".to_string(), ms(&napped.spaced_us)),
+            ("awake burst".to_string(), ms(&awake.burst_us)),
+            ("napped burst".to_string(), ms(&napped.burst_us)),
+        ];
+        report::bar_plot(p, "nginx request latency: awake vs under joule nap (bar = median, dots = requests)", "ms", &groups)?;
+    }
+    anyhow::ensure!(failed == 0, "{failed} of {sent} requests failed: {:?}", awake.failed.iter().chain(&napped.failed).take(5).collect::<Vec<_>>());
+    Ok(())
+}
