@@ -3,16 +3,16 @@
 //! which is what `joule check-config` prints.
 
 mod class;
-mod energy;
 mod elevate;
+mod energy;
 mod locate;
 mod nap;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
-pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use elevate::ElevateConfig;
+pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use nap::{MachineNap, NapConfig, NapMonitors};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};

@@ -93,3 +93,39 @@ impl MachineNap {
         self.cpus_offline.is_empty() && !self.cpufreq_min && self.devices.is_empty()
     }
 }
+
+/// What `[nap]` holds that joule cannot use, as (key, message, hint); `classes` are the
+/// `[[class]]` names of the file.
+pub(super) fn problems(n: &NapConfig, classes: &[&str]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut bad = |key: &str, msg: String, hint: &str| out.push((key.to_string(), msg, hint.to_string()));
+    if n.enabled {
+        if n.monitors.is_empty() {
+            bad("nap.monitors", "nap is enabled but no monitor is configured, so the machine would nap at once".into(), "e.g. tcp_ports = [80]");
+        }
+        if !(100..=86_400_000).contains(&n.idle_ms) {
+            bad("nap.idle_ms", format!("idle_ms = {} is outside 100..=86400000", n.idle_ms), "a few periods at least; 5000 is the default");
+        }
+        if !(10..=60_000).contains(&n.napping_period_ms) {
+            bad("nap.napping_period_ms", format!("napping_period_ms = {} is outside 10..=60000", n.napping_period_ms), "1000 is the default");
+        }
+        if n.class.is_none() && n.machine.is_empty() && !n.system_sleep {
+            bad("nap", "nap is enabled but does nothing (no class, no machine nap, no system sleep)".into(), "class = \"web\" freezes that [[class]]");
+        }
+    }
+    if let Some(c) = &n.class {
+        if !classes.contains(&c.as_str()) {
+            bad("nap.class", format!("class {c:?} is not a [[class]] in this file"), "name an existing [[class]]");
+        }
+    }
+    if let Some(p) = n.monitors.cpu_load_pct.filter(|p| !(p.is_finite() && *p > 0.0 && *p <= 100.0)) {
+        bad("nap.monitors.cpu_load_pct", format!("cpu_load_pct = {p} is outside (0, 100]"), "e.g. 20.0");
+    }
+    if n.machine.cpus_offline.contains(&0) {
+        bad("nap.machine.cpus_offline", "CPU 0 cannot be taken offline".into(), "list other CPUs");
+    }
+    for d in n.machine.devices.iter().filter(|d| !d.starts_with("/sys/devices/")) {
+        bad("nap.machine.devices", format!("{d:?} is not a /sys/devices/... directory"), "the device's sysfs directory");
+    }
+    out
+}

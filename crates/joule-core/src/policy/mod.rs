@@ -3,15 +3,15 @@
 //! `policies()`.
 
 mod classes;
-pub mod placement;
 mod elevate;
 mod nap;
+pub mod placement;
 mod stage_rule;
 mod thermal;
 
 pub use classes::{ClassPolicy, QOS_ACTUATOR};
-pub use placement::{PlacementPolicy, PLACEMENT_ACTUATOR};
 pub use elevate::{ElevatePolicy, ELEVATE_ACTUATOR};
 pub use nap::{NapPolicy, NAP_ACTUATOR};
+pub use placement::{PlacementPolicy, PLACEMENT_ACTUATOR};
 pub use stage_rule::thermal_stage;
 pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};

@@ -2,9 +2,9 @@
 //! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
 //! well as absolute numbers.
 
-pub mod netqos;
 pub mod elevate;
 pub mod nap;
+pub mod netqos;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
