@@ -14,6 +14,7 @@ pub mod effects;
 pub mod fsread;
 pub mod journal;
 pub mod mounts;
+pub mod netlimit;
 pub mod origin;
 pub mod policy;
 pub mod procfs;

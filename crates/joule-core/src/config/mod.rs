@@ -4,11 +4,13 @@
 
 mod class;
 mod locate;
+mod net;
 mod thermal;
 mod validate;
 
 pub use class::{ClassConfig, MatchRules, ThermalRole};
 pub use locate::Problem;
+pub use net::{Direction, FlowMatch, NetConfig, NetLimit, MAX_LIMITS_PER_INTERFACE};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +22,8 @@ pub struct Config {
     pub agent: AgentConfig,
     pub telemetry: TelemetryConfig,
     pub thermal: ThermalConfig,
+    /// The flow monitor and the bandwidth limiter (off unless configured).
+    pub net: NetConfig,
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,

@@ -1,4 +1,4 @@
-//! The real [`Net`]: rtnetlink requests (RTM_GETLINK, RTM_GETQDISC/NEWQDISC/DELQDISC) over a
+//! The real [`Net`]: rtnetlink requests (RTM_GETLINK, RTM_GETQDISC/NEWQDISC/DELQDISC, RTM_NEWTCLASS) over a
 //! blocking netlink socket, with the message types of `netlink-packet-route` and the socket of
 //! `netlink-sys` — the crates `rtnetlink` is built on, without its async runtime: joule sends
 //! one request at a time from a synchronous loop. A netlink socket belongs to the network
@@ -10,7 +10,7 @@ use super::RealEffects;
 use netlink_packet_core::{
     DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkInfo, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcMessage, TcOption};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -236,6 +236,30 @@ impl Net for RealEffects {
     fn delete_qdisc(&self, netns: Option<&Path>, ifindex: u32, parent: u32, handle: u32) -> io::Result<()> {
         let msg = tc_message(ifindex, parent, handle, Vec::new())?;
         ack(netns, ifindex, RouteNetlinkMessage::DelQueueDiscipline(msg), 0)
+    }
+
+    fn replace_class(&self, netns: Option<&Path>, ifindex: u32, c: &Qdisc) -> io::Result<()> {
+        let msg = tc_message(ifindex, c.parent, c.handle, to_attributes(c))?;
+        ack(netns, ifindex, RouteNetlinkMessage::NewTrafficClass(msg), NLM_F_CREATE | NLM_F_REPLACE)
+    }
+
+    fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
+        let mut ask = LinkMessage::default();
+        ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
+        let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODEV) => no_link(netns, ifname),
+            _ => e,
+        })?;
+        for reply in replies {
+            if let Ok(RouteNetlinkMessage::NewLink(l)) = reply {
+                let kind = l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| if let LinkInfo::Kind(k) = i { Some(k.to_string()) } else { None }),
+                    _ => None,
+                });
+                return Ok(kind.unwrap_or_default());
+            }
+        }
+        Err(no_link(netns, ifname))
     }
 }
 

@@ -3,9 +3,11 @@
 //! `policies()`.
 
 mod classes;
+mod net;
 mod stage_rule;
 mod thermal;
 
 pub use classes::{ClassPolicy, QOS_ACTUATOR};
+pub use net::{NetPolicy, NETLIMIT_ACTUATOR};
 pub use stage_rule::thermal_stage;
 pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};

@@ -13,6 +13,7 @@
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
 mod events;
+pub(crate) mod netlimit;
 mod scx;
 mod status;
 
@@ -105,6 +106,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
 fn policies(cfg: &Config) -> Vec<Box<dyn Policy>> {
     let mut p: Vec<Box<dyn Policy>> = vec![Box::new(ThermalPolicy::from_config(cfg))];
     p.extend(ClassPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
+    p.extend(joule_core::policy::NetPolicy::from_config(cfg).map(|n| Box::new(n) as Box<dyn Policy>));
     p
 }
 
@@ -135,6 +137,13 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
             a.push(Box::new(scx::ScxActuator::new(cfg, stage_map, &class_dirs)));
         } else {
             tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
+        }
+    }
+    if !cfg.net.limits.is_empty() {
+        if root {
+            a.push(Box::new(netlimit::NetlimitActuator::new(cfg.net.netns().map(Into::into), class_dirs.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect())));
+        } else {
+            tracing::warn!("not root: {} [[net.limit]] entries are not applied", cfg.net.limits.len());
         }
     }
     Ok(a)
