@@ -2,6 +2,7 @@
 //! table, writes JSON (`--json PATH`) and an SVG plot (`--plot PATH`), and reports ratios as
 //! well as absolute numbers.
 
+pub mod netqos;
 pub mod overhead;
 pub mod report;
 pub mod rt_share;
@@ -23,6 +24,11 @@ pub enum BenchCmd {
     /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
     /// the throughput cost of each stage. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
+    /// Network QoS (issue 11) in two network namespaces joined by veth: the limiter's accuracy
+    /// with iperf3 (TCP, UDP; achieved vs target, its CPU cost), a 1 ms SCHED_FIFO task's
+    /// wake-up latency and deadline misses under a small-packet flood on its CPU (idle, flood,
+    /// flood with joule's limiter), and the energy placement. Needs root and iperf3.
+    NetQos(netqos::NetQosArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
@@ -33,6 +39,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Overhead(a) => overhead::run(a),
         BenchCmd::RtShare(a) => rt_share::run(&a),
         BenchCmd::Thermal(a) => thermal::run(&a),
+        BenchCmd::NetQos(a) => netqos::run(&a),
         BenchCmd::ThermalProbe(a) => thermal::probe::run(&a),
     }
 }
