@@ -4,6 +4,7 @@
 //! sums is the telemetry source's job (`joule::sense::flow`).
 
 use crate::error::{bpf, BpfError};
+use crate::runqlat::cgroups::CgroupNames;
 use crate::intf::{joule_flow_key, joule_flow_stats, joule_softirq_time, JOULE_SOFTIRQ_NET_RX, JOULE_SOFTIRQ_NET_TX};
 use crate::pod::from_bytes;
 use crate::storage::ObjectStorage;
@@ -60,6 +61,7 @@ pub struct SoftirqTime {
 pub struct FlowMonitor {
     skel: ManuallyDrop<FlowSkel<'static>>,
     links: Vec<Link>,
+    names: CgroupNames,
     _storage: ObjectStorage,
 }
 
@@ -107,7 +109,7 @@ impl FlowMonitor {
         links.push(bpf("attaching tp_btf/tcp_retransmit_skb", p.joule_flow_retransmit.attach())?);
         links.push(bpf("attaching tp_btf/softirq_entry", p.joule_softirq_entry.attach())?);
         links.push(bpf("attaching tp_btf/softirq_exit", p.joule_softirq_exit.attach())?);
-        Ok(FlowMonitor { skel: ManuallyDrop::new(skel), links, _storage: storage })
+        Ok(FlowMonitor { skel: ManuallyDrop::new(skel), links, names: CgroupNames::new(cgroup2_root.to_path_buf()), _storage: storage })
     }
 
     /// Every flow in the map with its cumulative counters. An entry evicted between listing
@@ -140,6 +142,13 @@ impl FlowMonitor {
                 SoftirqTime { cpu, net_rx_ns: r.ns, net_tx_ns: t.ns, net_rx_runs: r.count, net_tx_runs: t.count }
             })
             .collect()
+    }
+
+    /// The cgroup2 path (relative to the root the monitor attached to) of each id, or
+    /// `id:<n>` for one the last rescan of the hierarchy did not find.
+    pub fn cgroup_paths(&mut self, ids: &[u64]) -> std::collections::HashMap<u64, String> {
+        self.names.refresh(ids, std::time::Instant::now());
+        ids.iter().map(|&id| (id, self.names.lookup(id).map_or_else(|| format!("id:{id}"), str::to_string))).collect()
     }
 
     /// How many programs are attached (5 when everything is).
