@@ -12,7 +12,7 @@
 //! namespace other than the caller's own, so a test can never shape a real NIC.
 
 use crate::effects::{tc_handle, Effects, Net, Qdisc, QdiscOption, TC_H_ROOT};
-use crate::journal::Journal;
+use crate::journal::{Journal, Undo};
 use crate::qdisc::{replace_root, QdiscError};
 use std::io;
 use std::path::Path;
@@ -168,6 +168,56 @@ pub fn install_htb(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: 
     Ok(ifindex)
 }
 
+/// The clsact qdisc's parent (`TC_H_CLSACT` = `TC_H_INGRESS`) and handle (`ffff:`).
+pub const TC_H_CLSACT: u32 = 0xFFFF_FFF1;
+pub const CLSACT_HANDLE: u32 = 0xFFFF_0000;
+
+/// The ifb device joule creates for the ingress limits of interface index `ifindex`.
+pub fn ifb_name(ifindex: u32) -> String {
+    format!("jifb{ifindex}")
+}
+
+/// Where the ingress limits of an interface are shaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngressPath {
+    /// The limited interface, which gets a clsact qdisc (its ingress program redirects to the ifb).
+    pub ifindex: u32,
+    /// The ifb device whose egress HTB shapes the redirected packets.
+    pub ifb: String,
+    pub ifb_ifindex: u32,
+}
+
+/// Prepares ingress shaping of `ifname`: an ifb device (created, up) with joule's HTB root and
+/// `classes`, and a clsact qdisc on `ifname` for the redirect program the caller attaches.
+/// Each undo is journalled before its change: the ifb's deletion, then the clsact's, then the
+/// HTB's (replayed newest first). Refuses an interface that already has a clsact (someone's
+/// programs hang on it).
+pub fn install_ingress(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, defcls: u16, classes: &[HtbClass]) -> Result<IngressPath, NetlimitError> {
+    check_guard(fx, netns, ifname)?;
+    let io = |n: &str| {
+        let n = n.to_string();
+        move |source| NetlimitError::Io { ifname: n, source }
+    };
+    let ifindex = fx.link_index(netns, ifname).map_err(io(ifname))?;
+    let ifb = ifb_name(ifindex);
+    let have_clsact = fx.qdiscs(netns, ifindex).map_err(io(ifname))?.iter().any(|q| q.parent == TC_H_CLSACT);
+    if !have_clsact {
+        if fx.link_index(netns, &ifb).is_err() {
+            journal.record(owner, Undo::LinkDelete { netns: netns.map(Path::to_path_buf), ifname: ifb.clone(), kind: "ifb".into() }).map_err(QdiscError::from)?;
+            fx.add_link(netns, &ifb, "ifb").map_err(io(&ifb))?;
+        }
+        let clsact = Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT);
+        journal
+            .record(owner, Undo::QdiscDelete { netns: netns.map(Path::to_path_buf), ifname: ifname.into(), ifindex, parent: TC_H_CLSACT, handle: CLSACT_HANDLE, kind: "clsact".into() })
+            .map_err(QdiscError::from)?;
+        fx.replace_qdisc(netns, ifindex, &clsact).map_err(io(ifname))?;
+    } else if fx.link_index(netns, &ifb).is_err() {
+        return Err(NetlimitError::Io { ifname: ifname.into(), source: io::Error::new(io::ErrorKind::AlreadyExists, "it has a clsact qdisc joule did not put: refusing to hang an ingress redirect on it") });
+    }
+    let ifb_ifindex = install_htb(fx, journal, owner, netns, &ifb, defcls, classes)?;
+    Ok(IngressPath { ifindex, ifb, ifb_ifindex })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +275,29 @@ mod tests {
         fx.fail.lock().unwrap().clear();
         assert_eq!(choose_shaper(&fx, &mut j, "netlimit", None, "veth0").0, Shaper::Edt);
         assert_eq!(fx.qdiscs(None, 2).unwrap()[0].kind, "noqueue", "the probe's fq is deleted at once");
+    }
+
+    #[test]
+    fn ingress_creates_an_ifb_with_htb_and_a_clsact_and_restore_removes_all_three() {
+        let jd = tempfile::tempdir().unwrap();
+        let fx = FakeEffects::default();
+        let ns = Some(Path::new(NS));
+        fx.add_link(ns, 3, "veth-b", "noqueue");
+        let mut j = Journal::open(jd.path()).unwrap();
+        let p = install_ingress(&fx, &mut j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 10.0 }]).unwrap();
+        assert_eq!(p.ifb, "jifb3");
+        assert_eq!(fx.link_kind(ns, "jifb3").unwrap(), "ifb");
+        assert_eq!(fx.qdiscs(ns, p.ifb_ifindex).unwrap()[0].kind, "htb");
+        assert!(fx.qdiscs(ns, 3).unwrap().iter().any(|q| q.kind == "clsact"));
+        let kinds: Vec<String> = journal::entries(jd.path()).unwrap().iter().map(|e| format!("{:?}", e.undo).split_whitespace().next().unwrap().to_string()).collect();
+        assert_eq!(kinds, ["LinkDelete", "QdiscDelete", "QdiscDelete"], "the ifb's undo is recorded before it exists");
+        // Put again (a rate change): nothing new is created or journalled.
+        install_ingress(&fx, &mut j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();
+        assert_eq!(journal::entries(jd.path()).unwrap().len(), 3);
+        let r = journal::restore(jd.path(), &fx).unwrap();
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert!(fx.link_index(ns, "jifb3").is_err(), "the ifb is gone");
+        assert_eq!(fx.qdiscs(ns, 3).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);
     }
 
     #[test]

@@ -71,3 +71,16 @@ int joule_netlimit_classify(struct __sk_buff *skb)
 	}
 	return TC_ACT_UNSPEC;
 }
+
+/* Ingress limits: at the limited interface's clsact ingress, every packet goes to the egress
+ * of joule's ifb device, whose HTB root shapes it; the ifb then hands it back to the stack as
+ * if it had arrived on the interface. */
+const volatile __u32 ifb_ifindex = 0;
+
+SEC("tc")
+int joule_netlimit_to_ifb(struct __sk_buff *skb)
+{
+	if (!ifb_ifindex)
+		return TC_ACT_OK;
+	return bpf_redirect(ifb_ifindex, 0);
+}

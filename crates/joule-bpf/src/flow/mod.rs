@@ -4,9 +4,9 @@
 //! sums is the telemetry source's job (`joule::sense::flow`).
 
 use crate::error::{bpf, BpfError};
-use crate::runqlat::cgroups::CgroupNames;
 use crate::intf::{joule_flow_key, joule_flow_stats, joule_softirq_time, JOULE_SOFTIRQ_NET_RX, JOULE_SOFTIRQ_NET_TX};
 use crate::pod::from_bytes;
+use crate::runqlat::cgroups::CgroupNames;
 use crate::storage::ObjectStorage;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};

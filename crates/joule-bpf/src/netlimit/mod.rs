@@ -9,7 +9,7 @@ use crate::intf::{joule_netlimit_rule, JOULE_NETLIMIT_CGROUPS, JOULE_NETLIMIT_RU
 use crate::pod::as_bytes;
 use crate::storage::ObjectStorage;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, TcHookBuilder, TC_CUSTOM};
+use libbpf_rs::{MapCore, MapFlags, TcHookBuilder, TC_CUSTOM, TC_INGRESS};
 use skel::{NetlimitSkel, NetlimitSkelBuilder};
 use std::mem::ManuallyDrop;
 use std::net::Ipv4Addr;
@@ -81,44 +81,53 @@ impl NetlimitClassifier {
     /// another namespace a short-lived thread enters it first.
     pub fn attach(&self, netns: Option<&Path>, ifindex: u32, qdisc_handle: u32) -> Result<(), BpfError> {
         let fd = self.skel.progs.joule_netlimit_classify.as_fd();
-        let attach = || -> Result<(), BpfError> {
+        in_netns(netns, || {
             let mut hook = TcHookBuilder::new(fd).ifindex(ifindex as i32).replace(true).handle(FILTER_HANDLE).priority(FILTER_PRIO).hook(TC_CUSTOM);
             hook.parent(qdisc_handle, 0);
             bpf("attaching the limiter's classifier (cls_bpf) under the HTB root", hook.attach()).map(drop)
-        };
-        match netns {
-            None => attach(),
-            Some(path) => {
-                let ns = std::fs::File::open(path).map_err(|source| BpfError::Io { path: path.to_path_buf(), source })?;
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        use std::os::fd::AsRawFd;
-                        // SAFETY: setns on this short-lived thread only; the fd is open.
-                        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                            return Err(BpfError::Io { path: path.to_path_buf(), source: std::io::Error::last_os_error() });
-                        }
-                        attach()
-                    })
-                    .join()
-                    .unwrap_or_else(|_| Err(BpfError::Config("the netns thread panicked".into())))
-                })
-            }
-        }
+        })
     }
 
-    /// The program's kernel id (to check that nothing is left after the qdisc goes).
-    pub fn prog_id(&self) -> u32 {
-        use libbpf_rs::AsRawLibbpf;
-        // SAFETY: the program is loaded; libbpf reads its fd.
-        let fd = unsafe { libbpf_sys::bpf_program__fd(self.skel.progs.joule_netlimit_classify.as_libbpf_object().as_ptr()) };
-        let mut info = libbpf_sys::bpf_prog_info::default();
-        let mut len = size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        // SAFETY: info is a bpf_prog_info of `len` bytes.
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc == 0 {
-            info.id
-        } else {
-            0
+    /// Attaches the ingress redirect to the clsact ingress of `ifindex` (the clsact qdisc must
+    /// be there: `joule_core::netlimit::install_ingress` puts it, journalled); every packet
+    /// arriving there goes to the egress of `ifb_ifindex`. Loaded as its own object so the
+    /// ifb's index can be a load-time constant.
+    pub fn attach_ingress_redirect(netns: Option<&Path>, ifindex: u32, ifb_ifindex: u32) -> Result<NetlimitClassifier, BpfError> {
+        let mut storage = ObjectStorage::new();
+        // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
+        let open_object = unsafe { storage.get() };
+        let mut open = bpf("opening netlimit.bpf.o", NetlimitSkelBuilder::default().open(open_object))?;
+        open.maps.rodata_data.as_mut().expect("netlimit has a .rodata section").ifb_ifindex = ifb_ifindex;
+        let skel = bpf("loading the limiter's ingress redirect into the kernel", open.load())?;
+        let me = NetlimitClassifier { skel: ManuallyDrop::new(skel), _storage: storage };
+        let fd = me.skel.progs.joule_netlimit_to_ifb.as_fd();
+        in_netns(netns, || {
+            let mut hook = TcHookBuilder::new(fd).ifindex(ifindex as i32).replace(true).handle(FILTER_HANDLE).priority(FILTER_PRIO).hook(TC_INGRESS);
+            bpf("attaching the limiter's ingress redirect to clsact ingress", hook.attach()).map(drop)
+        })?;
+        Ok(me)
+    }
+}
+
+/// Runs `f` in network namespace `netns` (`None`: this thread's): libbpf's netlink socket
+/// belongs to the namespace of the thread that opens it, so a short-lived thread enters it.
+fn in_netns(netns: Option<&Path>, f: impl FnOnce() -> Result<(), BpfError> + Send) -> Result<(), BpfError> {
+    match netns {
+        None => f(),
+        Some(path) => {
+            let ns = std::fs::File::open(path).map_err(|source| BpfError::Io { path: path.to_path_buf(), source })?;
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: setns on this short-lived thread only; the fd is open.
+                    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(BpfError::Io { path: path.to_path_buf(), source: std::io::Error::last_os_error() });
+                    }
+                    f()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(BpfError::Config("the netns thread panicked".into())))
+            })
         }
     }
 }

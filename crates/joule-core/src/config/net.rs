@@ -36,13 +36,14 @@ impl NetConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Traffic leaving through the interface (shaped by the qdisc on it).
     #[default]
     Egress,
-    /// Traffic arriving (through an ifb device): not implemented yet, refused by validation.
+    /// Traffic arriving: redirected at the interface's clsact ingress to an ifb device joule
+    /// creates, whose egress HTB shapes it (whole interface or flow limits; a class is egress only).
     Ingress,
 }
 
@@ -100,8 +101,8 @@ pub(super) fn validate(net: &NetConfig, classes: &[super::ClassConfig], out: &mu
         if !(l.rate_mbit.is_finite() && l.rate_mbit >= 0.01 && l.rate_mbit <= 100_000.0) {
             bad(&key, format!("rate_mbit = {} is outside 0.01..=100000", l.rate_mbit), "megabits per second");
         }
-        if l.direction == Direction::Ingress {
-            bad(&key, "direction = \"ingress\" is not implemented yet (it needs an ifb device)".into(), "limit the sender's egress instead");
+        if l.direction == Direction::Ingress && l.class.is_some() {
+            bad(&key, "an ingress limit cannot be for a class (an arriving packet's socket is not known yet)".into(), "a flow match, or the whole interface");
         }
         if let Some(c) = &l.class {
             if !classes.iter().any(|k| &k.name == c) {
@@ -117,17 +118,17 @@ pub(super) fn validate(net: &NetConfig, classes: &[super::ClassConfig], out: &mu
             }
         }
     }
-    let mut per_if = std::collections::BTreeMap::<&str, usize>::new();
+    let mut per_if = std::collections::BTreeMap::<(&str, bool), usize>::new();
     for l in &net.limits {
-        *per_if.entry(l.interface.as_str()).or_default() += 1;
+        *per_if.entry((l.interface.as_str(), l.direction == Direction::Ingress)).or_default() += 1;
     }
-    for (ifname, n) in per_if {
+    for ((ifname, ingress), n) in per_if {
         if n > MAX_LIMITS_PER_INTERFACE {
-            bad("net.limit", format!("{n} limits on {ifname}; at most {MAX_LIMITS_PER_INTERFACE}"), "merge flows into a class");
+            bad("net.limit", format!("{n} limits on {ifname}; at most {MAX_LIMITS_PER_INTERFACE} per direction"), "merge flows into a class");
         }
-        let whole = net.limits.iter().filter(|l| l.interface == ifname && l.class.is_none() && l.flow.is_none()).count();
+        let whole = net.limits.iter().filter(|l| l.interface == ifname && (l.direction == Direction::Ingress) == ingress && l.class.is_none() && l.flow.is_none()).count();
         if whole > 1 {
-            bad("net.limit", format!("{whole} limits for the whole of {ifname}"), "one per interface");
+            bad("net.limit", format!("{whole} limits for the whole of {ifname} in one direction"), "one per interface and direction");
         }
     }
 }
@@ -185,7 +186,7 @@ mod tests {
         let mut out = Vec::new();
         validate(&net, &[], &mut out);
         let msgs: Vec<&str> = out.iter().map(|f| f.1.as_str()).collect();
-        for want in ["top_n = 0", "rate_mbit = 0", "ingress", "class \"nope\"", "icmp"] {
+        for want in ["top_n = 0", "rate_mbit = 0", "ingress limit cannot be for a class", "class \"nope\"", "icmp"] {
             assert!(msgs.iter().any(|m| m.contains(want)), "{want}: {msgs:?}");
         }
     }

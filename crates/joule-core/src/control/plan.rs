@@ -2,7 +2,7 @@
 //! Snapshot; actuators read the decisions addressed to them and reconcile the machine to them;
 //! exporters publish it next to the Snapshot, so a user can always see *why* joule acts.
 
-use crate::config::{FlowMatch, StageActions};
+use crate::config::{Direction, FlowMatch, StageActions};
 use serde::{Deserialize, Serialize};
 
 /// One period's decisions, made from the snapshot taken at `taken_at_ms`.
@@ -41,10 +41,17 @@ pub enum Want {
     /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
     CpufreqMax { pct: f64 },
     // --- issue 11, network (actuator "netlimit") ---
-    /// Pace the egress of `interface` (in the `[net]` namespace) to `rate_mbit`: all of it,
-    /// or only the sockets of `class` (a `[[class]]` name), or only the packets of `flow`.
-    /// The limit holds while the decision is in the plan; a period without it lifts it.
-    LimitRate { interface: String, class: Option<String>, flow: Option<FlowMatch>, rate_mbit: f64 },
+    /// Pace the traffic of `interface` (in the `[net]` namespace) in `direction` to
+    /// `rate_mbit`: all of it, or only the sockets of `class` (a `[[class]]` name; egress
+    /// only), or only the packets of `flow`. Ingress goes through an ifb device.
+    LimitRate {
+        interface: String,
+        #[serde(default)]
+        direction: Direction,
+        class: Option<String>,
+        flow: Option<FlowMatch>,
+        rate_mbit: f64,
+    },
 }
 
 /// Which mechanism acts on the thermal stage this period.

@@ -79,6 +79,10 @@ pub trait Net {
     /// The kind of interface `ifname` (`veth`, `ifb`, `bridge`…; empty for a device without
     /// one, such as a physical NIC or `lo`).
     fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String>;
+    /// Creates interface `ifname` of `kind` (`ifb`) in `netns`, up; returns its index.
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32>;
+    /// Deletes interface `ifname` (`NotFound` when there is none).
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()>;
 }
 
 /// `NotFound` naming the interface and namespace, for the real and the fake alike.
@@ -117,6 +121,10 @@ impl FakeEffects {
             classes: Vec::new(),
             kind: if ifname.starts_with("veth") { "veth".into() } else { String::new() },
         });
+    }
+    fn add_link_quietly(&self, netns: Option<&Path>, ifindex: u32, ifname: &str, default_root: &str, kind: &str) {
+        self.add_link(netns, ifindex, ifname, default_root);
+        self.set_link_kind(netns, ifname, kind);
     }
     /// Sets the kind of interface `ifname` (`add_link` guesses `veth` from a `veth` prefix).
     pub fn set_link_kind(&self, netns: Option<&Path>, ifname: &str, kind: &str) {
@@ -190,6 +198,24 @@ impl Net for FakeEffects {
     fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
         let links = self.links.lock().unwrap();
         links.iter().find(|l| l.netns.as_deref() == netns && l.ifname == ifname).map(|l| l.kind.clone()).ok_or_else(|| no_link(netns, ifname))
+    }
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        self.act(format!("link add {} {ifname} {kind}", ns_name(netns)), || {
+            if self.link_index(netns, ifname).is_ok() {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            let ifindex = self.links.lock().unwrap().iter().map(|l| l.ifindex).max().unwrap_or(0) + 1;
+            self.add_link_quietly(netns, ifindex, ifname, "noqueue", kind);
+            Ok(ifindex)
+        })
+    }
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        self.act(format!("link delete {} {ifname}", ns_name(netns)), || {
+            let mut links = self.links.lock().unwrap();
+            let at = links.iter().position(|l| l.netns.as_deref() == netns && l.ifname == ifname).ok_or_else(|| no_link(netns, ifname))?;
+            links.remove(at);
+            Ok(())
+        })
     }
 }
 

@@ -8,9 +8,9 @@
 use super::net::{no_link, Net, Qdisc, QdiscOption};
 use super::RealEffects;
 use netlink_packet_core::{
-    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST,
+    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcMessage, TcOption};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -260,6 +260,23 @@ impl Net for RealEffects {
             }
         }
         Err(no_link(netns, ifname))
+    }
+
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        let mut m = LinkMessage::default();
+        m.header.flags = LinkFlags::Up;
+        m.header.change_mask = LinkFlags::Up;
+        m.attributes.push(LinkAttribute::IfName(ifname.to_string()));
+        m.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::from(kind))]));
+        Rtnl::open(netns)?.request(RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL)?;
+        self.link_index(netns, ifname)
+    }
+
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        let ifindex = self.link_index(netns, ifname)?;
+        let mut m = LinkMessage::default();
+        m.header.index = ifindex;
+        ack(netns, ifindex, RouteNetlinkMessage::DelLink(m), 0)
     }
 }
 

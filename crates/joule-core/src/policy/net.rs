@@ -3,7 +3,7 @@
 //! energy-aware placement, which reads the flow monitor) adds its own decisions; the actuator
 //! holds the last one per interface and target.
 
-use crate::config::{Config, NetLimit};
+use crate::config::{Config, Direction, NetLimit};
 use crate::control::{Plan, Policy, Want};
 use crate::Snapshot;
 
@@ -34,8 +34,8 @@ impl Policy for NetPolicy {
             plan.push(
                 self.name(),
                 Some(NETLIMIT_ACTUATOR),
-                Want::LimitRate { interface: l.interface.clone(), class: l.class.clone(), flow: l.flow.clone(), rate_mbit: l.rate_mbit },
-                format!("[[net.limit]]: {what} leaving {} at most {} Mbit/s", l.interface, l.rate_mbit),
+                Want::LimitRate { interface: l.interface.clone(), direction: l.direction, class: l.class.clone(), flow: l.flow.clone(), rate_mbit: l.rate_mbit },
+                format!("[[net.limit]]: {what} {} {} at most {} Mbit/s", if l.direction == Direction::Ingress { "arriving on" } else { "leaving" }, l.interface, l.rate_mbit),
             );
         }
     }
@@ -55,7 +55,7 @@ mod tests {
         p.decide(&Snapshot::default(), &mut plan);
         let d: Vec<_> = plan.for_actuator(NETLIMIT_ACTUATOR).collect();
         assert_eq!(d.len(), 1);
-        assert_eq!(d[0].want, Want::LimitRate { interface: "veth0".into(), class: None, flow: None, rate_mbit: 5.0 });
+        assert_eq!(d[0].want, Want::LimitRate { interface: "veth0".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: 5.0 });
         assert!(d[0].reason.contains("5 Mbit/s"), "{}", d[0].reason);
     }
 }

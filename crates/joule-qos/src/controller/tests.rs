@@ -185,6 +185,12 @@ impl Net for CgFake {
     fn link_kind(&self, ns: Option<&Path>, ifname: &str) -> io::Result<String> {
         self.fx.link_kind(ns, ifname)
     }
+    fn add_link(&self, ns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        self.fx.add_link(ns, ifname, kind)
+    }
+    fn delete_link(&self, ns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        self.fx.delete_link(ns, ifname)
+    }
 }
 
 fn opts(procfs: &Path) -> QosOpts {
