@@ -154,7 +154,15 @@ fn guard(fx: &dyn Net, netns: Option<&Path>, ifname: &str, own: Option<&str>) ->
 
 /// Puts joule's HTB root (default class `defcls`) and `classes` on `ifname`, the root's
 /// deletion journalled first; putting it again updates the classes' rates. Returns the ifindex.
-pub fn install_htb(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, defcls: u16, classes: &[HtbClass]) -> Result<u32, NetlimitError> {
+pub fn install_htb(
+    fx: &dyn Effects,
+    journal: &mut Journal,
+    owner: &str,
+    netns: Option<&Path>,
+    ifname: &str,
+    defcls: u16,
+    classes: &[HtbClass],
+) -> Result<u32, NetlimitError> {
     check_guard(fx, netns, ifname)?;
     let io = |source| NetlimitError::Io { ifname: ifname.to_string(), source };
     let ifindex = fx.link_index(netns, ifname).map_err(io)?;
@@ -192,7 +200,15 @@ pub struct IngressPath {
 /// Each undo is journalled before its change: the ifb's deletion, then the clsact's, then the
 /// HTB's (replayed newest first). Refuses an interface that already has a clsact (someone's
 /// programs hang on it).
-pub fn install_ingress(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, defcls: u16, classes: &[HtbClass]) -> Result<IngressPath, NetlimitError> {
+pub fn install_ingress(
+    fx: &dyn Effects,
+    journal: &mut Journal,
+    owner: &str,
+    netns: Option<&Path>,
+    ifname: &str,
+    defcls: u16,
+    classes: &[HtbClass],
+) -> Result<IngressPath, NetlimitError> {
     check_guard(fx, netns, ifname)?;
     let io = |n: &str| {
         let n = n.to_string();
@@ -203,16 +219,31 @@ pub fn install_ingress(fx: &dyn Effects, journal: &mut Journal, owner: &str, net
     let have_clsact = fx.qdiscs(netns, ifindex).map_err(io(ifname))?.iter().any(|q| q.parent == TC_H_CLSACT);
     if !have_clsact {
         if fx.link_index(netns, &ifb).is_err() {
-            journal.record(owner, Undo::LinkDelete { netns: netns.map(Path::to_path_buf), ifname: ifb.clone(), kind: "ifb".into() }).map_err(QdiscError::from)?;
+            journal
+                .record(owner, Undo::LinkDelete { netns: netns.map(Path::to_path_buf), ifname: ifb.clone(), kind: "ifb".into() })
+                .map_err(QdiscError::from)?;
             fx.add_link(netns, &ifb, "ifb").map_err(io(&ifb))?;
         }
         let clsact = Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT);
         journal
-            .record(owner, Undo::QdiscDelete { netns: netns.map(Path::to_path_buf), ifname: ifname.into(), ifindex, parent: TC_H_CLSACT, handle: CLSACT_HANDLE, kind: "clsact".into() })
+            .record(
+                owner,
+                Undo::QdiscDelete {
+                    netns: netns.map(Path::to_path_buf),
+                    ifname: ifname.into(),
+                    ifindex,
+                    parent: TC_H_CLSACT,
+                    handle: CLSACT_HANDLE,
+                    kind: "clsact".into(),
+                },
+            )
             .map_err(QdiscError::from)?;
         fx.replace_qdisc(netns, ifindex, &clsact).map_err(io(ifname))?;
     } else if fx.link_index(netns, &ifb).is_err() {
-        return Err(NetlimitError::Io { ifname: ifname.into(), source: io::Error::new(io::ErrorKind::AlreadyExists, "it has a clsact qdisc joule did not put: refusing to hang an ingress redirect on it") });
+        return Err(NetlimitError::Io {
+            ifname: ifname.into(),
+            source: io::Error::new(io::ErrorKind::AlreadyExists, "it has a clsact qdisc joule did not put: refusing to hang an ingress redirect on it"),
+        });
     }
     let ifb_ifindex = install_htb(fx, journal, owner, netns, &ifb, defcls, classes)?;
     Ok(IngressPath { ifindex, ifb, ifb_ifindex })
@@ -289,7 +320,8 @@ mod tests {
         assert_eq!(fx.link_kind(ns, "jifb3").unwrap(), "ifb");
         assert_eq!(fx.qdiscs(ns, p.ifb_ifindex).unwrap()[0].kind, "htb");
         assert!(fx.qdiscs(ns, 3).unwrap().iter().any(|q| q.kind == "clsact"));
-        let kinds: Vec<String> = journal::entries(jd.path()).unwrap().iter().map(|e| format!("{:?}", e.undo).split_whitespace().next().unwrap().to_string()).collect();
+        let kinds: Vec<String> =
+            journal::entries(jd.path()).unwrap().iter().map(|e| format!("{:?}", e.undo).split_whitespace().next().unwrap().to_string()).collect();
         assert_eq!(kinds, ["LinkDelete", "QdiscDelete", "QdiscDelete"], "the ifb's undo is recorded before it exists");
         // Put again (a rate change): nothing new is created or journalled.
         install_ingress(&fx, &mut j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();

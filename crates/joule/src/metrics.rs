@@ -278,18 +278,39 @@ fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Valu
     let Some(n) = &s.net else { return };
     let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
     let per_flow = |f: fn(&joule_core::snapshot::FlowSample) -> f64| -> Vec<(Labels, f64)> {
-        n.flows.iter().map(|x| (l(&[("flow", &x.flow), ("proto", &x.proto), ("direction", &x.direction), ("cgroup", &x.cgroup), src(x.source)]), f(x))).collect()
+        n.flows
+            .iter()
+            .map(|x| (l(&[("flow", &x.flow), ("proto", &x.proto), ("direction", &x.direction), ("cgroup", &x.cgroup), src(x.source)]), f(x)))
+            .collect()
     };
     push(
-        def!("joule_net_flow_rate_bytes_per_second", Gauge, Some("NET"), "/net/flows", "IP bytes per second of the top flows over the last interval (flow=\"other\" sums the rest), from cgroup_skb programs on the cgroup2 root."),
+        def!(
+            "joule_net_flow_rate_bytes_per_second",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "IP bytes per second of the top flows over the last interval (flow=\"other\" sums the rest), from cgroup_skb programs on the cgroup2 root."
+        ),
         num(per_flow(|x| x.rate_bytes_per_second)),
     );
     push(
-        def!("joule_net_flow_mean_packet_bytes", Gauge, Some("NET"), "/net/flows", "Mean packet size of the top flows over the last interval (GSO segments counted as packets)."),
+        def!(
+            "joule_net_flow_mean_packet_bytes",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "Mean packet size of the top flows over the last interval (GSO segments counted as packets)."
+        ),
         num(per_flow(|x| x.mean_packet_bytes)),
     );
     push(
-        def!("joule_net_flow_retransmits", Gauge, Some("NET"), "/net/flows", "TCP segments the top flows retransmitted over the last interval (tp_btf/tcp_retransmit_skb)."),
+        def!(
+            "joule_net_flow_retransmits",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "TCP segments the top flows retransmitted over the last interval (tp_btf/tcp_retransmit_skb)."
+        ),
         num(per_flow(|x| x.retransmits as f64)),
     );
     let per_cg = |f: fn(&joule_core::snapshot::CgroupNet) -> f64| -> Vec<(Labels, f64)> {
@@ -304,19 +325,38 @@ fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Valu
         num(per_cg(|g| g.packets_total as f64)),
     );
     push(
-        def!("joule_net_cgroup_rate_bytes_per_second", Gauge, Some("NET"), "/net/cgroups", "IP bytes per second of the cgroup2's sockets over the last interval, per direction."),
+        def!(
+            "joule_net_cgroup_rate_bytes_per_second",
+            Gauge,
+            Some("NET"),
+            "/net/cgroups",
+            "IP bytes per second of the cgroup2's sockets over the last interval, per direction."
+        ),
         num(per_cg(|g| g.rate_bytes_per_second)),
     );
     let per_cpu = |rx: bool, f: fn(&joule_core::snapshot::CpuSoftirq, bool) -> f64| -> Vec<(Labels, f64)> {
         n.softirq.iter().map(|c| (l(&[("cpu", &c.cpu.to_string()), ("softirq", if rx { "net_rx" } else { "net_tx" }), src(c.source)]), f(c, rx))).collect()
     };
-    let both = |f: fn(&joule_core::snapshot::CpuSoftirq, bool) -> f64| -> Vec<(Labels, f64)> { per_cpu(true, f).into_iter().chain(per_cpu(false, f)).collect() };
+    let both =
+        |f: fn(&joule_core::snapshot::CpuSoftirq, bool) -> f64| -> Vec<(Labels, f64)> { per_cpu(true, f).into_iter().chain(per_cpu(false, f)).collect() };
     push(
-        def!("joule_net_softirq_seconds", Counter, None, "/net/softirq", "Time each CPU spent in the NET_RX/NET_TX softirqs since the flow monitor loaded (tp_btf/softirq_entry+exit)."),
+        def!(
+            "joule_net_softirq_seconds",
+            Counter,
+            None,
+            "/net/softirq",
+            "Time each CPU spent in the NET_RX/NET_TX softirqs since the flow monitor loaded (tp_btf/softirq_entry+exit)."
+        ),
         num(both(|c, rx| if rx { c.net_rx_seconds_total } else { c.net_tx_seconds_total })),
     );
     push(
-        def!("joule_net_softirq_ratio", Gauge, Some("NET"), "/net/softirq", "Share of the last interval each CPU spent in the NET_RX/NET_TX softirqs, which run above every thread."),
+        def!(
+            "joule_net_softirq_ratio",
+            Gauge,
+            Some("NET"),
+            "/net/softirq",
+            "Share of the last interval each CPU spent in the NET_RX/NET_TX softirqs, which run above every thread."
+        ),
         num(both(|c, rx| if rx { c.net_rx_ratio } else { c.net_tx_ratio })),
     );
 }
@@ -421,7 +461,14 @@ mod tests {
         s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
         s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor, ..Default::default() };
         s.net = Some(joule_core::snapshot::NetFlows {
-            flows: vec![joule_core::snapshot::FlowSample { flow: "other".into(), proto: "mixed".into(), direction: "mixed".into(), cgroup: "mixed".into(), source: Origin::Ebpf, ..Default::default() }],
+            flows: vec![joule_core::snapshot::FlowSample {
+                flow: "other".into(),
+                proto: "mixed".into(),
+                direction: "mixed".into(),
+                cgroup: "mixed".into(),
+                source: Origin::Ebpf,
+                ..Default::default()
+            }],
             cgroups: vec![joule_core::snapshot::CgroupNet { cgroup: "/".into(), direction: "egress".into(), source: Origin::Ebpf, ..Default::default() }],
             softirq: vec![joule_core::snapshot::CpuSoftirq { cpu: 0, source: Origin::Ebpf, ..Default::default() }],
             flows_tracked: 1,
@@ -432,7 +479,8 @@ mod tests {
 
     #[test]
     fn every_name_is_joule_prefixed_and_unit_suffixed_or_a_plain_count() {
-        let plain = ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled", "joule_net_flow_retransmits", "joule_net_cgroup_packets"];
+        let plain =
+            ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled", "joule_net_flow_retransmits", "joule_net_cgroup_packets"];
         for f in families(&full_snapshot(), &AgentStats::default()) {
             assert!(f.def.name.starts_with("joule_"), "{}", f.def.name);
             assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);

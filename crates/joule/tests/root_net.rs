@@ -125,7 +125,11 @@ fn root_net_flow_monitor_counts_a_known_transfer_within_1pct() {
     let got = receiver.join().unwrap();
     let flows = mon.flows();
     let find = |egress: bool| {
-        flows.iter().find(|(k, _)| k.egress == egress && k.proto == "udp" && k.local_port == if egress { 9001 } else { 9000 }).map(|(_, c)| *c).expect("flow seen")
+        flows
+            .iter()
+            .find(|(k, _)| k.egress == egress && k.proto == "udp" && k.local_port == if egress { 9001 } else { 9000 })
+            .map(|(_, c)| *c)
+            .expect("flow seen")
     };
     let (out, inn) = (find(true), find(false));
     let want_bytes = (N * (PAYLOAD + 28)) as f64; // IPv4 20 + UDP 8 per datagram
@@ -186,7 +190,8 @@ fn root_net_limiter_is_removed_on_exit_and_after_sigkill_by_restore() {
     let cfg = agent_cfg(dir.path(), &p, "rate_mbit = 20.0\nflow = { proto = \"udp\", dst_port = 5201 }");
     let progs_before = netlimit_progs();
     for kill in [false, true] {
-        let mut agent = Killed(Command::new(JOULE).args(["agent", "--config"]).arg(&cfg).env("JOULE_NET_TEST_GUARD", "1").stdin(Stdio::null()).spawn().unwrap());
+        let mut agent =
+            Killed(Command::new(JOULE).args(["agent", "--config"]).arg(&cfg).env("JOULE_NET_TEST_GUARD", "1").stdin(Stdio::null()).spawn().unwrap());
         let agent = &mut agent.0;
         wait_for("the HTB root", || p.root_qdisc() == "htb");
         wait_for("the classifier", || p.filters().contains("joule_netlimit"));

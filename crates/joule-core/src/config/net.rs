@@ -126,7 +126,11 @@ pub(super) fn validate(net: &NetConfig, classes: &[super::ClassConfig], out: &mu
         if n > MAX_LIMITS_PER_INTERFACE {
             bad("net.limit", format!("{n} limits on {ifname}; at most {MAX_LIMITS_PER_INTERFACE} per direction"), "merge flows into a class");
         }
-        let whole = net.limits.iter().filter(|l| l.interface == ifname && (l.direction == Direction::Ingress) == ingress && l.class.is_none() && l.flow.is_none()).count();
+        let whole = net
+            .limits
+            .iter()
+            .filter(|l| l.interface == ifname && (l.direction == Direction::Ingress) == ingress && l.class.is_none() && l.flow.is_none())
+            .count();
         if whole > 1 {
             bad("net.limit", format!("{whole} limits for the whole of {ifname} in one direction"), "one per interface and direction");
         }
@@ -179,7 +183,12 @@ mod tests {
             limits: vec![
                 NetLimit { interface: "veth0".into(), rate_mbit: 0.0, ..Default::default() },
                 NetLimit { interface: "veth0".into(), rate_mbit: 1.0, direction: Direction::Ingress, class: Some("nope".into()), ..Default::default() },
-                NetLimit { interface: "veth0".into(), rate_mbit: 1.0, flow: Some(FlowMatch { proto: Some("icmp".into()), ..Default::default() }), ..Default::default() },
+                NetLimit {
+                    interface: "veth0".into(),
+                    rate_mbit: 1.0,
+                    flow: Some(FlowMatch { proto: Some("icmp".into()), ..Default::default() }),
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         };

@@ -34,8 +34,19 @@ impl Policy for NetPolicy {
             plan.push(
                 self.name(),
                 Some(NETLIMIT_ACTUATOR),
-                Want::LimitRate { interface: l.interface.clone(), direction: l.direction, class: l.class.clone(), flow: l.flow.clone(), rate_mbit: l.rate_mbit },
-                format!("[[net.limit]]: {what} {} {} at most {} Mbit/s", if l.direction == Direction::Ingress { "arriving on" } else { "leaving" }, l.interface, l.rate_mbit),
+                Want::LimitRate {
+                    interface: l.interface.clone(),
+                    direction: l.direction,
+                    class: l.class.clone(),
+                    flow: l.flow.clone(),
+                    rate_mbit: l.rate_mbit,
+                },
+                format!(
+                    "[[net.limit]]: {what} {} {} at most {} Mbit/s",
+                    if l.direction == Direction::Ingress { "arriving on" } else { "leaving" },
+                    l.interface,
+                    l.rate_mbit
+                ),
             );
         }
     }

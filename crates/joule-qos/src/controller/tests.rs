@@ -186,7 +186,7 @@ impl Net for CgFake {
         self.fx.link_kind(ns, ifname)
     }
     fn add_link(&self, ns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
-        self.fx.add_link(ns, ifname, kind)
+        Net::add_link(&self.fx, ns, ifname, kind)
     }
     fn delete_link(&self, ns: Option<&Path>, ifname: &str) -> io::Result<()> {
         self.fx.delete_link(ns, ifname)

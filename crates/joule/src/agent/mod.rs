@@ -141,7 +141,10 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>) ->
     }
     if !cfg.net.limits.is_empty() {
         if root {
-            a.push(Box::new(netlimit::NetlimitActuator::new(cfg.net.netns().map(Into::into), class_dirs.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect())));
+            a.push(Box::new(netlimit::NetlimitActuator::new(
+                cfg.net.netns().map(Into::into),
+                class_dirs.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect(),
+            )));
         } else {
             tracing::warn!("not root: {} [[net.limit]] entries are not applied", cfg.net.limits.len());
         }

@@ -131,7 +131,10 @@ impl NetlimitActuator {
                 return Err(format!("{ifname}: the limited classes/flows changed while running; restart the agent to apply").into());
             }
             self.install(&side, &want, cx)?;
-            (cx.events)("netlimit", serde_json::json!({ "interface": ifname, "direction": side.1, "rates_mbit": want.targets.iter().map(|t| t.1).collect::<Vec<_>>() }));
+            (cx.events)(
+                "netlimit",
+                serde_json::json!({ "interface": ifname, "direction": side.1, "rates_mbit": want.targets.iter().map(|t| t.1).collect::<Vec<_>>() }),
+            );
             self.held.get_mut(&side).expect("held").limits = want;
             return Ok(());
         }
@@ -201,7 +204,12 @@ mod tests {
 
     fn plan(rate: f64) -> Plan {
         let mut p = Plan::default();
-        p.push("net", Some(NETLIMIT_ACTUATOR), Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: rate }, "t");
+        p.push(
+            "net",
+            Some(NETLIMIT_ACTUATOR),
+            Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: rate },
+            "t",
+        );
         p
     }
 
@@ -209,8 +217,18 @@ mod tests {
     fn wanted_groups_by_interface_and_the_last_rate_wins() {
         let mut p = plan(5.0);
         let f = FlowMatch { proto: Some("udp".into()), dst_port: Some(9), ..Default::default() };
-        p.push("net", Some(NETLIMIT_ACTUATOR), Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: Some(f.clone()), rate_mbit: 1.0 }, "t");
-        p.push("energy", Some(NETLIMIT_ACTUATOR), Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: 7.0 }, "t");
+        p.push(
+            "net",
+            Some(NETLIMIT_ACTUATOR),
+            Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: Some(f.clone()), rate_mbit: 1.0 },
+            "t",
+        );
+        p.push(
+            "energy",
+            Some(NETLIMIT_ACTUATOR),
+            Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: 7.0 },
+            "t",
+        );
         let w = wanted(&p);
         let l = &w[&("veth-a".to_string(), Direction::Egress)];
         assert_eq!(l.targets, vec![(Target::Whole, 7.0), (Target::Flow(f), 1.0)]);

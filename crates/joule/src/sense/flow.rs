@@ -56,7 +56,11 @@ impl FlowState {
         for (k, c) in &flows {
             let p = self.prev.get(k).copied().unwrap_or_default();
             // A flow evicted and seen again restarts from 0: then its whole count is new.
-            let (b, n, r) = if c.bytes >= p.bytes && c.packets >= p.packets { (c.bytes - p.bytes, c.packets - p.packets, c.retransmits.saturating_sub(p.retransmits)) } else { (c.bytes, c.packets, c.retransmits) };
+            let (b, n, r) = if c.bytes >= p.bytes && c.packets >= p.packets {
+                (c.bytes - p.bytes, c.packets - p.packets, c.retransmits.saturating_sub(p.retransmits))
+            } else {
+                (c.bytes, c.packets, c.retransmits)
+            };
             let t = self.cgroup_totals.entry((k.cgroup_id, k.egress)).or_default();
             t.0 += b;
             t.1 += n;
@@ -77,7 +81,8 @@ impl FlowState {
             retransmits: r,
             source: Origin::Ebpf,
         };
-        let mut out: Vec<FlowSample> = deltas.iter().take(self.top_n).map(|(k, b, n, r)| sample(flow_name(k), k.proto, dir(k.egress), name(k.cgroup_id), *b, *n, *r)).collect();
+        let mut out: Vec<FlowSample> =
+            deltas.iter().take(self.top_n).map(|(k, b, n, r)| sample(flow_name(k), k.proto, dir(k.egress), name(k.cgroup_id), *b, *n, *r)).collect();
         let rest = deltas.iter().skip(self.top_n).fold((0, 0, 0), |acc, (_, b, n, r)| (acc.0 + b, acc.1 + n, acc.2 + r));
         out.push(sample("other".into(), "mixed", "mixed", "mixed".into(), rest.0, rest.1, rest.2));
         // Rates per cgroup over the interval, from the deltas.
@@ -143,7 +148,15 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     fn key(port: u16, cg: u64) -> FlowKey {
-        FlowKey { proto: "udp", egress: true, local: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), local_port: port, remote: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), remote_port: 9, cgroup_id: cg }
+        FlowKey {
+            proto: "udp",
+            egress: true,
+            local: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            local_port: port,
+            remote: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            remote_port: 9,
+            cgroup_id: cg,
+        }
     }
     fn c(bytes: u64, packets: u64) -> FlowCounters {
         FlowCounters { bytes, packets, ..Default::default() }

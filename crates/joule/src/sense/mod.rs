@@ -111,7 +111,8 @@ impl Snapshotter {
         me.sampler.push(Box::new(RunqSource::new(runq, t.task_wait_top)));
         if cfg.net.flow_monitor {
             let layout = joule_core::cgroupfs::Layout::detect(&t.cgroup_root, &RealEffects);
-            let cg2 = layout.unified.map(|u| u.dir).with_context(|| format!("[net] flow_monitor needs a cgroup2 hierarchy under {}", t.cgroup_root.display()))?;
+            let cg2 =
+                layout.unified.map(|u| u.dir).with_context(|| format!("[net] flow_monitor needs a cgroup2 hierarchy under {}", t.cgroup_root.display()))?;
             let mon = joule_bpf::FlowMonitor::load(&cg2).context("while loading the flow monitor")?;
             me.sampler.push(Box::new(flow::FlowSource::new(mon, cfg.net.top_n)));
         }

@@ -119,6 +119,10 @@ pub fn run(args: &NetQosArgs) -> anyhow::Result<()> {
         (args.only.iter().all(|s| ["limiter", "softirq", "placement"].contains(&s.as_str())), "--only takes limiter, softirq, placement"),
     ])?;
     let mut out = serde_json::json!({ "limiter": [], "softirq": [], "placement": [] });
+    // First, so that a section that cannot run fails before minutes of measuring.
+    if want(args, "placement") {
+        out["placement"] = placement::run(args)?.into();
+    }
     if want(args, "limiter") || want(args, "softirq") {
         anyhow::ensure!(joule_core::testing::is_root(), "the limiter and softirq sections need root (netns, qdiscs, eBPF, SCHED_FIFO)");
         // SAFETY: set before any thread of ours reads the environment concurrently.
@@ -137,9 +141,6 @@ pub fn run(args: &NetQosArgs) -> anyhow::Result<()> {
         if want(args, "softirq") {
             out["softirq"] = softirq::run(args, &topo, &mon)?.into();
         }
-    }
-    if want(args, "placement") {
-        out["placement"] = placement::run(args)?.into();
     }
     print(&out);
     if let Some(p) = &args.json {
