@@ -187,20 +187,7 @@ fn raw_ifindex(raw: &[u8]) -> Option<u32> {
 
 impl Net for RealEffects {
     fn link_index(&self, netns: Option<&Path>, ifname: &str) -> io::Result<u32> {
-        let mut ask = LinkMessage::default();
-        ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
-        let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODEV) => no_link(netns, ifname),
-            _ => e,
-        })?;
-        for reply in replies {
-            match reply {
-                Ok(RouteNetlinkMessage::NewLink(l)) => return Ok(l.header.index),
-                Err(u) => return Err(invalid(format!("the reply about interface {ifname} did not decode: {}", u.reason))),
-                Ok(_) => {}
-            }
-        }
-        Err(no_link(netns, ifname))
+        Ok(get_link(netns, ifname)?.header.index)
     }
 
     fn qdiscs(&self, netns: Option<&Path>, ifindex: u32) -> io::Result<Vec<Qdisc>> {
@@ -245,22 +232,12 @@ impl Net for RealEffects {
     }
 
     fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
-        let mut ask = LinkMessage::default();
-        ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
-        let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODEV) => no_link(netns, ifname),
-            _ => e,
-        })?;
-        for reply in replies {
-            if let Ok(RouteNetlinkMessage::NewLink(l)) = reply {
-                let kind = l.attributes.iter().find_map(|a| match a {
-                    LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| if let LinkInfo::Kind(k) = i { Some(k.to_string()) } else { None }),
-                    _ => None,
-                });
-                return Ok(kind.unwrap_or_default());
-            }
-        }
-        Err(no_link(netns, ifname))
+        let l = get_link(netns, ifname)?;
+        let kind = l.attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| if let LinkInfo::Kind(k) = i { Some(k.to_string()) } else { None }),
+            _ => None,
+        });
+        Ok(kind.unwrap_or_default())
     }
 
     fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
@@ -279,6 +256,24 @@ impl Net for RealEffects {
         m.header.index = ifindex;
         ack(netns, ifindex, RouteNetlinkMessage::DelLink(m), 0)
     }
+}
+
+/// RTM_GETLINK of interface `ifname`: `NotFound` when `netns` has none of that name.
+fn get_link(netns: Option<&Path>, ifname: &str) -> io::Result<LinkMessage> {
+    let mut ask = LinkMessage::default();
+    ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
+    let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) => no_link(netns, ifname),
+        _ => e,
+    })?;
+    for reply in replies {
+        match reply {
+            Ok(RouteNetlinkMessage::NewLink(l)) => return Ok(l),
+            Err(u) => return Err(invalid(format!("the reply about interface {ifname} did not decode: {}", u.reason))),
+            Ok(_) => {}
+        }
+    }
+    Err(no_link(netns, ifname))
 }
 
 /// A request answered by an acknowledgement; ENODEV (no such ifindex) becomes `NotFound`.
