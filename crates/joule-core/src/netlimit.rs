@@ -1,7 +1,8 @@
 //! The bandwidth limiter's qdisc side: an HTB root qdisc with one class per limit, put on an
 //! interface through the [`Net`] seam (netlink), its deletion journalled first
 //! ([`crate::qdisc::replace_root`] → `Undo::QdiscDelete`). Deleting the root takes the classes
-//! and any filter (the classifier) with it, so one undo record removes everything.
+//! with it. Classification (per class or flow) is a BPF program at a clsact qdisc the limiter
+//! puts too ([`put_clsact`], journalled); ingress goes through an ifb ([`install_ingress`]).
 //!
 //! Why HTB and not EDT: EDT pacing (a BPF program setting `skb->tstamp`) needs the fq qdisc to
 //! honour departure times; [`choose_shaper`] asks the kernel for fq and takes HTB when it is
@@ -183,6 +184,40 @@ pub const CLSACT_HANDLE: u32 = 0xFFFF_0000;
 /// The ifb device joule creates for the ingress limits of interface index `ifindex`.
 pub fn ifb_name(ifindex: u32) -> String {
     format!("jifb{ifindex}")
+}
+
+fn foreign_clsact(ifname: &str) -> NetlimitError {
+    NetlimitError::Io {
+        ifname: ifname.into(),
+        source: io::Error::new(io::ErrorKind::AlreadyExists, "it has a clsact qdisc joule did not put: refusing to hang a program on it"),
+    }
+}
+
+/// Puts a clsact qdisc on `ifname` for joule's classifier or redirect, its deletion (which
+/// removes the programs attached to it) journalled first. Refuses an interface that already
+/// has one: someone's programs hang on it.
+pub fn put_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str) -> Result<u32, NetlimitError> {
+    check_guard(fx, netns, ifname)?;
+    let io = |source| NetlimitError::Io { ifname: ifname.to_string(), source };
+    let ifindex = fx.link_index(netns, ifname).map_err(io)?;
+    if fx.qdiscs(netns, ifindex).map_err(io)?.iter().any(|q| q.parent == TC_H_CLSACT) {
+        return Err(foreign_clsact(ifname));
+    }
+    journal
+        .record(
+            owner,
+            Undo::QdiscDelete {
+                netns: netns.map(Path::to_path_buf),
+                ifname: ifname.into(),
+                ifindex,
+                parent: TC_H_CLSACT,
+                handle: CLSACT_HANDLE,
+                kind: "clsact".into(),
+            },
+        )
+        .map_err(QdiscError::from)?;
+    fx.replace_qdisc(netns, ifindex, &Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT)).map_err(io)?;
+    Ok(ifindex)
 }
 
 /// Where the ingress limits of an interface are shaped.

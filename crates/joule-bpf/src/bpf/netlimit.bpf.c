@@ -1,7 +1,9 @@
-/* The bandwidth limiter's classifier: a cls_bpf program in direct-action mode under joule's
- * HTB root qdisc. It only picks the HTB class (skb->tc_classid); HTB does the shaping. A packet
- * takes the class of the first flow rule it matches (protocol, ports, IPv4 destination), else
- * the class of its socket's cgroup, else HTB's default (TC_ACT_UNSPEC). */
+/* The bandwidth limiter's classifier, at the clsact egress hook of the limited interface
+ * (before its qdisc). It only picks the HTB class, by writing the classid into skb->priority,
+ * which HTB looks up before anything else; HTB does the shaping. (A cls_bpf filter under HTB
+ * cannot name a class: its skb->tc_classid is 16 bits, the minor only.) A packet takes the
+ * class of the first flow rule it matches (protocol, ports, IPv4 destination), else the class
+ * of its socket's cgroup, else it is left alone and HTB's default class takes it. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -10,10 +12,11 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define ETH_P_IP 0x0800
-#define TC_ACT_UNSPEC (-1)
 #define TC_ACT_OK 0
 
-/* How many entries of netlimit_rules are used; set before load. */
+/* Set before load: how many entries of netlimit_rules are used, and for the ingress redirect the
+ * ifb device's index. */
+const volatile __u32 ifb_ifindex = 0;
 const volatile __u32 nr_rules = 0;
 
 struct {
@@ -31,8 +34,7 @@ struct {
 	__type(value, __u32);
 } netlimit_cgroups SEC(".maps");
 
-SEC("tc")
-int joule_netlimit_classify(struct __sk_buff *skb)
+static __always_inline void classify(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
@@ -60,27 +62,31 @@ int joule_netlimit_classify(struct __sk_buff *skb)
 		if ((r->proto && r->proto != proto) || (r->sport && r->sport != sport) || (r->dport && r->dport != dport) ||
 		    (r->daddr && r->daddr != daddr))
 			continue;
-		skb->tc_classid = r->classid;
-		return TC_ACT_OK;
+		skb->priority = r->classid;
+		return;
 	}
 	__u64 cg = bpf_skb_cgroup_id(skb);
 	__u32 *classid = bpf_map_lookup_elem(&netlimit_cgroups, &cg);
-	if (classid) {
-		skb->tc_classid = *classid;
-		return TC_ACT_OK;
-	}
-	return TC_ACT_UNSPEC;
+	if (classid)
+		skb->priority = *classid;
+}
+
+SEC("tc")
+int joule_netlimit_classify(struct __sk_buff *skb)
+{
+	classify(skb);
+	return TC_ACT_OK;
 }
 
 /* Ingress limits: at the limited interface's clsact ingress, every packet goes to the egress
  * of joule's ifb device, whose HTB root shapes it; the ifb then hands it back to the stack as
  * if it had arrived on the interface. */
-const volatile __u32 ifb_ifindex = 0;
 
 SEC("tc")
 int joule_netlimit_to_ifb(struct __sk_buff *skb)
 {
 	if (!ifb_ifindex)
 		return TC_ACT_OK;
+	classify(skb); /* the flow rules pick the ifb's HTB class */
 	return bpf_redirect(ifb_ifindex, 0);
 }

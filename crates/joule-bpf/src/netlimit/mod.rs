@@ -1,15 +1,15 @@
-//! netlimit.bpf.c's loader: the bandwidth limiter's classifier. It is attached as a cls_bpf
-//! filter (direct action) to the HTB root qdisc the `netlimit` actuator puts on an interface,
-//! through libbpf's tc support (netlink, no `tc` binary). The filter holds its own reference to
-//! the program, so it lives as long as the qdisc does; deleting the root qdisc (the journalled
-//! undo) removes classes, filter and program at once.
+//! netlimit.bpf.c's loader: the bandwidth limiter's classifier (clsact egress, picks the HTB
+//! class through skb->priority) and ingress redirect (clsact ingress → the ifb), attached
+//! through libbpf's tc support (netlink, no `tc` binary). A filter holds its own reference to
+//! its program, so it lives as long as the clsact qdisc does; deleting the clsact (the
+//! journalled undo) removes filter and program at once.
 
 use crate::error::{bpf, BpfError};
 use crate::intf::{joule_netlimit_rule, JOULE_NETLIMIT_CGROUPS, JOULE_NETLIMIT_RULES};
 use crate::pod::as_bytes;
 use crate::storage::ObjectStorage;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, TcHookBuilder, TC_CUSTOM, TC_INGRESS};
+use libbpf_rs::{MapCore, MapFlags, TcHookBuilder, TC_EGRESS, TC_INGRESS};
 use skel::{NetlimitSkel, NetlimitSkelBuilder};
 use std::mem::ManuallyDrop;
 use std::net::Ipv4Addr;
@@ -33,7 +33,7 @@ pub struct NetlimitRule {
     pub daddr: Option<Ipv4Addr>,
 }
 
-/// The filter's priority and handle under the HTB root (one filter per interface).
+/// The filter's priority and handle at its clsact hook (one filter per interface and hook).
 pub const FILTER_PRIO: u32 = 1;
 pub const FILTER_HANDLE: u32 = 1;
 
@@ -45,8 +45,12 @@ pub struct NetlimitClassifier {
 
 impl NetlimitClassifier {
     /// Loads the classifier with its flow rules (first match wins) and cgroup2 id → classid
-    /// entries.
+    /// entries; `ifb_ifindex` (0: none) is where the ingress redirect sends packets.
     pub fn load(rules: &[NetlimitRule], cgroups: &[(u64, u32)]) -> Result<NetlimitClassifier, BpfError> {
+        Self::load_with(rules, cgroups, 0)
+    }
+
+    fn load_with(rules: &[NetlimitRule], cgroups: &[(u64, u32)], ifb_ifindex: u32) -> Result<NetlimitClassifier, BpfError> {
         if rules.len() > JOULE_NETLIMIT_RULES as usize || cgroups.len() > JOULE_NETLIMIT_CGROUPS as usize {
             return Err(BpfError::Config(format!(
                 "the limiter takes at most {JOULE_NETLIMIT_RULES} flow rules and {JOULE_NETLIMIT_CGROUPS} cgroups per interface"
@@ -56,7 +60,9 @@ impl NetlimitClassifier {
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
         let mut open = bpf("opening netlimit.bpf.o", NetlimitSkelBuilder::default().open(open_object))?;
-        open.maps.rodata_data.as_mut().expect("netlimit has a .rodata section").nr_rules = rules.len() as u32;
+        let rodata = open.maps.rodata_data.as_mut().expect("netlimit has a .rodata section");
+        rodata.nr_rules = rules.len() as u32;
+        rodata.ifb_ifindex = ifb_ifindex;
         let skel = bpf("loading the limiter's classifier into the kernel", open.load())?;
         for (i, r) in rules.iter().enumerate() {
             let raw = joule_netlimit_rule {
@@ -75,31 +81,24 @@ impl NetlimitClassifier {
         Ok(NetlimitClassifier { skel: ManuallyDrop::new(skel), _storage: storage })
     }
 
-    /// Attaches the classifier as a direct-action cls_bpf filter under qdisc `qdisc_handle`
-    /// (major:0) of interface `ifindex` in network namespace `netns` (`None`: this process's).
-    /// libbpf's netlink socket belongs to the namespace of the thread that opens it, so for
-    /// another namespace a short-lived thread enters it first.
-    pub fn attach(&self, netns: Option<&Path>, ifindex: u32, qdisc_handle: u32) -> Result<(), BpfError> {
+    /// Attaches the classifier at the clsact egress hook of interface `ifindex` in network
+    /// namespace `netns` (`None`: this process's); the clsact qdisc must be there
+    /// (`joule_core::netlimit::put_clsact` puts it, journalled). The filter holds the program:
+    /// deleting the clsact removes both.
+    pub fn attach_egress(&self, netns: Option<&Path>, ifindex: u32) -> Result<(), BpfError> {
         let fd = self.skel.progs.joule_netlimit_classify.as_fd();
         in_netns(netns, || {
-            let mut hook = TcHookBuilder::new(fd).ifindex(ifindex as i32).replace(true).handle(FILTER_HANDLE).priority(FILTER_PRIO).hook(TC_CUSTOM);
-            hook.parent(qdisc_handle, 0);
-            bpf("attaching the limiter's classifier (cls_bpf) under the HTB root", hook.attach()).map(drop)
+            let mut hook = TcHookBuilder::new(fd).ifindex(ifindex as i32).replace(true).handle(FILTER_HANDLE).priority(FILTER_PRIO).hook(TC_EGRESS);
+            bpf("attaching the limiter's classifier to clsact egress", hook.attach()).map(drop)
         })
     }
 
     /// Attaches the ingress redirect to the clsact ingress of `ifindex` (the clsact qdisc must
     /// be there: `joule_core::netlimit::install_ingress` puts it, journalled); every packet
-    /// arriving there goes to the egress of `ifb_ifindex`. Loaded as its own object so the
-    /// ifb's index can be a load-time constant.
-    pub fn attach_ingress_redirect(netns: Option<&Path>, ifindex: u32, ifb_ifindex: u32) -> Result<NetlimitClassifier, BpfError> {
-        let mut storage = ObjectStorage::new();
-        // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
-        let open_object = unsafe { storage.get() };
-        let mut open = bpf("opening netlimit.bpf.o", NetlimitSkelBuilder::default().open(open_object))?;
-        open.maps.rodata_data.as_mut().expect("netlimit has a .rodata section").ifb_ifindex = ifb_ifindex;
-        let skel = bpf("loading the limiter's ingress redirect into the kernel", open.load())?;
-        let me = NetlimitClassifier { skel: ManuallyDrop::new(skel), _storage: storage };
+    /// arriving there is classified by the flow `rules` and goes to the egress of
+    /// `ifb_ifindex`, whose HTB shapes it.
+    pub fn attach_ingress_redirect(netns: Option<&Path>, ifindex: u32, ifb_ifindex: u32, rules: &[NetlimitRule]) -> Result<NetlimitClassifier, BpfError> {
+        let me = Self::load_with(rules, &[], ifb_ifindex)?;
         let fd = me.skel.progs.joule_netlimit_to_ifb.as_fd();
         in_netns(netns, || {
             let mut hook = TcHookBuilder::new(fd).ifindex(ifindex as i32).replace(true).handle(FILTER_HANDLE).priority(FILTER_PRIO).hook(TC_INGRESS);

@@ -1,7 +1,7 @@
 //! The "netlimit" actuator (issue 11): holds the `Want::LimitRate` decisions of the plan as an
 //! HTB tree per interface (`joule_core::netlimit`, netlink through the effects seam, the root's
 //! deletion journalled first) and, when a limit is for a class or a flow, the classifier
-//! (netlimit.bpf.c) attached under the HTB root with libbpf's tc support. Ingress limits go
+//! (netlimit.bpf.c) at a clsact egress hook (journalled too) with libbpf's tc support. Ingress limits go
 //! through an ifb device (`netlimit::install_ingress`) and a redirect program at the
 //! interface's clsact ingress. Shutdown and
 //! `joule restore` delete the root: classes, filter and program go with it.
@@ -84,7 +84,7 @@ pub fn wanted(plan: &Plan) -> BTreeMap<Side, InterfaceLimits> {
 
 struct Held {
     limits: InterfaceLimits,
-    /// The classifier under the HTB root, and for ingress the redirect to the ifb.
+    /// The classifier at clsact egress, or for ingress the redirect to the ifb.
     _programs: Vec<NetlimitClassifier>,
 }
 
@@ -149,13 +149,16 @@ impl NetlimitActuator {
         let (htb_ifindex, redirect_from) = self.install(&side, &want, cx)?;
         let mut programs = Vec::new();
         let (rules, cgroups) = want.rules(&|c| self.class_cgroup(c));
-        if !rules.is_empty() || !cgroups.is_empty() {
-            let c = NetlimitClassifier::load(&rules, &cgroups)?;
-            c.attach(ns, htb_ifindex, tc_handle(HTB_MAJOR, 0))?;
-            programs.push(c);
-        }
-        if let Some(ifindex) = redirect_from {
-            programs.push(NetlimitClassifier::attach_ingress_redirect(ns, ifindex, htb_ifindex)?);
+        match redirect_from {
+            // Ingress: the redirect program classifies by the flow rules on its way to the ifb.
+            Some(ifindex) => programs.push(NetlimitClassifier::attach_ingress_redirect(ns, ifindex, htb_ifindex, &rules)?),
+            None if !rules.is_empty() || !cgroups.is_empty() => {
+                let c = NetlimitClassifier::load(&rules, &cgroups)?;
+                let ifindex = netlimit::put_clsact(cx.fx, cx.journal, NETLIMIT_ACTUATOR, ns, &ifname)?;
+                c.attach_egress(ns, ifindex)?;
+                programs.push(c);
+            }
+            None => {}
         }
         (cx.events)("netlimit", serde_json::json!({ "interface": ifname, "direction": side.1, "installed": true, "programs": programs.len() }));
         self.held.insert(side, Held { limits: want, _programs: programs });
