@@ -2,7 +2,8 @@
 //! transfer over veth within 1 %; the limiter (an agent with `[[net.limit]]`) is installed and
 //! removed cleanly — no qdisc, filter or BPF program left — on exit and after a SIGKILL plus
 //! `joule restore`; its rate is within ±10 % of the target; the test guard refuses a real
-//! interface. Everything runs in two namespaces `jnet-<pid>-<test>-{a,b}` joined by a veth
+//! interface; an agent with the flow monitor exports bounded `ebpf` flow metrics that pass
+//! promtool. Everything runs in two namespaces `jnet-<pid>-<test>-{a,b}` joined by a veth
 //! pair, deleted by a Drop guard.
 
 use joule_core::effects::{Net, RealEffects, TC_H_ROOT};
@@ -338,4 +339,71 @@ fn root_net_class_limit_shapes_only_the_sockets_of_that_cgroup() {
     assert_eq!(p.root_qdisc(), "noqueue");
     assert!((inside - 10.0).abs() <= 1.0, "the class's cgroup got {inside:.2} Mbit/s for a 10 Mbit/s limit");
     assert!(outside > 30.0, "a socket outside the class is not shaped: {outside:.2} Mbit/s");
+}
+
+/// GET `path` from the agent's metrics server; the body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    all.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+}
+
+#[test]
+#[ignore]
+fn root_net_agent_with_the_flow_monitor_exports_bounded_ebpf_flow_metrics() {
+    if !require(is_root(), "root") || !require(cgroup2().is_some(), "a cgroup2 hierarchy") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"/sys/fs/bpf/joule-test-net-{pid}\"\n\n[net]\nflow_monitor = true\ntop_n = 2\n",
+        j = dir.path().join("journal").display(),
+        e = dir.path().join("events.jsonl").display(),
+        pid = std::process::id(),
+    );
+    std::fs::write(dir.path().join("joule.toml"), cfg).unwrap();
+    let mut agent = Killed(Command::new(JOULE).args(["agent", "--config"]).arg(dir.path().join("joule.toml")).stdin(Stdio::null()).spawn().unwrap());
+    let mut addr = String::new();
+    wait_for("the agent's listening event", || {
+        let log = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap_or_default();
+        let v = log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "listening");
+        if let Some(url) = v.and_then(|v| v["metrics"].as_str().map(String::from)) {
+            addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+        }
+        !addr.is_empty()
+    });
+    // Five UDP flows on loopback: two are named, the other three are summed into `other`.
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = rx.local_addr().unwrap();
+    let senders: Vec<UdpSocket> = (0..5).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        for (i, s) in senders.iter().enumerate() {
+            s.send_to(&vec![1u8; 100 * (i + 1)], to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let text = http_get(&addr, "/metrics");
+    let rates: Vec<&str> = text.lines().filter(|l| l.starts_with("joule_net_flow_rate_bytes_per_second{")).collect();
+    assert!(rates.iter().all(|l| l.contains("source=\"ebpf\"")), "{rates:?}");
+    assert!(rates.iter().any(|l| l.contains("flow=\"other\"")), "{rates:?}");
+    assert!(rates.len() <= 3, "top_n = 2 named flows plus other: {rates:?}");
+    assert!(text.contains("joule_net_softirq_seconds_total{"), "no softirq counter:\n{text}");
+    assert!(text.contains("joule_net_cgroup_bytes_total{"), "no per-cgroup counter");
+    // promtool (scripts/install-deps.sh unpacks it into /var/cache/joule-tools/bin) on the new families.
+    let promtool = std::env::var("JOULE_PROMTOOL").unwrap_or_else(|_| "/var/cache/joule-tools/bin/promtool".into());
+    if require(Path::new(&promtool).exists(), "promtool") {
+        use std::io::Write;
+        let mut child = Command::new(&promtool).args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    }
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    assert!(agent.0.wait().unwrap().success());
 }
