@@ -79,6 +79,9 @@ impl Reading {
     pub fn net_rx_ns_on(&self, cpu: usize) -> u64 {
         self.softirq.iter().filter(|s| s.cpu == cpu).map(|s| s.net_rx_ns).sum()
     }
+    pub fn net_tx_ns_on(&self, cpu: usize) -> u64 {
+        self.softirq.iter().filter(|s| s.cpu == cpu).map(|s| s.net_tx_ns).sum()
+    }
 }
 
 /// joule's limiter on the sender's veth, the whole interface at `rate_mbit` (HTB default
@@ -168,7 +171,7 @@ fn print(out: &serde_json::Value) {
         }
     };
     table("limiter", &["proto", "target_mbit", "achieved_mbit", "ratio", "iperf3_goodput_mbit", "cpu_pct"]);
-    table("softirq", &["mode", "p99_us", "max_us", "misses", "softirq_cpu_pct"]);
+    table("softirq", &["mode", "p99_us", "max_us", "misses", "softirq_cpu_pct", "net_rx_pct", "net_tx_pct"]);
     if let Some(rows) = out["softirq"].as_array() {
         let idle = rows.iter().find(|r| r["mode"] == "idle").and_then(|r| r["p99_us"].as_f64()).unwrap_or(0.0);
         for r in rows {

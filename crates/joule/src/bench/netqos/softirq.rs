@@ -5,6 +5,7 @@
 //! flood (iperf3 UDP, 64-byte datagrams, unpaced, sender and receiver pinned to CPU 0): veth
 //! hands each packet to the backlog of the CPU RPS picks, and that CPU runs NET_RX in softirq
 //! context above every thread. Modes: idle, flood, flood with joule's limiter on the sender.
+//! softirq_cpu_pct is NET_RX + NET_TX time on the RT CPU (the limiter's qdisc can be run there).
 
 use super::limiter::round2;
 use super::{Limit, Monitor, NetQosArgs};
@@ -90,6 +91,8 @@ pub fn run(args: &NetQosArgs, topo: &Topo, mon: &Monitor) -> anyhow::Result<Vec<
         drop(limit);
         let mut r = r?;
         let rx_ns = after.net_rx_ns_on(rt_cpu).saturating_sub(before.net_rx_ns_on(rt_cpu));
+        let tx_ns = after.net_tx_ns_on(rt_cpu).saturating_sub(before.net_tx_ns_on(rt_cpu));
+        let share = |ns: u64| round2(ns as f64 / (wall_s * 1e9) * 100.0);
         let max = r.lat_us.iter().copied().fold(0.0, f64::max);
         rows.push(serde_json::json!({
             "mode": mode,
@@ -97,7 +100,9 @@ pub fn run(args: &NetQosArgs, topo: &Topo, mon: &Monitor) -> anyhow::Result<Vec<
             "max_us": round2(max),
             "misses": r.misses,
             "jobs": r.lat_us.len(),
-            "softirq_cpu_pct": round2(rx_ns as f64 / (wall_s * 1e9) * 100.0),
+            "softirq_cpu_pct": share(rx_ns + tx_ns),
+            "net_rx_pct": share(rx_ns),
+            "net_tx_pct": share(tx_ns),
             "rt_cpu": rt_cpu,
             "limit_mbit": if mode == "flood+limiter" { Some(args.flood_limit_mbit) } else { None },
             "source": "ebpf",
