@@ -12,9 +12,10 @@ set -euo pipefail
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
 #   iproute2       ip netns / tc for the network tests
 #   procps         ps/sysctl used by tests and the hooks
+#   iperf3         the traffic of `joule bench net-qos` (its server runs in the bench's netns, never as a service)
 #   fio stress-ng  the I/O and CPU load of `joule bench thermal` and of the thermal VM checks
 #                  (the guest shares the host's root filesystem, so installing here serves both)
-PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps fio stress-ng)
+PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps fio stress-ng iperf3)
 
 missing=()
 for p in "${PKGS[@]}"; do

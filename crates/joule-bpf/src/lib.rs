@@ -1,5 +1,6 @@
 //! joule-bpf: joule's eBPF programs (run-queue latency, in-kernel thermal stage, the
-//! thermal-aware sched_ext scheduler) and their loaders.
+//! thermal-aware sched_ext scheduler, the flow monitor, the bandwidth limiter's classifier) and
+//! their loaders.
 //!
 //! Every program has the same shape: its C in `src/bpf/<name>.bpf.c`, compiled against the
 //! checked-in `src/bpf/vmlinux/` (CO-RE), and a Rust module `src/<name>/` with its loader
@@ -8,7 +9,9 @@
 //! BTF, pinning needs bpffs: see [`probe`].
 
 mod error;
+pub mod flow;
 pub mod nap;
+pub mod netlimit;
 mod pins;
 mod pod;
 mod probe;
@@ -19,7 +22,9 @@ mod storage;
 pub mod thermal;
 
 pub use error::BpfError;
+pub use flow::{FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
 pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
+pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;
 pub use probe::probe;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};

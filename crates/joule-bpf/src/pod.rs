@@ -27,6 +27,10 @@ pod!(
     crate::intf::joule_task_wait,
     crate::intf::joule_scx_stats,
     crate::intf::joule_scx_exit,
+    crate::intf::joule_flow_key,
+    crate::intf::joule_flow_stats,
+    crate::intf::joule_softirq_time,
+    crate::intf::joule_netlimit_rule,
     u32,
     u64
 );

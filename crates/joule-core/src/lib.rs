@@ -17,6 +17,7 @@ pub mod fsread;
 pub mod journal;
 pub mod mounts;
 pub mod nap;
+pub mod netlimit;
 pub mod origin;
 pub mod policy;
 pub mod procfs;

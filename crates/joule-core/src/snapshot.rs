@@ -30,6 +30,9 @@ pub struct Snapshot {
     /// The nap monitors' readings and the nap's state (`[nap]` enabled only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nap: Option<NapReadings>,
+    /// The flow monitor's view of the network stack (`[net] flow_monitor`); `None` when off.
+    #[serde(default)]
+    pub net: Option<NetFlows>,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
 }
@@ -312,5 +315,68 @@ pub struct MonitorReading {
     pub active: bool,
     /// What it saw, with units ("2 connections on :80", "cpu 3.1% ≤ 20%").
     pub detail: String,
+    pub source: Origin,
+}
+
+/// What the flow monitor (flow.bpf.c) saw over the interval. Label cardinality is bounded:
+/// `flows` has at most `[net] top_n` named flows (most bytes over the interval first) and one
+/// `other` entry summing every other flow.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NetFlows {
+    pub flows: Vec<FlowSample>,
+    /// Per cgroup2 and direction, every flow of its sockets.
+    pub cgroups: Vec<CgroupNet>,
+    /// Per CPU, the time spent in the network softirqs.
+    pub softirq: Vec<CpuSoftirq>,
+    /// Flows the kernel map holds (all of them, not only the top N).
+    pub flows_tracked: usize,
+    pub source: Origin,
+}
+
+/// One flow (or `other`) over the interval. Bytes are IP bytes as the socket layer hands
+/// them over (a GSO packet counts its headers once); packets count GSO segments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowSample {
+    /// `tcp 10.0.0.1:5201>10.0.0.2:40000` (this host's end first), or `other`.
+    pub flow: String,
+    /// `tcp`, `udp`, or `mixed` for `other`.
+    pub proto: String,
+    /// `egress` or `ingress`.
+    pub direction: String,
+    /// The socket's cgroup2 path (relative to the hierarchy root), `id:<n>` if unknown, or
+    /// `mixed` for `other`.
+    pub cgroup: String,
+    pub bytes: u64,
+    pub packets: u64,
+    /// bytes / packets over the interval (0 without packets).
+    pub mean_packet_bytes: f64,
+    /// bytes per second over the interval.
+    pub rate_bytes_per_second: f64,
+    /// TCP segments retransmitted over the interval.
+    pub retransmits: u64,
+    pub source: Origin,
+}
+
+/// One cgroup2's traffic in one direction: counted since the monitor loaded, and its rate
+/// over the interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CgroupNet {
+    pub cgroup: String,
+    pub direction: String,
+    pub bytes_total: u64,
+    pub packets_total: u64,
+    pub retransmits_total: u64,
+    pub rate_bytes_per_second: f64,
+    pub source: Origin,
+}
+
+/// One CPU's network softirq time: cumulative since load and its share of the interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuSoftirq {
+    pub cpu: usize,
+    pub net_rx_seconds_total: f64,
+    pub net_tx_seconds_total: f64,
+    pub net_rx_ratio: f64,
+    pub net_tx_ratio: f64,
     pub source: Origin,
 }

@@ -358,6 +358,18 @@ impl Net for DiesAt {
     fn delete_qdisc(&self, _: Option<&Path>, _: u32, _: u32, _: u32) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
+    fn replace_class(&self, _: Option<&Path>, _: u32, _: &Qdisc) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
+        RealEffects.link_kind(netns, ifname)
+    }
+    fn add_link(&self, _: Option<&Path>, _: &str, _: &str) -> io::Result<u32> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn delete_link(&self, _: Option<&Path>, _: &str) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
 }
 
 /// Issue 6: `joule restore` after a SIGKILL failed 2 times in 60 with `RemoveDir … EBUSY` when

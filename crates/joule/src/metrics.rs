@@ -39,6 +39,8 @@ pub enum Unit {
     Joules,
     Celsius,
     Hertz,
+    BytesPerSecond,
+    Bytes,
     Count,
 }
 
@@ -52,6 +54,8 @@ impl MetricDef {
             ("_joules", Unit::Joules),
             ("_celsius", Unit::Celsius),
             ("_hertz", Unit::Hertz),
+            ("_bytes_per_second", Unit::BytesPerSecond),
+            ("_bytes", Unit::Bytes),
         ]
         .into_iter()
         .find_map(|(suffix, u)| n.ends_with(suffix).then_some(u))
@@ -257,6 +261,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         def!("joule_runq_wakeups", Gauge, Some("RUNQ"), "/runq_latency", "Wake-ups that reached a CPU over the last interval, per cgroup."),
         num(s.runq_latency.iter().map(|r| (l(&[("cgroup", &r.cgroup), src(r.source)]), r.count as f64)).collect()),
     );
+    net_families(s, &mut push);
     push(def!("joule_agent_samples", Counter, None, "", "Control-loop iterations the agent has run."), num(vec![(vec![], a.samples_total as f64)]));
     push(def!("joule_agent_cpu_seconds", Counter, None, "", "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
     push(def!("joule_agent_loop_duration_seconds", Gauge, None, "", "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
@@ -267,9 +272,98 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     out
 }
 
+/// The flow monitor's families (issue 11). Flow labels are bounded: `[net] top_n` flows and
+/// one `flow="other"` series.
+fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
+    let Some(n) = &s.net else { return };
+    let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
+    let per_flow = |f: fn(&joule_core::snapshot::FlowSample) -> f64| -> Vec<(Labels, f64)> {
+        n.flows
+            .iter()
+            .map(|x| (l(&[("flow", &x.flow), ("proto", &x.proto), ("direction", &x.direction), ("cgroup", &x.cgroup), src(x.source)]), f(x)))
+            .collect()
+    };
+    push(
+        def!(
+            "joule_net_flow_rate_bytes_per_second",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "IP bytes per second of the top flows over the last interval (flow=\"other\" sums the rest), from cgroup_skb programs on the cgroup2 root."
+        ),
+        num(per_flow(|x| x.rate_bytes_per_second)),
+    );
+    push(
+        def!(
+            "joule_net_flow_mean_packet_bytes",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "Mean packet size of the top flows over the last interval (GSO segments counted as packets)."
+        ),
+        num(per_flow(|x| x.mean_packet_bytes)),
+    );
+    push(
+        def!(
+            "joule_net_flow_retransmits",
+            Gauge,
+            Some("NET"),
+            "/net/flows",
+            "TCP segments the top flows retransmitted over the last interval (tp_btf/tcp_retransmit_skb)."
+        ),
+        num(per_flow(|x| x.retransmits as f64)),
+    );
+    let per_cg = |f: fn(&joule_core::snapshot::CgroupNet) -> f64| -> Vec<(Labels, f64)> {
+        n.cgroups.iter().map(|g| (l(&[("cgroup", &g.cgroup), ("direction", &g.direction), src(g.source)]), f(g))).collect()
+    };
+    push(
+        def!("joule_net_cgroup_bytes", Counter, None, "/net/cgroups", "IP bytes of the cgroup2's sockets since the flow monitor loaded, per direction."),
+        num(per_cg(|g| g.bytes_total as f64)),
+    );
+    push(
+        def!("joule_net_cgroup_packets", Counter, None, "/net/cgroups", "Packets of the cgroup2's sockets since the flow monitor loaded, per direction."),
+        num(per_cg(|g| g.packets_total as f64)),
+    );
+    push(
+        def!(
+            "joule_net_cgroup_rate_bytes_per_second",
+            Gauge,
+            Some("NET"),
+            "/net/cgroups",
+            "IP bytes per second of the cgroup2's sockets over the last interval, per direction."
+        ),
+        num(per_cg(|g| g.rate_bytes_per_second)),
+    );
+    let per_cpu = |rx: bool, f: fn(&joule_core::snapshot::CpuSoftirq, bool) -> f64| -> Vec<(Labels, f64)> {
+        n.softirq.iter().map(|c| (l(&[("cpu", &c.cpu.to_string()), ("softirq", if rx { "net_rx" } else { "net_tx" }), src(c.source)]), f(c, rx))).collect()
+    };
+    let both =
+        |f: fn(&joule_core::snapshot::CpuSoftirq, bool) -> f64| -> Vec<(Labels, f64)> { per_cpu(true, f).into_iter().chain(per_cpu(false, f)).collect() };
+    push(
+        def!(
+            "joule_net_softirq_seconds",
+            Counter,
+            None,
+            "/net/softirq",
+            "Time each CPU spent in the NET_RX/NET_TX softirqs since the flow monitor loaded (tp_btf/softirq_entry+exit)."
+        ),
+        num(both(|c, rx| if rx { c.net_rx_seconds_total } else { c.net_tx_seconds_total })),
+    );
+    push(
+        def!(
+            "joule_net_softirq_ratio",
+            Gauge,
+            Some("NET"),
+            "/net/softirq",
+            "Share of the last interval each CPU spent in the NET_RX/NET_TX softirqs, which run above every thread."
+        ),
+        num(both(|c, rx| if rx { c.net_rx_ratio } else { c.net_tx_ratio })),
+    );
+}
+
 /// Every family joule can publish, for `joule monitor --list-metrics` and the docs.
 pub fn catalogue() -> Vec<MetricDef> {
-    let s = Snapshot { psi: Some(Default::default()), ..Default::default() };
+    let s = Snapshot { psi: Some(Default::default()), net: Some(Default::default()), ..Default::default() };
     let mut f = families(&s, &AgentStats::default());
     f.extend(control_families(&Plan::default(), &[]));
     f.into_iter().map(|f| f.def).collect()
@@ -354,7 +448,7 @@ mod tests {
     use super::*;
     use joule_core::snapshot::*;
 
-    const UNITS: [&str; 6] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz"];
+    const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
     const NO_SOURCE: [(&str, &str); 5] = [
@@ -384,13 +478,28 @@ mod tests {
         let since_load = LatencyBuckets { le_ns: vec![1024, 2048], counts: vec![1, 3], count: 4, estimated_sum_ns: 9000.0 };
         s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
         s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor, ..Default::default() };
+        s.net = Some(joule_core::snapshot::NetFlows {
+            flows: vec![joule_core::snapshot::FlowSample {
+                flow: "other".into(),
+                proto: "mixed".into(),
+                direction: "mixed".into(),
+                cgroup: "mixed".into(),
+                source: Origin::Ebpf,
+                ..Default::default()
+            }],
+            cgroups: vec![joule_core::snapshot::CgroupNet { cgroup: "/".into(), direction: "egress".into(), source: Origin::Ebpf, ..Default::default() }],
+            softirq: vec![joule_core::snapshot::CpuSoftirq { cpu: 0, source: Origin::Ebpf, ..Default::default() }],
+            flows_tracked: 1,
+            source: Origin::Ebpf,
+        });
         s
     }
 
     #[test]
     fn every_name_is_joule_prefixed_and_unit_suffixed_or_a_plain_count() {
-        let plain = ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled"];
-        for f in families(&Snapshot::default(), &AgentStats::default()) {
+        let plain =
+            ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled", "joule_net_flow_retransmits", "joule_net_cgroup_packets"];
+        for f in families(&full_snapshot(), &AgentStats::default()) {
             assert!(f.def.name.starts_with("joule_"), "{}", f.def.name);
             assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);
             assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);

@@ -24,6 +24,8 @@ fn human(unit: Unit, v: f64) -> String {
         Unit::Joules => format!("{v:10.1} J"),
         Unit::Celsius => format!("{v:6.1} °C"),
         Unit::Hertz => format!("{:6.0} MHz", v / 1e6),
+        Unit::BytesPerSecond => format!("{:8.2} Mbit/s", v * 8.0 / 1e6),
+        Unit::Bytes => format!("{v:8.0} B"),
         Unit::Count => format!("{v:8}"),
     }
 }

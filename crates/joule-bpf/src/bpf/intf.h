@@ -6,6 +6,8 @@
 
 #ifndef __bpf__
 /* BPF code gets these from vmlinux.h; bindgen (host) gets them here. */
+typedef unsigned char __u8;
+typedef unsigned short __u16;
 typedef unsigned int __u32;
 typedef int __s32;
 typedef unsigned long long __u64;
@@ -203,6 +205,73 @@ struct joule_nap_wake {
 	__u64 at_ns;      /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u32 proto;      /* JOULE_NAP_TCP or JOULE_NAP_UDP */
 	__u32 port;
+};
+
+/* flow.bpf.c, the flow monitor: per flow (5-tuple, direction, cgroup) byte and packet counts
+ * from cgroup_skb programs on the cgroup2 root, TCP retransmits from tp_btf/tcp_retransmit_skb,
+ * and per-CPU softirq time from tp_btf/softirq_entry+exit. Everything is cumulative since load;
+ * user space differences two reads for rates. */
+enum joule_flow_limits {
+	/* Flows tracked at once; LRU beyond (the least recently active make room). */
+	JOULE_FLOW_MAX = 16384,
+	/* Softirq vectors (NR_SOFTIRQS); NET_TX = 2 and NET_RX = 3 are the network ones. */
+	JOULE_SOFTIRQ_VECS = 10,
+	JOULE_SOFTIRQ_NET_TX = 2,
+	JOULE_SOFTIRQ_NET_RX = 3,
+};
+
+enum joule_flow_dir {
+	JOULE_FLOW_EGRESS = 0,
+	JOULE_FLOW_INGRESS = 1,
+};
+
+/* flows key. Addresses are IPv4-mapped IPv6 (::ffff:a.b.c.d) for IPv4, in network byte order;
+ * ports in host byte order. `local` is this host's end: the source on egress, the destination
+ * on ingress, so both directions of one connection share local/remote. */
+struct joule_flow_key {
+	__u64 cgroup_id;   /* the socket's cgroup2 id (bpf_skb_cgroup_id) */
+	__u32 local[4];
+	__u32 remote[4];
+	__u16 local_port;
+	__u16 remote_port;
+	__u8 proto;        /* IPPROTO_TCP = 6, IPPROTO_UDP = 17 */
+	__u8 dir;          /* enum joule_flow_dir */
+	__u8 _pad[2];
+};
+
+/* flows value: cumulative since the flow's first packet; atomic adds. bytes are IP bytes of
+ * the skb the socket layer handed over (a GSO packet counts its headers once), packets count
+ * GSO segments. */
+struct joule_flow_stats {
+	__u64 bytes;
+	__u64 packets;
+	__u64 retransmits; /* TCP segments retransmitted (egress only) */
+	__u64 first_ns;    /* bpf_ktime_get_ns() of the first packet */
+	__u64 last_ns;     /* of the latest */
+};
+
+/* softirq_time[vec], per CPU: cumulative time and runs of each softirq vector. */
+struct joule_softirq_time {
+	__u64 ns;
+	__u64 count;
+};
+
+/* netlimit.bpf.c, the limiter's classifier (cls_bpf, direct action, under joule's HTB root):
+ * a packet takes the class of the first flow rule it matches, else its cgroup's class, else
+ * the HTB default. */
+enum joule_netlimit_limits {
+	JOULE_NETLIMIT_RULES = 16,
+	JOULE_NETLIMIT_CGROUPS = 256,
+};
+
+/* netlimit_rules[i], i < nr: 0 in a field means "any". */
+struct joule_netlimit_rule {
+	__u32 classid;     /* the HTB class (major:minor); 0 ends the list */
+	__u32 daddr;       /* IPv4, network byte order */
+	__u16 sport;       /* host byte order */
+	__u16 dport;
+	__u8 proto;
+	__u8 _pad[3];
 };
 
 #endif /* __JOULE_INTF_H */

@@ -3,7 +3,7 @@
 //! and the threads that waited longest for a CPU. `opts.rs` is what it is told before load,
 //! `maps.rs` reads its maps, `stats.rs` turns two reads into what it reports.
 
-mod cgroups;
+pub(crate) mod cgroups;
 pub mod hist;
 mod maps;
 mod opts;

@@ -7,6 +7,7 @@ mod elevate;
 mod energy;
 mod locate;
 mod nap;
+mod net;
 mod thermal;
 mod validate;
 
@@ -15,6 +16,7 @@ pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use nap::{MachineNap, NapConfig, NapMonitors};
+pub use net::{Direction, FlowMatch, NetConfig, NetLimit, MAX_LIMITS_PER_INTERFACE};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +30,8 @@ pub struct Config {
     pub thermal: ThermalConfig,
     /// Nap with fast wake (off by default).
     pub nap: NapConfig,
+    /// The flow monitor and the bandwidth limiter (off unless configured).
+    pub net: NetConfig,
     /// Task classes: the vocabulary every mechanism shares.
     #[serde(rename = "class")]
     pub classes: Vec<ClassConfig>,

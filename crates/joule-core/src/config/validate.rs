@@ -109,6 +109,9 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         }
     }
 
+    super::net::validate(&cfg.net, &cfg.classes, &mut out);
+    let mut bad = |key: &str, msg: String, hint: &str| out.push((key.to_string(), msg, hint.to_string()));
+
     let mut seen = std::collections::HashSet::new();
     for (i, c) in cfg.classes.iter().enumerate() {
         let key = format!("class[{i}].name");

@@ -2,7 +2,7 @@
 //! Snapshot; actuators read the decisions addressed to them and reconcile the machine to them;
 //! exporters publish it next to the Snapshot, so a user can always see *why* joule acts.
 
-use crate::config::StageActions;
+use crate::config::{Direction, FlowMatch, StageActions};
 use serde::{Deserialize, Serialize};
 
 /// One period's decisions, made from the snapshot taken at `taken_at_ms`.
@@ -54,6 +54,18 @@ pub enum Want {
     /// no monitor has reported activity (0 while active). Waking on the first packet does not
     /// wait for this: the actuator's waiter thread thaws at once and the next decision follows.
     Nap { nap: bool, idle_for_ms: u64 },
+    // --- issue 11, network (actuator "netlimit") ---
+    /// Pace the traffic of `interface` (in the `[net]` namespace) in `direction` to
+    /// `rate_mbit`: all of it, or only the sockets of `class` (a `[[class]]` name; egress
+    /// only), or only the packets of `flow`. Ingress goes through an ifb device.
+    LimitRate {
+        interface: String,
+        #[serde(default)]
+        direction: Direction,
+        class: Option<String>,
+        flow: Option<FlowMatch>,
+        rate_mbit: f64,
+    },
 }
 
 /// Which mechanism acts on the thermal stage this period.

@@ -71,6 +71,18 @@ pub trait Net {
     /// Deleting the root qdisc makes the kernel attach the interface's default again; the
     /// default itself (handle 0) cannot be deleted (`NotFound`).
     fn delete_qdisc(&self, netns: Option<&Path>, ifindex: u32, parent: u32, handle: u32) -> io::Result<()>;
+    /// Puts traffic class `class` (same shape as a qdisc: `kind` of its qdisc, `handle` the
+    /// classid major:minor, `parent` the qdisc or class above it, its `TCA_OPTIONS`) in place
+    /// of the class with that handle, or creates it (`tc class replace`). Classes go with the
+    /// qdisc they belong to: deleting it deletes them, and the filters attached to it.
+    fn replace_class(&self, netns: Option<&Path>, ifindex: u32, class: &Qdisc) -> io::Result<()>;
+    /// The kind of interface `ifname` (`veth`, `ifb`, `bridge`…; empty for a device without
+    /// one, such as a physical NIC or `lo`).
+    fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String>;
+    /// Creates interface `ifname` of `kind` (`ifb`) in `netns`, up; returns its index.
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32>;
+    /// Deletes interface `ifname` (`NotFound` when there is none).
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()>;
 }
 
 /// `NotFound` naming the interface and namespace, for the real and the fake alike.
@@ -91,6 +103,10 @@ pub struct FakeLink {
     /// The kind of root qdisc the kernel attaches by itself (`noqueue` for veth and lo).
     pub default_root: String,
     pub qdiscs: Vec<Qdisc>,
+    /// Traffic classes (of the qdiscs above), by handle.
+    pub classes: Vec<Qdisc>,
+    /// `veth`, `ifb`, … or "" (see [`Net::link_kind`]).
+    pub kind: String,
 }
 
 impl FakeEffects {
@@ -102,7 +118,20 @@ impl FakeEffects {
             ifname: ifname.to_string(),
             default_root: default_root.to_string(),
             qdiscs: vec![Qdisc::new(default_root, 0, TC_H_ROOT)],
+            classes: Vec::new(),
+            kind: if ifname.starts_with("veth") { "veth".into() } else { String::new() },
         });
+    }
+    fn add_link_quietly(&self, netns: Option<&Path>, ifindex: u32, ifname: &str, default_root: &str, kind: &str) {
+        self.add_link(netns, ifindex, ifname, default_root);
+        self.set_link_kind(netns, ifname, kind);
+    }
+    /// Sets the kind of interface `ifname` (`add_link` guesses `veth` from a `veth` prefix).
+    pub fn set_link_kind(&self, netns: Option<&Path>, ifname: &str, kind: &str) {
+        let mut links = self.links.lock().unwrap();
+        if let Some(l) = links.iter_mut().find(|l| l.netns.as_deref() == netns && l.ifname == ifname) {
+            l.kind = kind.to_string();
+        }
     }
     fn with_link<T>(&self, netns: Option<&Path>, ifindex: u32, f: impl FnOnce(&mut FakeLink) -> io::Result<T>) -> io::Result<T> {
         let mut links = self.links.lock().unwrap();
@@ -126,6 +155,7 @@ impl Net for FakeEffects {
                 if q.parent == TC_H_ROOT {
                     // The old root goes, and everything that hung under it.
                     l.qdiscs.clear();
+                    l.classes.clear();
                 } else {
                     l.qdiscs.retain(|o| o.parent != q.parent);
                 }
@@ -143,12 +173,56 @@ impl Net for FakeEffects {
                 };
                 if parent == TC_H_ROOT {
                     l.qdiscs = vec![Qdisc::new(&l.default_root, 0, TC_H_ROOT)];
+                    l.classes.clear();
                 } else {
                     l.qdiscs.remove(at);
                 }
                 Ok(())
             })
         })
+    }
+    fn replace_class(&self, netns: Option<&Path>, ifindex: u32, c: &Qdisc) -> io::Result<()> {
+        let line = format!("class replace {} {ifindex} parent {:x} classid {:x} {}", ns_name(netns), c.parent, c.handle, c.kind);
+        self.act(line, || {
+            self.with_link(netns, ifindex, |l| {
+                let major = c.handle & 0xffff_0000;
+                if !l.qdiscs.iter().any(|q| q.handle == major && q.kind == c.kind) {
+                    return Err(not_found(format!("{} qdisc {major:x} for class {:x}", c.kind, c.handle)));
+                }
+                l.classes.retain(|o| o.handle != c.handle);
+                l.classes.push(c.clone());
+                Ok(())
+            })
+        })
+    }
+    fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
+        let links = self.links.lock().unwrap();
+        links.iter().find(|l| l.netns.as_deref() == netns && l.ifname == ifname).map(|l| l.kind.clone()).ok_or_else(|| no_link(netns, ifname))
+    }
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        self.act(format!("link add {} {ifname} {kind}", ns_name(netns)), || {
+            if self.link_index(netns, ifname).is_ok() {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            let ifindex = self.links.lock().unwrap().iter().map(|l| l.ifindex).max().unwrap_or(0) + 1;
+            self.add_link_quietly(netns, ifindex, ifname, "noqueue", kind);
+            Ok(ifindex)
+        })
+    }
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        self.act(format!("link delete {} {ifname}", ns_name(netns)), || {
+            let mut links = self.links.lock().unwrap();
+            let at = links.iter().position(|l| l.netns.as_deref() == netns && l.ifname == ifname).ok_or_else(|| no_link(netns, ifname))?;
+            links.remove(at);
+            Ok(())
+        })
+    }
+}
+
+impl FakeEffects {
+    /// The traffic classes of interface `ifindex`.
+    pub fn classes(&self, netns: Option<&Path>, ifindex: u32) -> Vec<Qdisc> {
+        self.with_link(netns, ifindex, |l| Ok(l.classes.clone())).unwrap_or_default()
     }
 }
 

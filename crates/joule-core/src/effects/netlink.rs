@@ -1,4 +1,4 @@
-//! The real [`Net`]: rtnetlink requests (RTM_GETLINK, RTM_GETQDISC/NEWQDISC/DELQDISC) over a
+//! The real [`Net`]: rtnetlink requests (RTM_GETLINK, RTM_GETQDISC/NEWQDISC/DELQDISC, RTM_NEWTCLASS) over a
 //! blocking netlink socket, with the message types of `netlink-packet-route` and the socket of
 //! `netlink-sys` — the crates `rtnetlink` is built on, without its async runtime: joule sends
 //! one request at a time from a synchronous loop. A netlink socket belongs to the network
@@ -8,9 +8,10 @@
 use super::net::{no_link, Net, Qdisc, QdiscOption};
 use super::RealEffects;
 use netlink_packet_core::{
-    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST,
+    DefaultNla, Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE,
+    NLM_F_REQUEST,
 };
-use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcMessage, TcOption};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -186,20 +187,7 @@ fn raw_ifindex(raw: &[u8]) -> Option<u32> {
 
 impl Net for RealEffects {
     fn link_index(&self, netns: Option<&Path>, ifname: &str) -> io::Result<u32> {
-        let mut ask = LinkMessage::default();
-        ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
-        let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODEV) => no_link(netns, ifname),
-            _ => e,
-        })?;
-        for reply in replies {
-            match reply {
-                Ok(RouteNetlinkMessage::NewLink(l)) => return Ok(l.header.index),
-                Err(u) => return Err(invalid(format!("the reply about interface {ifname} did not decode: {}", u.reason))),
-                Ok(_) => {}
-            }
-        }
-        Err(no_link(netns, ifname))
+        Ok(get_link(netns, ifname)?.header.index)
     }
 
     fn qdiscs(&self, netns: Option<&Path>, ifindex: u32) -> io::Result<Vec<Qdisc>> {
@@ -237,6 +225,55 @@ impl Net for RealEffects {
         let msg = tc_message(ifindex, parent, handle, Vec::new())?;
         ack(netns, ifindex, RouteNetlinkMessage::DelQueueDiscipline(msg), 0)
     }
+
+    fn replace_class(&self, netns: Option<&Path>, ifindex: u32, c: &Qdisc) -> io::Result<()> {
+        let msg = tc_message(ifindex, c.parent, c.handle, to_attributes(c))?;
+        ack(netns, ifindex, RouteNetlinkMessage::NewTrafficClass(msg), NLM_F_CREATE | NLM_F_REPLACE)
+    }
+
+    fn link_kind(&self, netns: Option<&Path>, ifname: &str) -> io::Result<String> {
+        let l = get_link(netns, ifname)?;
+        let kind = l.attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| if let LinkInfo::Kind(k) = i { Some(k.to_string()) } else { None }),
+            _ => None,
+        });
+        Ok(kind.unwrap_or_default())
+    }
+
+    fn add_link(&self, netns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        let mut m = LinkMessage::default();
+        m.header.flags = LinkFlags::Up;
+        m.header.change_mask = LinkFlags::Up;
+        m.attributes.push(LinkAttribute::IfName(ifname.to_string()));
+        m.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::from(kind))]));
+        Rtnl::open(netns)?.request(RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL)?;
+        self.link_index(netns, ifname)
+    }
+
+    fn delete_link(&self, netns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        let ifindex = self.link_index(netns, ifname)?;
+        let mut m = LinkMessage::default();
+        m.header.index = ifindex;
+        ack(netns, ifindex, RouteNetlinkMessage::DelLink(m), 0)
+    }
+}
+
+/// RTM_GETLINK of interface `ifname`: `NotFound` when `netns` has none of that name.
+fn get_link(netns: Option<&Path>, ifname: &str) -> io::Result<LinkMessage> {
+    let mut ask = LinkMessage::default();
+    ask.attributes.push(LinkAttribute::IfName(ifname.to_string()));
+    let replies = Rtnl::open(netns)?.request(RouteNetlinkMessage::GetLink(ask), 0).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) => no_link(netns, ifname),
+        _ => e,
+    })?;
+    for reply in replies {
+        match reply {
+            Ok(RouteNetlinkMessage::NewLink(l)) => return Ok(l),
+            Err(u) => return Err(invalid(format!("the reply about interface {ifname} did not decode: {}", u.reason))),
+            Ok(_) => {}
+        }
+    }
+    Err(no_link(netns, ifname))
 }
 
 /// A request answered by an acknowledgement; ENODEV (no such ifindex) becomes `NotFound`.

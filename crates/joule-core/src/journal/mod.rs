@@ -84,6 +84,14 @@ pub enum Undo {
         handle: u32,
         kind: String,
     },
+    /// Delete interface `ifname` that joule created (an ifb for ingress limits) in `netns`,
+    /// if it is still of `kind` (a same-named interface of another kind is not ours).
+    LinkDelete {
+        #[serde(default)]
+        netns: Option<PathBuf>,
+        ifname: String,
+        kind: String,
+    },
 }
 
 impl Undo {

@@ -56,6 +56,12 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
             let deleted = crate::qdisc::undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
             Ok(if deleted { Outcome::Done } else { Outcome::Gone })
         }
+        Undo::LinkDelete { netns, ifname, kind } => match fx.link_kind(netns.as_deref(), ifname) {
+            Ok(k) if &k == kind => gone_ok(fx.delete_link(netns.as_deref(), ifname)),
+            Ok(_) => Ok(Outcome::Gone),
+            Err(e) if is_gone(&e) => Ok(Outcome::Gone),
+            Err(e) => Err(e),
+        },
         Undo::RemoveDir { path, .. } if !fx.exists(path) => Ok(Outcome::Gone),
         Undo::RemoveDir { path, evacuate_to: None } => gone_ok(fx.remove_dir(path)),
         Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx)),

@@ -205,11 +205,13 @@ pub fn class_flow(flows: &[FlowReading], class: &ClassConfig) -> Option<FlowStat
     (packets > 0).then(|| FlowState { bandwidth_mbit: rate * 8.0 / 1e6, mean_packet_bytes: bytes as f64 / packets as f64 })
 }
 
-/// The flow monitor's readings in this snapshot. The flow monitor is the network half of issue
-/// 11 (`snapshot.net.flows`, field for field a [`FlowReading`]); until it is merged into this
-/// build there are none, and network classes are modelled from their targets.
-fn flow_readings(_snap: &Snapshot) -> Vec<FlowReading> {
-    Vec::new()
+/// The flow monitor's readings in this snapshot (`snapshot.net.flows`, both directions: each
+/// packet costs the CPU whichever way it goes), without the aggregated `other` entry, whose
+/// cgroup is `mixed`. None when `[net] flow_monitor` is off: network classes are then modelled
+/// from their targets.
+fn flow_readings(snap: &Snapshot) -> Vec<FlowReading> {
+    let flows = snap.net.iter().flat_map(|n| &n.flows).filter(|f| f.flow != "other");
+    flows.map(|f| FlowReading { cgroup: f.cgroup.clone(), bytes: f.bytes, packets: f.packets, rate_bytes_per_second: f.rate_bytes_per_second }).collect()
 }
 
 /// The agent's placement policy: `[[energy.target]]` classes → `Want::Place` per class.

@@ -99,7 +99,7 @@ impl ThermalActions {
                         a.cpufreq_max_pct = *pct;
                     }
                 }
-                Want::HoldClasses { .. } | Want::Place { .. } | Want::Elevate { .. } | Want::Nap { .. } => {}
+                Want::HoldClasses { .. } | Want::Place { .. } | Want::Elevate { .. } | Want::Nap { .. } | Want::LimitRate { .. } => {}
             }
         }
         out

@@ -179,6 +179,18 @@ impl Net for CgFake {
     fn delete_qdisc(&self, ns: Option<&Path>, ifindex: u32, parent: u32, handle: u32) -> io::Result<()> {
         self.fx.delete_qdisc(ns, ifindex, parent, handle)
     }
+    fn replace_class(&self, ns: Option<&Path>, ifindex: u32, c: &Qdisc) -> io::Result<()> {
+        self.fx.replace_class(ns, ifindex, c)
+    }
+    fn link_kind(&self, ns: Option<&Path>, ifname: &str) -> io::Result<String> {
+        self.fx.link_kind(ns, ifname)
+    }
+    fn add_link(&self, ns: Option<&Path>, ifname: &str, kind: &str) -> io::Result<u32> {
+        Net::add_link(&self.fx, ns, ifname, kind)
+    }
+    fn delete_link(&self, ns: Option<&Path>, ifname: &str) -> io::Result<()> {
+        self.fx.delete_link(ns, ifname)
+    }
 }
 
 fn opts(procfs: &Path) -> QosOpts {

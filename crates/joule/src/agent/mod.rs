@@ -15,6 +15,7 @@
 mod elevate;
 mod events;
 pub mod nap;
+pub(crate) mod netlimit;
 mod placement;
 mod scx;
 mod status;
@@ -112,6 +113,7 @@ fn policies(cfg: &Config) -> anyhow::Result<Vec<Box<dyn Policy>>> {
     p.extend(energy_model(cfg)?.and_then(|m| PlacementPolicy::from_config(cfg, m)).map(|c| Box::new(c) as Box<dyn Policy>));
     p.extend(ElevatePolicy::from_config(cfg).map(|e| Box::new(e) as Box<dyn Policy>));
     p.extend(NapPolicy::from_config(cfg).map(|c| Box::new(c) as Box<dyn Policy>));
+    p.extend(joule_core::policy::NetPolicy::from_config(cfg).map(|n| Box::new(n) as Box<dyn Policy>));
     Ok(p)
 }
 
@@ -171,6 +173,16 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, na
     if cfg.nap.enabled {
         anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
         a.push(Box::new(nap::NapActuator::new(cfg, nap.0, nap.1.clone())));
+    }
+    if !cfg.net.limits.is_empty() {
+        if root {
+            a.push(Box::new(netlimit::NetlimitActuator::new(
+                cfg.net.netns().map(Into::into),
+                class_dirs.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect(),
+            )));
+        } else {
+            tracing::warn!("not root: {} [[net.limit]] entries are not applied", cfg.net.limits.len());
+        }
     }
     Ok(a)
 }

@@ -26,11 +26,6 @@ pub enum BenchCmd {
     /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
     /// the throughput cost of each stage. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
-    /// Network QoS and energy (issue 11). Section `placement`: joule's energy-aware placement
-    /// and an EAS-like baseline decide over the same traces (FTP-like flows, a PARSEC-like app
-    /// at 50 % and 75 %) on the Odroid-XU4 energy model; perf per watt of each (model), beside
-    /// the seed's 4.79× / 3.11× / 2.35×.
-    NetQos(netqos::NetQosArgs),
     /// The seed's user-space scheduler study (priority elevation trick) on this machine:
     /// the physical floor, switching accuracy at µs slices (shared/dedicated, processes/
     /// threads), CPU cost, table-driven schedules A-A-B-C vs A-B-A-C, and head-of-line blocking
@@ -44,6 +39,13 @@ pub enum BenchCmd {
     /// napped, enter/leave times, residency, wake-ups per second (kernel) and the model's power.
     /// Needs root and nginx (scripts/install-deps.sh).
     Nap(nap::NapArgs),
+    /// Network QoS (issue 11) in two network namespaces joined by veth: the limiter's accuracy
+    /// with iperf3 (TCP, UDP; achieved vs target, its CPU cost), a 1 ms SCHED_FIFO task's
+    /// wake-up latency and deadline misses under a small-packet flood on its CPU (idle, flood,
+    /// flood with joule's limiter), and the energy placement: joule's policy and an EAS-like
+    /// baseline over the same traces on the Odroid-XU4 model, perf per watt (model) beside the
+    /// seed's 4.79× / 3.11× / 2.35×. The network sections need root and iperf3.
+    NetQos(netqos::NetQosArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),

@@ -2,9 +2,11 @@
 //! cgroupfs, the models), then the eBPF ones (run-queue latency, runq.rs) and the thermal stage
 //! (stage.rs), computed in the kernel from the sensor temperature or — on machines without a
 //! sensor — the model temperature that user space feeds through the same in-kernel rule.
+//! With `[net] flow_monitor`, the flow monitor (flow.rs) runs among the eBPF sources.
 //! Shared by `joule agent` and `joule monitor`. eBPF is on unless the user turned it off; when
 //! it was asked for and cannot run, that is an error, and every snapshot says whether it is on.
 
+mod flow;
 mod runq;
 pub(crate) mod stage;
 
@@ -92,6 +94,9 @@ impl Snapshotter {
                 me.status.off_reason = why.as_str().into();
                 me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
                 me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power)));
+                if cfg.net.flow_monitor {
+                    me.bpf_notes.push(format!("[net] flow_monitor is on but eBPF is off ({}): no flow monitor", why.explain()));
+                }
                 return Ok(me);
             }
             Bpf::Private => (None, None),
@@ -104,6 +109,13 @@ impl Snapshotter {
         let runq = RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)).context("while loading the run-queue latency program")?;
         me.sampler.remove_source("task_wait");
         me.sampler.push(Box::new(RunqSource::new(runq, t.task_wait_top)));
+        if cfg.net.flow_monitor {
+            let layout = joule_core::cgroupfs::Layout::detect(&t.cgroup_root, &RealEffects);
+            let cg2 =
+                layout.unified.map(|u| u.dir).with_context(|| format!("[net] flow_monitor needs a cgroup2 hierarchy under {}", t.cgroup_root.display()))?;
+            let mon = joule_bpf::FlowMonitor::load(&cg2).context("while loading the flow monitor")?;
+            me.sampler.push(Box::new(flow::FlowSource::new(mon, cfg.net.top_n)));
+        }
         let opts = joule_bpf::ThermalStageOpts { pin_dir: pin_dir.clone(), thresholds_mc: thresholds_mc.clone(), hysteresis_mc };
         let ts = ThermalStage::load(opts, journal).context("while loading the in-kernel thermal stage")?;
         if let Some(e) = ts.tracepoint_error() {

@@ -172,3 +172,25 @@ fn measured_small_packets_move_a_network_class_and_count_past_the_hysteresis() {
     let (jp, _) = decide_joule(&p.model, &apps, &p.cost, 10.0);
     assert_eq!(domain_of(&p.model, &jp, 0), "a15", "200 Mbit/s of 200-byte packets does not fit an A7");
 }
+
+#[test]
+fn the_flow_monitors_named_flows_reach_placement_and_its_other_entry_does_not() {
+    use crate::snapshot::{FlowSample, NetFlows};
+    let sample = |flow: &str, cgroup: &str, bytes: u64, packets: u64| FlowSample {
+        flow: flow.into(),
+        cgroup: cgroup.into(),
+        bytes,
+        packets,
+        rate_bytes_per_second: bytes as f64,
+        ..FlowSample::default()
+    };
+    let mut snap = Snapshot::default();
+    assert!(flow_readings(&snap).is_empty(), "no flow monitor, no readings");
+    snap.net = Some(NetFlows {
+        flows: vec![sample("tcp 10.0.0.1:21>10.0.0.2:4000", "joule/ftp", 150_000, 100), sample("other", "mixed", 9_000_000, 9000)],
+        ..NetFlows::default()
+    });
+    let r = flow_readings(&snap);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].cgroup.as_str(), r[0].bytes, r[0].packets), ("joule/ftp", 150_000, 100));
+}
