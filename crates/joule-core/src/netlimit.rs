@@ -206,21 +206,23 @@ pub fn put_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: O
     if fx.qdiscs(netns, ifindex).map_err(io)?.iter().any(|q| q.parent == TC_H_CLSACT) {
         return Err(foreign_clsact(ifname));
     }
-    journal
-        .record(
-            owner,
-            Undo::QdiscDelete {
-                netns: netns.map(Path::to_path_buf),
-                ifname: ifname.into(),
-                ifindex,
-                parent: TC_H_CLSACT,
-                handle: CLSACT_HANDLE,
-                kind: "clsact".into(),
-            },
-        )
-        .map_err(QdiscError::from)?;
-    fx.replace_qdisc(netns, ifindex, &Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT)).map_err(io)?;
+    add_clsact(fx, journal, owner, netns, ifname, ifindex)?;
     Ok(ifindex)
+}
+
+/// Puts a clsact qdisc on `ifname` (index `ifindex`), its deletion journalled first.
+fn add_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, ifindex: u32) -> Result<(), NetlimitError> {
+    let undo = Undo::QdiscDelete {
+        netns: netns.map(Path::to_path_buf),
+        ifname: ifname.into(),
+        ifindex,
+        parent: TC_H_CLSACT,
+        handle: CLSACT_HANDLE,
+        kind: "clsact".into(),
+    };
+    journal.record(owner, undo).map_err(QdiscError::from)?;
+    let clsact = Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT);
+    fx.replace_qdisc(netns, ifindex, &clsact).map_err(|source| NetlimitError::Io { ifname: ifname.to_string(), source })
 }
 
 /// Where the ingress limits of an interface are shaped.
@@ -262,21 +264,7 @@ pub fn install_ingress(
                 .map_err(QdiscError::from)?;
             fx.add_link(netns, &ifb, "ifb").map_err(io(&ifb))?;
         }
-        let clsact = Qdisc::new("clsact", CLSACT_HANDLE, TC_H_CLSACT);
-        journal
-            .record(
-                owner,
-                Undo::QdiscDelete {
-                    netns: netns.map(Path::to_path_buf),
-                    ifname: ifname.into(),
-                    ifindex,
-                    parent: TC_H_CLSACT,
-                    handle: CLSACT_HANDLE,
-                    kind: "clsact".into(),
-                },
-            )
-            .map_err(QdiscError::from)?;
-        fx.replace_qdisc(netns, ifindex, &clsact).map_err(io(ifname))?;
+        add_clsact(fx, journal, owner, netns, ifname, ifindex)?;
     } else if fx.link_index(netns, &ifb).is_err() {
         return Err(NetlimitError::Io {
             ifname: ifname.into(),
