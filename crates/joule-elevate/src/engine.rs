@@ -337,14 +337,18 @@ impl<'a> Elevator<'a> {
             return RestoreReport::default();
         }
         self.torn_down = true;
-        let report = journal::replay(&self.undos, self.fx);
-        if let Some(j) = &self.journal {
-            // The changes are undone: drop their records (replaying them again is harmless).
-            let dir = j.dir().to_path_buf();
-            if let Err(e) = journal::restore_owner(&dir, &self.owner, self.fx) {
-                tracing::warn!("cleaning the journal: {e}");
+        // With a journal its records are the undo list: one replay, which also drops them (and
+        // keeps the failed ones for `joule restore`). Without one, the list in memory.
+        let report = match &self.journal {
+            Some(j) => {
+                let dir = j.dir().to_path_buf();
+                journal::restore_owner(&dir, &self.owner, self.fx).unwrap_or_else(|e| {
+                    tracing::warn!("replaying the journal: {e}; undoing from memory instead");
+                    journal::replay(&self.undos, self.fx)
+                })
             }
-        }
+            None => journal::replay(&self.undos, self.fx),
+        };
         if report.failed.is_empty() {
             if let Some(g) = self.guardian.take() {
                 g.disarm();
