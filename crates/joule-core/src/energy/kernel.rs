@@ -105,18 +105,22 @@ pub fn read_kernel(fx: &dyn Effects, roots: &KernelRoots, fallback_power_mw: f64
     let mut domains = Vec::new();
     for g in groups {
         let first = &cpus[&g[0]];
-        let (power_source, table) = match em_table(fx, &roots.em_root, g[0]) {
-            Some(t) => (Origin::Kernel, t),
+        // The kernel's Energy Model is an estimate too (C·V²·f from the device tree, or what a
+        // driver registered), so its powers are `model` like the fallback's; a note says which.
+        let (from_em, table) = match em_table(fx, &roots.em_root, g[0]) {
+            Some(t) => (true, t),
             None => {
                 let mut f = first.freqs_khz.clone();
                 f.sort_unstable();
                 f.dedup();
                 let top = f.last().copied().unwrap_or(0).max(1) as f64;
                 let f = if f.is_empty() { vec![0] } else { f };
-                (Origin::Model, f.iter().map(|&k| (k, fallback_power_mw * if k == 0 { 1.0 } else { (k as f64 / top).powi(3) })).collect())
+                (false, f.iter().map(|&k| (k, fallback_power_mw * if k == 0 { 1.0 } else { (k as f64 / top).powi(3) })).collect())
             }
         };
-        if power_source == Origin::Model {
+        if from_em {
+            notes.push(format!("powers of CPU {} from the kernel's energy model under {} (an estimate: model)", g[0], roots.em_root.display()));
+        } else {
             notes.push(format!(
                 "no kernel energy model for CPU {} under {}: power {fallback_power_mw} mW per busy CPU at the top OPP, × (f/f_max)³ below (model)",
                 g[0],
@@ -128,7 +132,7 @@ pub fn read_kernel(fx: &dyn Effects, roots: &KernelRoots, fallback_power_mw: f64
             .iter()
             .map(|&(k, p)| Opp { frequency_khz: k, capacity: if k == 0 { first.capacity } else { first.capacity * k as f64 / top }, power_mw: p })
             .collect();
-        domains.push(PerfDomain { name: format!("cpu{}", crate::cpulist::format(&g)), cpus: g, opps, static_mw: 0.0, power_source });
+        domains.push(PerfDomain { name: format!("cpu{}", crate::cpulist::format(&g)), cpus: g, opps, static_mw: 0.0, power_source: Origin::Model });
     }
     let m = EnergyModel { domains, from: format!("kernel: {}", roots.cpu_root.display()), notes };
     m.validate()?;
@@ -176,7 +180,8 @@ mod tests {
         let (little, big) = (&m.domains[0], &m.domains[1]);
         assert_eq!((little.cpus.clone(), big.cpus.clone()), (vec![0, 1], vec![2, 3]));
         assert_eq!(big.name, "cpu2-3");
-        assert_eq!(big.power_source, Origin::Kernel);
+        assert_eq!(big.power_source, Origin::Model, "the kernel's EM is an estimate, not a measurement");
+        assert!(m.notes.iter().any(|n| n.contains("powers of CPU 2 from the kernel's energy model")), "{:?}", m.notes);
         assert_eq!(
             big.opps.iter().map(|o| (o.frequency_khz, o.capacity, o.power_mw)).collect::<Vec<_>>(),
             vec![(1000000, 512.0, 200.0), (2000000, 1024.0, 900.0)]
