@@ -10,7 +10,8 @@ pub struct NapConfig {
     /// Nap at all. Off by default: nothing is watched, frozen or changed.
     pub enabled: bool,
     /// How long every monitor must report no activity before napping. Short saves more and
-    /// naps (and wakes) more often; each wake costs the thaw (about 0.1 ms measured here).
+    /// naps (and wakes) more often; each wake costs the thaw (packet to thawed 0.23–0.35 ms at the median in
+    /// docs/results/nap.md).
     pub idle_ms: u64,
     /// The control loop's period while napping (the watched ports wake a nap at once through
     /// eBPF, whatever this is; the other monitors are read this often while napping). Longer

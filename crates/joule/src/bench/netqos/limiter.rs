@@ -2,8 +2,9 @@
 //! joule's limiter (HTB through netlink, as the agent puts it) shapes the sender's veth and
 //! iperf3 sends as fast as it can through it (UDP: at 1.5× the target); the achieved rate is
 //! the IP bytes the flow monitor counted at the receiving socket over iperf3's interval, and
-//! the limiter's own CPU cost the NET_TX softirq time (where HTB's dequeue runs once it holds
-//! packets back) over that interval.
+//! `cpu_pct` the NET_TX softirq time of all CPUs (where HTB's dequeue runs once it holds packets
+//! back) over that interval: an upper bound of the limiter's own CPU cost, since any other
+//! traffic's NET_TX work of the interval counts too.
 
 use super::{Limit, Monitor, NetQosArgs};
 use crate::bench::netqos::topo::Topo;
