@@ -5,8 +5,9 @@
 //! puts too ([`put_clsact`], journalled); ingress goes through an ifb ([`install_ingress`]).
 //!
 //! Why HTB and not EDT: EDT pacing (a BPF program setting `skb->tstamp`) needs the fq qdisc to
-//! honour departure times; [`choose_shaper`] asks the kernel for fq and takes HTB when it is
-//! refused (measured on this machine's kernel, built without CONFIG_NET_SCH_FQ).
+//! honour departure times, and this machine's kernel is built without CONFIG_NET_SCH_FQ (the
+//! netlink request for fq fails with ENOENT, measured); EDT is not implemented, HTB shapes
+//! everywhere.
 //!
 //! The guard: when `JOULE_NET_TEST_GUARD` is set (the root tests and `joule bench net-qos`
 //! set it), the limiter refuses any interface that is not a veth or ifb inside a network
@@ -38,13 +39,6 @@ pub enum NetlimitError {
     Io { ifname: String, source: io::Error },
     #[error("refusing to shape {ifname}: {why} ({TEST_GUARD_ENV} is set, so only a veth or ifb in a test network namespace may be shaped)")]
     Guarded { ifname: String, why: String },
-}
-
-/// Which qdisc paces: fq with EDT where the kernel has fq, else HTB.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shaper {
-    Edt,
-    Htb,
 }
 
 /// One class of the HTB tree: minor `minor` (1..), `rate_mbit` = ceil.
@@ -106,22 +100,6 @@ pub fn htb_class(c: HtbClass) -> Qdisc {
 pub fn class_rate_bytes_per_s(class: &Qdisc) -> Option<u32> {
     let v = &class.option(TCA_HTB_PARMS)?.value;
     Some(u32::from_ne_bytes(v.get(8..12)?.try_into().ok()?))
-}
-
-/// Asks the kernel for fq on `ifname` (journalled like any root qdisc, and deleted at once):
-/// EDT where it is accepted, HTB where the kernel refuses it. The error the kernel gave is
-/// returned with HTB, for the log.
-pub fn choose_shaper(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str) -> (Shaper, Option<String>) {
-    let fq = Qdisc::new("fq", tc_handle(HTB_MAJOR, 0), TC_H_ROOT);
-    match replace_root(fx, journal, owner, netns, ifname, &fq) {
-        Ok(()) => {
-            if let Ok(i) = fx.link_index(netns, ifname) {
-                let _ = fx.delete_qdisc(netns, i, TC_H_ROOT, fq.handle);
-            }
-            (Shaper::Edt, None)
-        }
-        Err(e) => (Shaper::Htb, Some(e.to_string())),
-    }
 }
 
 /// The test guard: with [`TEST_GUARD_ENV`] set, only a veth or ifb in a network namespace
@@ -318,21 +296,6 @@ mod tests {
         journal::restore(jd.path(), &fx).unwrap();
         assert_eq!(fx.qdiscs(ns, 3).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);
         assert!(fx.classes(ns, 3).is_empty());
-    }
-
-    #[test]
-    fn a_kernel_without_fq_gets_htb_and_nothing_is_left() {
-        let jd = tempfile::tempdir().unwrap();
-        let fx = FakeEffects::default();
-        fx.add_link(None, 2, "veth0", "noqueue");
-        fx.fail_calls("qdisc replace - 2 parent ffffffff handle 6a6c0000 fq", libc::ENOENT);
-        let mut j = Journal::open(jd.path()).unwrap();
-        let (s, why) = choose_shaper(&fx, &mut j, "netlimit", None, "veth0");
-        assert_eq!(s, Shaper::Htb);
-        assert!(why.is_some());
-        fx.fail.lock().unwrap().clear();
-        assert_eq!(choose_shaper(&fx, &mut j, "netlimit", None, "veth0").0, Shaper::Edt);
-        assert_eq!(fx.qdiscs(None, 2).unwrap()[0].kind, "noqueue", "the probe's fq is deleted at once");
     }
 
     #[test]

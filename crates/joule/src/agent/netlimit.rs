@@ -10,7 +10,7 @@ use joule_bpf::{NetlimitClassifier, NetlimitRule};
 use joule_core::config::{Direction, FlowMatch};
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::tc_handle;
-use joule_core::netlimit::{self, HtbClass, Shaper, HTB_MAJOR};
+use joule_core::netlimit::{self, HtbClass, HTB_MAJOR};
 use joule_core::policy::NETLIMIT_ACTUATOR;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -93,12 +93,11 @@ pub struct NetlimitActuator {
     /// Class name → its cgroup2 directory (where the class actuator puts its tasks).
     class_dirs: Vec<(String, PathBuf)>,
     held: BTreeMap<Side, Held>,
-    notes: Vec<String>,
 }
 
 impl NetlimitActuator {
     pub fn new(netns: Option<PathBuf>, class_dirs: Vec<(String, PathBuf)>) -> Self {
-        Self { netns, class_dirs, held: BTreeMap::new(), notes: Vec::new() }
+        Self { netns, class_dirs, held: BTreeMap::new() }
     }
 
     fn class_cgroup(&self, class: &str) -> Option<u64> {
@@ -139,13 +138,6 @@ impl NetlimitActuator {
             return Ok(());
         }
         netlimit::check_guard(cx.fx, ns, &ifname)?;
-        let (shaper, why) = netlimit::choose_shaper(cx.fx, cx.journal, NETLIMIT_ACTUATOR, ns, &ifname);
-        let note = match shaper {
-            Shaper::Htb => format!("{ifname}: the kernel refused fq ({}), so HTB shapes (no EDT pacing)", why.unwrap_or_default()),
-            Shaper::Edt => format!("{ifname}: the kernel has fq, but EDT pacing is not implemented yet: HTB shapes"),
-        };
-        tracing::info!("{note}");
-        self.notes.push(note);
         let (htb_ifindex, redirect_from) = self.install(&side, &want, cx)?;
         let mut programs = Vec::new();
         let (rules, cgroups) = want.rules(&|c| self.class_cgroup(c));
@@ -185,7 +177,7 @@ impl Actuator for NetlimitActuator {
                 "direction": d,
                 "limits": h.limits.targets.iter().map(|(t, r)| serde_json::json!({ "target": format!("{t:?}"), "rate_mbit": r })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
-            "notes": self.notes,
+            "shaper": "htb",
         }))
     }
 
@@ -258,6 +250,6 @@ mod tests {
         assert_eq!(netlimit::class_rate_bytes_per_s(c), Some(1_000_000));
         a.shutdown(&mut cx).unwrap();
         assert_eq!(fx.qdiscs(None, 3).unwrap()[0].kind, "noqueue");
-        assert!(journal::restore(jd.path(), &fx).unwrap().failed.is_empty());
+        assert!(journal::entries(jd.path()).unwrap().is_empty(), "shutdown leaves no record behind");
     }
 }
