@@ -155,6 +155,9 @@ int BPF_PROG(joule_flow_retransmit, const struct sock *sk)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(joule_softirq_entry, unsigned int vec)
 {
+	/* Only the network vectors are read: the others (timers, RCU, …) cost nothing here. */
+	if (vec != JOULE_SOFTIRQ_NET_RX && vec != JOULE_SOFTIRQ_NET_TX)
+		return 0;
 	__u32 zero = 0;
 	__u64 *start = bpf_map_lookup_elem(&softirq_start, &zero);
 	if (start)
@@ -165,6 +168,8 @@ int BPF_PROG(joule_softirq_entry, unsigned int vec)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(joule_softirq_exit, unsigned int vec)
 {
+	if (vec != JOULE_SOFTIRQ_NET_RX && vec != JOULE_SOFTIRQ_NET_TX)
+		return 0;
 	__u32 zero = 0;
 	__u64 *start = bpf_map_lookup_elem(&softirq_start, &zero);
 	if (!start || !*start)
