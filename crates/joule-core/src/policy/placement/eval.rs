@@ -32,8 +32,6 @@ pub struct AppOutcome {
 pub struct Outcome {
     pub apps: Vec<AppOutcome>,
     pub power_mw: f64,
-    /// Per domain: its OPP frequency, kHz, and its power, mW.
-    pub domains: Vec<(String, u64, f64)>,
 }
 
 impl Outcome {
@@ -126,13 +124,14 @@ pub fn evaluate(model: &EnergyModel, apps: &[App], p: &Placement, cost: &NetCost
             AppOutcome { class: a.class.clone(), perf: raw.min(1.0), perf_uncapped: raw, qos_met: raw >= 0.999, achieved_mbit: achieved }
         })
         .collect();
-    let mut domains = Vec::new();
-    let mut power_mw = 0.0;
-    for (i, d) in model.domains.iter().enumerate() {
-        let b: Vec<f64> = d.cpus.iter().map(|c| busy[*c]).collect();
-        let pw = d.power_mw(p.opp[i], &b);
-        power_mw += pw;
-        domains.push((d.name.clone(), d.opps[p.opp[i]].frequency_khz, pw));
-    }
-    Outcome { apps: outcomes, power_mw, domains }
+    let power_mw = model
+        .domains
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let b: Vec<f64> = d.cpus.iter().map(|c| busy[*c]).collect();
+            d.power_mw(p.opp[i], &b)
+        })
+        .sum();
+    Outcome { apps: outcomes, power_mw }
 }
