@@ -131,9 +131,13 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_busy_loop_records_at_least_one_run() {
-        let r = record_runs(now_ns() + 2_000_000, 100);
-        assert!(!r.runs.is_empty());
+    fn a_lone_busy_loop_records_runs_that_cover_its_window_in_order() {
+        let (t0, until) = (now_ns(), now_ns() + 2_000_000);
+        let r = record_runs(until, 100);
+        assert!(r.runs[0].0 >= t0 && r.runs.last().unwrap().1 >= until, "{:?} not within [{t0}, ≥{until}]", r.runs);
+        for w in r.runs.windows(2) {
+            assert!(w[0].0 <= w[0].1 && w[1].0 - w[0].1 > GAP_NS, "runs out of order or split without a gap: {w:?}");
+        }
         let w = count_work(now_ns() + 3_000_000);
         assert!(w.work > 0 && w.runs.len() >= 2);
         assert!(work_per_s(&w, w.runs[0].0, w.runs.last().unwrap().0) > 0.0);

@@ -21,8 +21,9 @@ pub struct NapConfig {
     pub class: Option<String>,
     pub monitors: NapMonitors,
     pub machine: MachineNap,
-    /// Suspend-to-idle while napping (`freeze` in /sys/power/state). Refused, with the reason,
-    /// where the kernel lacks it (no CONFIG_SUSPEND); the agent then does not start.
+    /// Suspend-to-idle while napping (`freeze` in /sys/power/state). Not implemented: the agent
+    /// refuses to start with it, saying why — the kernel lacks it (no CONFIG_SUSPEND), or, where
+    /// it has it, that joule does not enter it yet.
     pub system_sleep: bool,
 }
 
