@@ -86,6 +86,18 @@ impl PlacementActuator {
         }
         Ok(writes)
     }
+
+    /// Lifts the caps of CPUs no decision of this period caps any more (a class moved to
+    /// another domain, or its decision has no cap now): their `scaling_max_freq` goes back to
+    /// the value found at the first cap. Returns how many were lifted.
+    fn lift_uncapped(&mut self, capped_cpus: &BTreeSet<usize>, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
+        let stale: Vec<&CpuLimits> = self.limits.iter().filter(|l| !capped_cpus.contains(&(l.cpu as usize)) && self.caps.contains_key(&l.knob)).collect();
+        for l in &stale {
+            write_limit(l, l.original_khz, PLACEMENT_ACTUATOR, &mut self.journalled, cx)?;
+            self.caps.remove(&l.knob);
+        }
+        Ok(stale.len())
+    }
 }
 
 impl Actuator for PlacementActuator {
@@ -100,6 +112,7 @@ impl Actuator for PlacementActuator {
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
         let mut state = Vec::new();
+        let mut capped_cpus = BTreeSet::new();
         for d in plan.for_actuator(PLACEMENT_ACTUATOR) {
             let Want::Place { class, domain, cpus, max_khz, bandwidth_mbit } = &d.want else { continue };
             let tids = (self.find)(class);
@@ -108,7 +121,10 @@ impl Actuator for PlacementActuator {
                 moved += usize::from(self.pin(tid, cpus, cx)?);
             }
             let capped = match max_khz {
-                Some(k) => self.cap(cpus, *k, cx)?,
+                Some(k) => {
+                    capped_cpus.extend(cpus.iter().copied());
+                    self.cap(cpus, *k, cx)?
+                }
                 None => 0,
             };
             if moved + capped > 0 {
@@ -118,6 +134,10 @@ impl Actuator for PlacementActuator {
                 );
             }
             state.push(serde_json::json!({ "class": class, "domain": domain, "cpus": cpus, "threads": tids.len(), "max_khz": max_khz, "bandwidth_mbit": bandwidth_mbit }));
+        }
+        let lifted = self.lift_uncapped(&capped_cpus, cx)?;
+        if lifted > 0 {
+            (cx.events)("placement_uncapped", serde_json::json!({ "cpus_lifted": lifted }));
         }
         Ok(serde_json::json!({ "classes": state, "notes": self.note.iter().collect::<Vec<_>>() }))
     }
@@ -186,6 +206,16 @@ mod tests {
         let calls = fx.calls().len();
         acts.reconcile_all(&plan(Some(1_000_000)), &mut cx);
         assert_eq!(fx.calls().len(), calls, "held: nothing rewritten");
+        // The class moves to CPUs 2-3 with no cap: the old domain's cap is lifted, not left.
+        let mut moved = Plan::default();
+        let want = Want::Place { class: "ftp".into(), domain: "a15".into(), cpus: vec![2, 3], max_khz: None, bandwidth_mbit: None };
+        moved.push("placement", Some(PLACEMENT_ACTUATOR), want, "test");
+        acts.reconcile_all(&moved, &mut cx);
+        assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
+        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2000000"), "the cap went with the class");
+        assert_eq!(fx.get_affinity(11).unwrap(), vec![2, 3]);
+        acts.reconcile_all(&plan(Some(1_000_000)), &mut cx);
+        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("1000000"), "capped again when it comes back");
         // Killed here: the journal alone puts everything back.
         journal::restore(jd.path(), &fx).unwrap();
         assert_eq!(fx.get_affinity(12).unwrap(), vec![0, 1, 2, 3]);
