@@ -553,14 +553,14 @@ fn root_journal_replay_removes_the_pins_of_a_loader_that_never_dropped() {
     let bpffs = TempBpffs::new().expect("mounting a bpffs of the test's own");
     let pin_dir = bpffs.path().join("joule-test-crash");
     let jdir = tempfile::tempdir().unwrap();
-    let mut journal = Journal::open(jdir.path()).unwrap();
+    let journal = Journal::open(jdir.path()).unwrap();
     let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000], hysteresis_mc: 0 };
-    let ts = ThermalStage::load(opts, Some(&mut journal)).expect("loading the thermal stage");
+    let ts = ThermalStage::load(opts, Some(&journal)).expect("loading the thermal stage");
     ts.feed(MODEL_ZONE, 75_000, TempSource::Model).unwrap();
     std::mem::forget(ts);
     assert_eq!(ThermalStage::read_pinned(&pin_dir).unwrap().stage, 1, "the pinned stage outlives its loader");
 
-    let report = journal::restore(jdir.path(), &joule_core::effects::RealEffects).unwrap();
+    let report = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&joule_core::effects::RealEffects)).unwrap();
     eprintln!("restore: {report:?}");
     assert_eq!((report.undone, report.failed.len()), (4, 0), "{report:?}");
     assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());

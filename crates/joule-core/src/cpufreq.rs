@@ -137,7 +137,7 @@ impl Actuator for CpufreqActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = crate::journal::restore_owner(cx.journal.dir(), OWNER, cx.fx)?;
+        let r = cx.journal.restore_owner(OWNER, cx.fx)?;
         self.journalled.clear();
         self.pct = 100.0;
         if !r.failed.is_empty() {
@@ -179,9 +179,9 @@ mod tests {
     /// Runs `body` on a started cpufreq actuator over `fx`, journalling in a fresh directory.
     fn with_actuator(fx: &FakeEffects, body: impl FnOnce(&mut Actuators, &mut ActCx<'_>, &Path)) {
         let jd = tempfile::tempdir().unwrap();
-        let mut journal = Journal::open(jd.path()).unwrap();
+        let journal = Journal::open(jd.path()).unwrap();
         let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx, events: &mut sink };
+        let mut cx = ActCx { journal: &journal, fx, events: &mut sink };
         let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
         acts.init_all(&mut cx).unwrap();
         body(&mut acts, &mut cx, jd.path());
@@ -212,7 +212,7 @@ mod tests {
         assert!(acts.status()[0].ok);
         // Killed at a capped stage: the journal alone restores.
         acts.reconcile_all(&plan(70.0), cx);
-        journal::restore(jd, fx).unwrap();
+        journal::Journal::open(jd).and_then(|j| j.restore_all(fx)).unwrap();
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("3000000"));
         assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"));
     }

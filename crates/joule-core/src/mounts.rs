@@ -4,39 +4,13 @@
 //! agent's shutdown and the next start leave the machine as it was found (an unmount happens
 //! only while the filesystem is still empty: someone else's pins are never dropped).
 
-use crate::effects::{Effects, BPF_FS_MAGIC, TRACEFS_MAGIC};
+use crate::effects::Effects;
+pub use crate::effects::PseudoFs;
 use crate::journal::{Journal, JournalError, Undo};
 use std::io;
 use std::path::{Path, PathBuf};
 
 const JOURNAL_OWNER: &str = "mount";
-
-/// A pseudo-filesystem joule may mount.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PseudoFs {
-    /// bpffs: where BPF maps and programs are pinned so other processes find them.
-    Bpf,
-    /// tracefs: tracepoint ids for programs attached with `tracepoint/` (not `tp_btf/`).
-    Tracefs,
-}
-
-impl PseudoFs {
-    pub fn fstype(self) -> &'static str {
-        match self {
-            PseudoFs::Bpf => "bpf",
-            PseudoFs::Tracefs => "tracefs",
-        }
-    }
-    pub fn magic(self) -> i64 {
-        match self {
-            PseudoFs::Bpf => BPF_FS_MAGIC,
-            PseudoFs::Tracefs => TRACEFS_MAGIC,
-        }
-    }
-    fn from_magic(magic: i64) -> Option<Self> {
-        [PseudoFs::Bpf, PseudoFs::Tracefs].into_iter().find(|f| f.magic() == magic)
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -63,7 +37,7 @@ pub enum MountError {
 /// `/` (for `/sys/fs/bpf/joule` on a fresh machine: at `/sys/fs/bpf`), recording the unmount in
 /// `journal` first. Returns the mount point when it mounted something, `None` when `fs` was
 /// already there.
-pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&mut Journal>) -> Result<Option<PathBuf>, MountError> {
+pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&Journal>) -> Result<Option<PathBuf>, MountError> {
     if !dir.is_absolute() {
         return Err(MountError::Relative { dir: dir.to_path_buf() });
     }
@@ -73,7 +47,7 @@ pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&mut J
         return Ok(None);
     }
     let fstype = fs.fstype();
-    if at == Path::new("/") || !is_empty(fs, &at, fx).map_err(io)? {
+    if at == Path::new("/") || !fs.is_empty(&at, fx).map_err(io)? {
         return Err(MountError::NotEmpty { dir: dir.to_path_buf(), at, fs: fstype });
     }
     if let Some(j) = journal {
@@ -94,40 +68,10 @@ pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&mut J
     Ok(Some(at))
 }
 
-/// Entries a freshly mounted filesystem of this type has by itself: bpffs shows the kernel's
-/// preloaded iterators (CONFIG_BPF_PRELOAD) as `maps.debug` and `progs.debug`.
-fn own_entries(fs: PseudoFs) -> &'static [&'static str] {
-    match fs {
-        PseudoFs::Bpf => &["maps.debug", "progs.debug"],
-        PseudoFs::Tracefs => &[],
-    }
-}
-
-/// Whether `dir` holds nothing but what a fresh `fs` holds by itself.
-fn is_empty(fs: PseudoFs, dir: &Path, fx: &dyn Effects) -> io::Result<bool> {
-    Ok(fx.list_dir(dir)?.iter().all(|n| own_entries(fs).contains(&n.as_str())))
-}
-
-/// How the journal undoes a mount: unmount `path` if `magic` is still mounted there and it is
-/// empty. Ok(false) when there was nothing to do (already unmounted, or someone else's objects
-/// live there now, which keeps it mounted).
-pub(crate) fn undo_mount(path: &Path, magic: i64, fx: &dyn Effects) -> io::Result<bool> {
-    if !fx.exists(path) || fx.fs_magic(path)? != magic {
-        return Ok(false);
-    }
-    let Some(fs) = PseudoFs::from_magic(magic) else { return Ok(false) };
-    if !is_empty(fs, path, fx)? {
-        tracing::info!("leaving the {} joule mounted at {} in place: something else was put there since", fs.fstype(), path.display());
-        return Ok(false);
-    }
-    fx.unmount(path)?;
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effects::{FakeEffects, Mounts};
+    use crate::effects::{FakeEffects, Mounts, BPF_FS_MAGIC, TRACEFS_MAGIC};
     use crate::journal;
 
     fn fake_with_dirs(dirs: &[&str]) -> FakeEffects {
@@ -142,19 +86,19 @@ mod tests {
     fn mounts_at_the_nearest_existing_empty_ancestor_journalled_first() {
         let jdir = tempfile::tempdir().unwrap();
         let fx = fake_with_dirs(&["/", "/sys", "/sys/fs", "/sys/fs/bpf"]);
-        let mut j = Journal::open(jdir.path()).unwrap();
-        let at = ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&mut j)).unwrap();
+        let j = Journal::open(jdir.path()).unwrap();
+        let at = ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&j)).unwrap();
         assert_eq!(at.as_deref(), Some(Path::new("/sys/fs/bpf")));
         assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf")).unwrap(), BPF_FS_MAGIC);
         let recorded = journal::entries(jdir.path()).unwrap();
         assert_eq!(recorded[0].undo, Undo::Unmount { path: "/sys/fs/bpf".into(), magic: BPF_FS_MAGIC });
         // Already there: nothing more.
-        assert_eq!(ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&mut j)).unwrap(), None);
+        assert_eq!(ensure(PseudoFs::Bpf, Path::new("/sys/fs/bpf/joule"), &fx, Some(&j)).unwrap(), None);
         assert_eq!(journal::entries(jdir.path()).unwrap().len(), 1);
         // Restore unmounts the filesystem that holds only bpffs's own preload iterators.
         fx.files.lock().unwrap().insert("/sys/fs/bpf/progs.debug".into(), String::new());
         fx.files.lock().unwrap().insert("/sys/fs/bpf/maps.debug".into(), String::new());
-        let r = journal::restore(jdir.path(), &fx).unwrap();
+        let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!(r.undone, 1);
         assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf")).unwrap(), 0);
     }
@@ -189,10 +133,10 @@ mod tests {
     fn restore_leaves_a_mount_that_holds_someone_elses_pins() {
         let jdir = tempfile::tempdir().unwrap();
         let fx = fake_with_dirs(&["/", "/b"]);
-        let mut j = Journal::open(jdir.path()).unwrap();
-        ensure(PseudoFs::Bpf, Path::new("/b/joule"), &fx, Some(&mut j)).unwrap();
+        let j = Journal::open(jdir.path()).unwrap();
+        ensure(PseudoFs::Bpf, Path::new("/b/joule"), &fx, Some(&j)).unwrap();
         fx.files.lock().unwrap().insert("/b/their_map".into(), String::new());
-        let r = journal::restore(jdir.path(), &fx).unwrap();
+        let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 1, 0));
         assert_eq!(fx.fs_magic(Path::new("/b")).unwrap(), BPF_FS_MAGIC, "their pins were dropped");
     }

@@ -138,7 +138,7 @@ fn guard(fx: &dyn Net, netns: Option<&Path>, ifname: &str, own: Option<&str>) ->
 /// deletion journalled first; putting it again updates the classes' rates. Returns the ifindex.
 pub fn install_htb(
     fx: &dyn Effects,
-    journal: &mut Journal,
+    journal: &Journal,
     owner: &str,
     netns: Option<&Path>,
     ifname: &str,
@@ -177,7 +177,7 @@ fn foreign_clsact(ifname: &str) -> NetlimitError {
 /// Puts a clsact qdisc on `ifname` for joule's classifier or redirect, its deletion (which
 /// removes the programs attached to it) journalled first. Refuses an interface that already
 /// has one: someone's programs hang on it.
-pub fn put_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str) -> Result<u32, NetlimitError> {
+pub fn put_clsact(fx: &dyn Effects, journal: &Journal, owner: &str, netns: Option<&Path>, ifname: &str) -> Result<u32, NetlimitError> {
     check_guard(fx, netns, ifname)?;
     let io = |source| NetlimitError::Io { ifname: ifname.to_string(), source };
     let ifindex = fx.link_index(netns, ifname).map_err(io)?;
@@ -189,7 +189,7 @@ pub fn put_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: O
 }
 
 /// Puts a clsact qdisc on `ifname` (index `ifindex`), its deletion journalled first.
-fn add_clsact(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, ifindex: u32) -> Result<(), NetlimitError> {
+fn add_clsact(fx: &dyn Effects, journal: &Journal, owner: &str, netns: Option<&Path>, ifname: &str, ifindex: u32) -> Result<(), NetlimitError> {
     let undo = Undo::QdiscDelete {
         netns: netns.map(Path::to_path_buf),
         ifname: ifname.into(),
@@ -220,7 +220,7 @@ pub struct IngressPath {
 /// programs hang on it).
 pub fn install_ingress(
     fx: &dyn Effects,
-    journal: &mut Journal,
+    journal: &Journal,
     owner: &str,
     netns: Option<&Path>,
     ifname: &str,
@@ -283,17 +283,17 @@ mod tests {
         let fx = FakeEffects::default();
         let ns = Some(Path::new(NS));
         fx.add_link(ns, 3, "veth-a", "noqueue");
-        let mut j = Journal::open(jd.path()).unwrap();
+        let j = Journal::open(jd.path()).unwrap();
         let classes = [HtbClass { minor: 1, rate_mbit: 10.0 }, HtbClass { minor: 2, rate_mbit: 1.0 }];
-        assert_eq!(install_htb(&fx, &mut j, "netlimit", ns, "veth-a", 1, &classes).unwrap(), 3);
+        assert_eq!(install_htb(&fx, &j, "netlimit", ns, "veth-a", 1, &classes).unwrap(), 3);
         assert_eq!(fx.classes(ns, 3).len(), 2);
         assert_eq!(journal::entries(jd.path()).unwrap().len(), 1);
         // Again, with a new rate: the root stays, the class changes, nothing new journalled.
-        install_htb(&fx, &mut j, "netlimit", ns, "veth-a", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();
+        install_htb(&fx, &j, "netlimit", ns, "veth-a", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();
         assert_eq!(journal::entries(jd.path()).unwrap().len(), 1);
         let c1 = fx.classes(ns, 3).into_iter().find(|c| c.handle == 0x6a6c_0001).unwrap();
         assert_eq!(class_rate_bytes_per_s(&c1), Some(2_500_000));
-        journal::restore(jd.path(), &fx).unwrap();
+        journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!(fx.qdiscs(ns, 3).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);
         assert!(fx.classes(ns, 3).is_empty());
     }
@@ -304,8 +304,8 @@ mod tests {
         let fx = FakeEffects::default();
         let ns = Some(Path::new(NS));
         fx.add_link(ns, 3, "veth-b", "noqueue");
-        let mut j = Journal::open(jd.path()).unwrap();
-        let p = install_ingress(&fx, &mut j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 10.0 }]).unwrap();
+        let j = Journal::open(jd.path()).unwrap();
+        let p = install_ingress(&fx, &j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 10.0 }]).unwrap();
         assert_eq!(p.ifb, "jifb3");
         assert_eq!(fx.link_kind(ns, "jifb3").unwrap(), "ifb");
         assert_eq!(fx.qdiscs(ns, p.ifb_ifindex).unwrap()[0].kind, "htb");
@@ -314,9 +314,9 @@ mod tests {
             journal::entries(jd.path()).unwrap().iter().map(|e| format!("{:?}", e.undo).split_whitespace().next().unwrap().to_string()).collect();
         assert_eq!(kinds, ["LinkDelete", "QdiscDelete", "QdiscDelete"], "the ifb's undo is recorded before it exists");
         // Put again (a rate change): nothing new is created or journalled.
-        install_ingress(&fx, &mut j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();
+        install_ingress(&fx, &j, "netlimit", ns, "veth-b", 1, &[HtbClass { minor: 1, rate_mbit: 20.0 }]).unwrap();
         assert_eq!(journal::entries(jd.path()).unwrap().len(), 3);
-        let r = journal::restore(jd.path(), &fx).unwrap();
+        let r = journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert!(r.failed.is_empty(), "{r:?}");
         assert!(fx.link_index(ns, "jifb3").is_err(), "the ifb is gone");
         assert_eq!(fx.qdiscs(ns, 3).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);

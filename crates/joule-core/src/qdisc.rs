@@ -26,7 +26,7 @@ pub enum QdiscError {
 /// Puts `q` as the root qdisc of `ifname` in `netns` (`None`: the agent's own), in place of
 /// the kernel's default, journalling its deletion first under `owner`. Putting it again with
 /// other options is allowed (and journalled again: a second undo finds it gone).
-pub fn replace_root(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns: Option<&Path>, ifname: &str, q: &Qdisc) -> Result<(), QdiscError> {
+pub fn replace_root(fx: &dyn Effects, journal: &Journal, owner: &str, netns: Option<&Path>, ifname: &str, q: &Qdisc) -> Result<(), QdiscError> {
     if q.parent != TC_H_ROOT || q.handle == 0 {
         return Err(QdiscError::Spec);
     }
@@ -50,24 +50,6 @@ pub fn replace_root(fx: &dyn Effects, journal: &mut Journal, owner: &str, netns:
     fx.replace_qdisc(netns, ifindex, q).map_err(io)
 }
 
-/// How the journal undoes `replace_root`: deletes the qdisc if interface `ifindex` is still
-/// `ifname` and still has that qdisc (`kind`, `handle`) at `parent`. Ok(false) when there was
-/// nothing to do: the namespace, the interface or the qdisc has gone, or someone put another.
-pub(crate) fn undo_replace(fx: &dyn Effects, netns: Option<&Path>, ifname: &str, ifindex: u32, parent: u32, handle: u32, kind: &str) -> io::Result<bool> {
-    match fx.link_index(netns, ifname) {
-        Ok(i) if i == ifindex => {}
-        Ok(_) => return Ok(false), // re-created: our qdisc went with the old interface
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e),
-    }
-    if !fx.qdiscs(netns, ifindex)?.iter().any(|o| o.parent == parent && o.handle == handle && o.kind == kind) {
-        tracing::info!("leaving the qdisc at {parent:x} of {ifname} alone: it is no longer the {kind} {handle:x}: joule put there");
-        return Ok(false);
-    }
-    fx.delete_qdisc(netns, ifindex, parent, handle)?;
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,13 +70,13 @@ mod tests {
         fx.add_link(ns, 4, "veth0", "noqueue");
         // The journal must hold the undo even when the change itself is refused.
         fx.fail_calls("qdisc replace", libc::EPERM);
-        let mut j = Journal::open(jdir.path()).unwrap();
-        assert!(matches!(replace_root(&fx, &mut j, "net", ns, "veth0", &fq()), Err(QdiscError::Io { .. })));
+        let j = Journal::open(jdir.path()).unwrap();
+        assert!(matches!(replace_root(&fx, &j, "net", ns, "veth0", &fq()), Err(QdiscError::Io { .. })));
         assert_eq!(journal::entries(jdir.path()).unwrap().len(), 1);
         fx.fail.lock().unwrap().clear();
-        replace_root(&fx, &mut j, "net", ns, "veth0", &fq()).unwrap();
+        replace_root(&fx, &j, "net", ns, "veth0", &fq()).unwrap();
         assert_eq!(fx.qdiscs(ns, 4).unwrap(), vec![fq()]);
-        let r = journal::restore(jdir.path(), &fx).unwrap();
+        let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!((r.undone, r.already_gone, r.failed.len()), (1, 1, 0), "{r:?}");
         assert_eq!(fx.qdiscs(ns, 4).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);
     }
@@ -106,11 +88,11 @@ mod tests {
         fx.add_link(None, 2, "eth0", "pfifo_fast");
         fx.replace_qdisc(None, 2, &Qdisc::new("htb", tc_handle(1, 0), TC_H_ROOT)).unwrap();
         fx.log.lock().unwrap().clear();
-        let mut j = Journal::open(jdir.path()).unwrap();
-        let e = replace_root(&fx, &mut j, "net", None, "eth0", &fq()).unwrap_err();
+        let j = Journal::open(jdir.path()).unwrap();
+        let e = replace_root(&fx, &j, "net", None, "eth0", &fq()).unwrap_err();
         assert!(matches!(&e, QdiscError::NotDefault { kind, .. } if kind == "htb"), "{e}");
         let no_handle = Qdisc::new("fq", 0, TC_H_ROOT);
-        assert!(matches!(replace_root(&fx, &mut j, "net", None, "eth0", &no_handle), Err(QdiscError::Spec)));
+        assert!(matches!(replace_root(&fx, &j, "net", None, "eth0", &no_handle), Err(QdiscError::Spec)));
         assert!(fx.calls().is_empty());
         assert!(journal::entries(jdir.path()).unwrap().is_empty());
     }
@@ -121,10 +103,22 @@ mod tests {
         fx.add_link(None, 2, "eth0", "pfifo_fast");
         fx.replace_qdisc(None, 2, &Qdisc::new("htb", tc_handle(1, 0), TC_H_ROOT)).unwrap();
         let ours = fq();
-        assert!(!undo_replace(&fx, None, "eth0", 2, TC_H_ROOT, ours.handle, &ours.kind).unwrap());
-        assert!(!undo_replace(&fx, None, "eth9", 9, TC_H_ROOT, ours.handle, &ours.kind).unwrap());
+        let jdir = tempfile::tempdir().unwrap();
+        let j = Journal::open(jdir.path()).unwrap();
+        let undo = |ifname: &str, ifindex, handle, kind: &str| Undo::QdiscDelete {
+            netns: None,
+            ifname: ifname.into(),
+            ifindex,
+            parent: TC_H_ROOT,
+            handle,
+            kind: kind.into(),
+        };
+        j.record("net", undo("eth0", 2, ours.handle, &ours.kind)).unwrap();
+        j.record("net", undo("eth9", 9, ours.handle, &ours.kind)).unwrap();
         // eth0 re-created with another index: not ours any more.
-        assert!(!undo_replace(&fx, None, "eth0", 3, TC_H_ROOT, tc_handle(1, 0), "htb").unwrap());
+        j.record("net", undo("eth0", 3, tc_handle(1, 0), "htb")).unwrap();
+        let r = j.restore_all(&fx).unwrap();
+        assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 3, 0));
         assert_eq!(fx.qdiscs(None, 2).unwrap()[0].kind, "htb");
     }
 }

@@ -58,7 +58,7 @@ fn root_affinity_set_and_restored_on_a_real_thread() {
     }
     let before = cpus_allowed(tid);
     let jdir = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(jdir.path()).unwrap();
+    let j = Journal::open(jdir.path()).unwrap();
     j.record("test", Undo::affinity(&fx, tid, old.clone())).unwrap();
     let only = *old.last().unwrap();
     fx.set_affinity(tid, &[only]).unwrap();
@@ -66,7 +66,7 @@ fn root_affinity_set_and_restored_on_a_real_thread() {
     assert_eq!(cpus_allowed(tid), only.to_string());
     ask.send(()).unwrap();
     assert_eq!(told.recv().unwrap(), vec![only as i32], "the thread ran on a CPU it was not allowed");
-    let r = journal::restore(jdir.path(), &fx).unwrap();
+    let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     assert_eq!(fx.get_affinity(tid).unwrap(), old);
     assert_eq!(cpus_allowed(tid), before);
@@ -166,7 +166,7 @@ fn freeze_and_restore(f: &FreezerFixture) {
     eprintln!("froze in {:?}; frozen loop: {}", started.elapsed(), state_line(f.pid()));
     assert_eq!(fx.freezer_state(&f.cgroup).unwrap(), FreezeState::Frozen);
     assert_eq!(progress(f.pid(), 300), 0, "a frozen loop ran");
-    let r = journal::restore(jdir.path(), &fx).unwrap();
+    let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     assert_eq!(fx.freezer_state(&f.cgroup).unwrap(), FreezeState::Thawed);
     assert!(progress(f.pid(), 300) > 0, "the thawed loop does not run");
@@ -289,8 +289,8 @@ fn root_net_qdisc_replaced_listed_and_restored_on_a_veth_of_its_own() {
     // undo journalled first.
     let htb = htb(4321);
     let jdir = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(jdir.path()).unwrap();
-    joule_core::qdisc::replace_root(&fx, &mut j, "test", ns, "jv0", &htb).unwrap();
+    let j = Journal::open(jdir.path()).unwrap();
+    joule_core::qdisc::replace_root(&fx, &j, "test", ns, "jv0", &htb).unwrap();
     let now = fx.qdiscs(ns, ifindex).unwrap();
     let root = now.iter().find(|q| q.parent == TC_H_ROOT).unwrap();
     assert_eq!((root.kind.as_str(), root.handle), ("htb", htb.handle), "{now:?}");
@@ -301,7 +301,7 @@ fn root_net_qdisc_replaced_listed_and_restored_on_a_veth_of_its_own() {
     assert!(shown.contains("qdisc htb 4a: root") && shown.contains("default 0x10") && shown.contains("direct_qlen 4321"), "tc sees: {shown}");
     assert!(matches!(journal::entries(jdir.path()).unwrap()[0].undo, Undo::QdiscDelete { ifindex: i, .. } if i == ifindex));
 
-    let r = journal::restore(jdir.path(), &fx).unwrap();
+    let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     let after = fx.qdiscs(ns, ifindex).unwrap();
     let root = after.iter().find(|q| q.parent == TC_H_ROOT).unwrap();
@@ -312,5 +312,5 @@ fn root_net_qdisc_replaced_listed_and_restored_on_a_veth_of_its_own() {
     let again =
         Undo::QdiscDelete { netns: ns.map(Path::to_path_buf), ifname: "jv0".into(), ifindex, parent: TC_H_ROOT, handle: htb.handle, kind: "htb".into() };
     Journal::open(jdir.path()).unwrap().record("test", again).unwrap();
-    assert_eq!(journal::restore(jdir.path(), &fx).unwrap().already_gone, 1);
+    assert_eq!(journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap().already_gone, 1);
 }

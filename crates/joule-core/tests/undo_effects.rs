@@ -38,15 +38,15 @@ fn an_exited_thread_counts_as_gone_and_a_refused_affinity_stays_for_a_retry() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default();
     fx.affinity.lock().unwrap().insert(8, vec![1]);
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::Affinity { tid: 4242, old_cpus: vec![0], started: None }).unwrap();
     j.record("t", Undo::Affinity { tid: 8, old_cpus: vec![0, 1], started: None }).unwrap();
     fx.fail_calls("affinity 8", libc::EPERM);
-    let r = journal::restore(dir.path(), &fx).unwrap();
+    let r = journal::Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 1, 1), "{r:?}");
     assert_eq!(journal::entries(dir.path()).unwrap().len(), 1);
     fx.fail.lock().unwrap().clear();
-    assert_eq!(journal::restore(dir.path(), &fx).unwrap().undone, 1);
+    assert_eq!(journal::Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap().undone, 1);
     assert_eq!(fx.get_affinity(8).unwrap(), vec![0, 1]);
 }
 
@@ -55,11 +55,11 @@ fn thaw_undoes_a_v1_freeze_and_a_removed_cgroup_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_dir("/fz/joule").with_file("/fz/joule/freezer.state", "THAWED\n");
     let cg = Path::new("/fz/joule");
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::Thaw { cgroup: cg.into() }).unwrap();
     fx.freeze(cg, joule_core::effects::FREEZE_SETTLE).unwrap();
     j.record("t", Undo::Thaw { cgroup: "/fz/removed".into() }).unwrap();
-    let r = journal::restore(dir.path(), &fx).unwrap();
+    let r = journal::Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone, r.failed.len()), (1, 1, 0), "{r:?}");
     assert_eq!(fx.freezer_state(cg).unwrap(), FreezeState::Thawed);
     assert_eq!(fx.calls(), vec!["write /fz/joule/freezer.state FROZEN", "write /fz/joule/freezer.state THAWED"]);

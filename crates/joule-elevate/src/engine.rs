@@ -14,7 +14,6 @@ use crate::{gettid, ElevateError, Prio};
 use joule_core::effects::{Effects, SchedAttr};
 use joule_core::journal::{self, Journal, RestoreReport, Undo};
 use serde::Serialize;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -65,8 +64,9 @@ pub struct ElevateOpts {
     /// `None`: the pattern's default.
     pub wait: Option<WaitMethod>,
     pub schedule: Schedule,
-    /// Undo journal directory (`None`: no journal, e.g. unit tests).
-    pub journal_dir: Option<PathBuf>,
+    /// The undo journal every change is recorded in first (a handle to the caller's: the
+    /// agent's, or `joule elevate`'s; `None`: no journal, e.g. unit tests).
+    pub journal: Option<Journal>,
     /// Fork a guardian (off only in unit tests, which run on a fake system).
     pub guardian: bool,
 }
@@ -80,7 +80,7 @@ impl Default for ElevateOpts {
             pattern: Pattern::Shared,
             wait: None,
             schedule: Schedule::RoundRobin,
-            journal_dir: None,
+            journal: None,
             guardian: true,
         }
     }
@@ -135,10 +135,7 @@ impl<'a> Elevator<'a> {
             slots: Vec::new(),
             sched_cpu,
             owner: format!("elevate-{}", std::process::id()),
-            journal: match &opts.journal_dir {
-                Some(d) => Some(Journal::open(d).map_err(|source| ElevateError::Journal { tid: 0, source })?),
-                None => None,
-            },
+            journal: opts.journal.clone(),
             guardian: if opts.guardian { Some(Guardian::spawn(Prio::HIGH).map_err(ElevateError::Guardian)?) } else { None },
             opts,
             undos: Vec::new(),
@@ -199,7 +196,7 @@ impl<'a> Elevator<'a> {
             Undo::Sched { tid, .. } | Undo::Affinity { tid, .. } => *tid,
             _ => 0,
         };
-        if let Some(j) = self.journal.as_mut() {
+        if let Some(j) = &self.journal {
             j.record(&self.owner, undo.clone()).map_err(|source| ElevateError::Journal { tid, source })?;
         }
         if let Some(g) = self.guardian.as_mut() {
@@ -340,13 +337,10 @@ impl<'a> Elevator<'a> {
         // With a journal its records are the undo list: one replay, which also drops them (and
         // keeps the failed ones for `joule restore`). Without one, the list in memory.
         let report = match &self.journal {
-            Some(j) => {
-                let dir = j.dir().to_path_buf();
-                journal::restore_owner(&dir, &self.owner, self.fx).unwrap_or_else(|e| {
-                    tracing::warn!("replaying the journal: {e}; undoing from memory instead");
-                    journal::replay(&self.undos, self.fx)
-                })
-            }
+            Some(j) => j.restore_owner(&self.owner, self.fx).unwrap_or_else(|e| {
+                tracing::warn!("replaying the journal: {e}; undoing from memory instead");
+                journal::replay(&self.undos, self.fx)
+            }),
             None => journal::replay(&self.undos, self.fx),
         };
         if report.failed.is_empty() {

@@ -18,7 +18,7 @@ fn slots(tids: &[i32]) -> Vec<Vec<Target>> {
 }
 
 fn opts(schedule: Schedule) -> ElevateOpts {
-    ElevateOpts { cpu: 0, sched_cpu: Some(1), slice_us: 100, pattern: Pattern::Dedicated, wait: None, schedule, journal_dir: None, guardian: false }
+    ElevateOpts { cpu: 0, sched_cpu: Some(1), slice_us: 100, pattern: Pattern::Dedicated, wait: None, schedule, journal: None, guardian: false }
 }
 
 /// The priority changes of the targets only, as `tid:prio`.

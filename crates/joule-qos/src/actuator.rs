@@ -72,7 +72,7 @@ impl Actuator for ClassActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = self.ctl.release(cx.journal.dir(), cx.fx)?;
+        let r = self.ctl.release(cx.journal, cx.fx)?;
         if !r.failed.is_empty() {
             return Err(format!("could not undo {} class change(s): {:?}", r.failed.len(), r.failed).into());
         }

@@ -53,7 +53,7 @@ impl Drop for Guard {
             c.kill().ok();
             c.wait().ok();
         }
-        let r = journal::restore_owner(self.dir.path(), OWNER, &RealEffects).unwrap();
+        let r = journal::Journal::open(self.dir.path()).and_then(|j| j.restore_owner(OWNER, &RealEffects)).unwrap();
         if std::thread::panicking() {
             return; // cleaned up; the test's own failure is the one to report
         }
@@ -101,8 +101,8 @@ fn root_v1_cfs_quota_30pct_on_one_cpu() {
         let cs = vec![ClassConfig { quota_us: Some(30_000), period_us: Some(100_000), ..class("apps", pid) }];
         let mut c = QosController::new(&cs, opts()).unwrap();
         assert_eq!(c.layout().kind, BackendKind::V1);
-        let mut j = Journal::open(g.dir.path()).unwrap();
-        let r = c.apply(&mut j, &RealEffects).unwrap();
+        let j = Journal::open(g.dir.path()).unwrap();
+        let r = c.apply(&j, &RealEffects).unwrap();
         assert_eq!(r.moved, vec![(pid, "apps".to_string())]);
         let got = measure(&c, "apps", 3.0);
         assert!((got - 30.0).abs() <= 3.0, "CFS quota 30% on CPU 1 achieved {got:.1}%");
@@ -124,8 +124,8 @@ fn root_v1_rt_runtime_share_of_fifo_loop() {
         let pid = g.spin();
         let cs = vec![ClassConfig { rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), ..class("main", pid) }];
         let mut c = QosController::new(&cs, opts()).unwrap();
-        let mut j = Journal::open(g.dir.path()).unwrap();
-        c.apply(&mut j, &RealEffects).unwrap();
+        let j = Journal::open(g.dir.path()).unwrap();
+        c.apply(&j, &RealEffects).unwrap();
         // Real-time only once inside a group with RT runtime (v1 refuses it elsewhere).
         j.record(OWNER, journal::Undo::sched(&RealEffects, pid, SchedAttr::OTHER)).unwrap();
         RealEffects.set_sched(pid, SchedAttr { policy: libc::SCHED_FIFO, priority: 10 }).unwrap();
@@ -152,8 +152,8 @@ fn root_v1_refusal_by_the_kernel_rolls_back_everything() {
         ];
         assert!(QosController::new(&cs, opts()).is_err());
         let mut c = QosController::new(&cs, QosOpts { enforce_admission: false, ..opts() }).unwrap();
-        let mut j = Journal::open(g.dir.path()).unwrap();
-        let e = c.apply(&mut j, &RealEffects).unwrap_err().to_string();
+        let j = Journal::open(g.dir.path()).unwrap();
+        let e = c.apply(&j, &RealEffects).unwrap_err().to_string();
         assert!(e.contains("cpu.rt_runtime_us") && e.contains("Invalid argument"), "{e}");
         no_leftovers();
         let left = journal::entries(g.dir.path()).unwrap();
@@ -177,8 +177,8 @@ fn root_v2_grouping_accounting_and_clean_refusal_of_missing_controllers() {
         let cs = vec![ClassConfig { cpus: None, ..class("plain", pid) }];
         let mut c = QosController::new(&cs, o()).unwrap();
         assert!(c.plan().notes.iter().any(|n| n.contains("offers no cpu controller")), "{:?}", c.plan().notes);
-        let mut j = Journal::open(g.dir.path()).unwrap();
-        let r = c.apply(&mut j, &RealEffects).unwrap();
+        let j = Journal::open(g.dir.path()).unwrap();
+        let r = c.apply(&j, &RealEffects).unwrap();
         assert_eq!(r.moved.len(), 1);
         let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         assert!(cg.contains(&format!("0::/{GROUP}/plain")), "{cg}");
@@ -193,8 +193,8 @@ fn root_v2_grouping_accounting_and_clean_refusal_of_missing_controllers() {
         // enabling it, and nothing is left behind.
         let cs = vec![ClassConfig { quota_us: Some(30_000), cpus: None, ..class("capped", pid) }];
         let mut c = QosController::new(&cs, o()).unwrap();
-        let mut j = Journal::open(g.dir.path()).unwrap();
-        let e = c.apply(&mut j, &RealEffects).unwrap_err().to_string();
+        let j = Journal::open(g.dir.path()).unwrap();
+        let e = c.apply(&j, &RealEffects).unwrap_err().to_string();
         assert!(e.contains("cgroup.subtree_control") && e.contains("+cpu"), "{e}");
         let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         assert!(!cg.contains(GROUP), "{cg}");
@@ -213,8 +213,8 @@ fn root_helper_apply_and_hang() {
         ClassConfig { quota_us: Some(20_000), cpus: Some("0".into()), ..class("apps", -1) },
     ];
     let mut c = QosController::new(&cs, opts()).unwrap();
-    let mut j = Journal::open(Path::new(&dir)).unwrap();
-    c.apply(&mut j, &RealEffects).unwrap();
+    let j = Journal::open(Path::new(&dir)).unwrap();
+    c.apply(&j, &RealEffects).unwrap();
     std::fs::write(Path::new(&dir).join("ready"), "").unwrap();
     std::thread::sleep(Duration::from_secs(600));
 }
@@ -248,7 +248,7 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     helper.kill().unwrap(); // SIGKILL
     helper.wait().unwrap();
     // What `joule restore` does: replay the whole journal.
-    let r = journal::restore(g.dir.path(), &RealEffects).unwrap();
+    let r = journal::Journal::open(g.dir.path()).and_then(|j| j.restore_all(&RealEffects)).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert!(r.undone > 0, "{r:?}");
     no_leftovers();
@@ -416,8 +416,8 @@ fn root_restore_empties_a_class_whose_task_keeps_forking() {
         let at = total_changes.map_or(usize::MAX, |n| (cycles / 3) % (n + 1));
         let fx = DiesAt { at, fail: path == 2, changes: Cell::new(0) };
         let mut c = QosController::new(&cs, opts()).unwrap();
-        let mut j = Journal::open(dir).unwrap();
-        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.apply(&mut j, &fx)));
+        let j = Journal::open(dir).unwrap();
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.apply(&j, &fx)));
         match &applied {
             Err(p) => assert!(p.is::<Killed>(), "apply panicked on its own at moment {at}"),
             Ok(Ok(_)) => assert!(at >= fx.changes.get(), "moment {at}: the applier did not die"),
@@ -432,11 +432,11 @@ fn root_restore_empties_a_class_whose_task_keeps_forking() {
             _ => "the failed apply's rollback",
         };
         let failed = match path {
-            0 => journal::restore(dir, &RealEffects).unwrap().failed,
-            1 => c.release(dir, &RealEffects).unwrap().failed,
+            0 => j.restore_all(&RealEffects).unwrap().failed,
+            1 => c.release(&j, &RealEffects).unwrap().failed,
             _ => {
                 if matches!(applied, Ok(Ok(_))) {
-                    c.release(dir, &RealEffects).unwrap().failed // died after the whole apply
+                    c.release(&j, &RealEffects).unwrap().failed // died after the whole apply
                 } else {
                     Vec::new() // the rollback ran inside apply; what it could not undo stays in the journal
                 }

@@ -228,16 +228,16 @@ fn root_net_limiter_rate_is_within_10pct_and_the_guard_refuses_a_real_interface(
     // The guard: the caller's own namespace is refused, whatever the device.
     std::env::set_var(joule_core::netlimit::TEST_GUARD_ENV, "1");
     let jd = tempfile::tempdir().unwrap();
-    let mut j = joule_core::journal::Journal::open(jd.path()).unwrap();
+    let j = joule_core::journal::Journal::open(jd.path()).unwrap();
     let c = [joule_core::netlimit::HtbClass { minor: 1, rate_mbit: 20.0 }];
-    let e = joule_core::netlimit::install_htb(&RealEffects, &mut j, "netlimit", None, "lo", 1, &c).unwrap_err();
+    let e = joule_core::netlimit::install_htb(&RealEffects, &j, "netlimit", None, "lo", 1, &c).unwrap_err();
     assert!(matches!(e, joule_core::netlimit::NetlimitError::Guarded { .. }), "{e}");
 
     let p = Pair::new("rate", 3);
     let ns = Pair::ns_path(&p.ns_a);
-    joule_core::netlimit::install_htb(&RealEffects, &mut j, "netlimit", Some(&ns), &p.if_a, 1, &c).unwrap();
+    joule_core::netlimit::install_htb(&RealEffects, &j, "netlimit", Some(&ns), &p.if_a, 1, &c).unwrap();
     let wire = udp_wire_mbit(&p);
-    joule_core::journal::restore(jd.path(), &RealEffects).unwrap();
+    joule_core::journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&RealEffects)).unwrap();
     assert_eq!(p.root_qdisc(), "noqueue");
     assert!((wire - 20.0).abs() <= 2.0, "achieved {wire:.2} Mbit/s on the wire for a 20 Mbit/s limit");
 }
@@ -267,15 +267,15 @@ fn root_net_ingress_limit_through_ifb_is_within_10pct_and_leaves_nothing() {
     let p = Pair::new("ifb", 4);
     let ns = Pair::ns_path(&p.ns_b);
     let jd = tempfile::tempdir().unwrap();
-    let mut j = joule_core::journal::Journal::open(jd.path()).unwrap();
+    let j = joule_core::journal::Journal::open(jd.path()).unwrap();
     let progs_before = netlimit_progs();
     let c = [joule_core::netlimit::HtbClass { minor: 1, rate_mbit: 20.0 }];
-    let path = joule_core::netlimit::install_ingress(&RealEffects, &mut j, "netlimit", Some(&ns), &p.if_b, 1, &c).unwrap();
+    let path = joule_core::netlimit::install_ingress(&RealEffects, &j, "netlimit", Some(&ns), &p.if_b, 1, &c).unwrap();
     let redirect = joule_bpf::NetlimitClassifier::attach_ingress_redirect(Some(&ns), path.ifindex, path.ifb_ifindex, &[]).unwrap();
     drop(redirect); // the filter holds the program
     assert_eq!(netlimit_progs(), progs_before + 1);
     let wire = udp_wire_mbit(&p);
-    let r = joule_core::journal::restore(jd.path(), &RealEffects).unwrap();
+    let r = joule_core::journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&RealEffects)).unwrap();
     assert!(r.failed.is_empty(), "{r:?}");
     assert!(RealEffects.link_index(Some(&ns), &path.ifb).is_err(), "the ifb is gone");
     let qd = RealEffects.qdiscs(Some(&ns), path.ifindex).unwrap();
@@ -312,12 +312,12 @@ fn root_net_class_limit_shapes_only_the_sockets_of_that_cgroup() {
     let p = Pair::new("cls", 5);
     let ns = Pair::ns_path(&p.ns_a);
     let jd = tempfile::tempdir().unwrap();
-    let mut j = joule_core::journal::Journal::open(jd.path()).unwrap();
+    let j = joule_core::journal::Journal::open(jd.path()).unwrap();
     // No default class: only what the classifier sends to class 1 is shaped.
     let c = [joule_core::netlimit::HtbClass { minor: 1, rate_mbit: 10.0 }];
-    joule_core::netlimit::install_htb(&RealEffects, &mut j, "netlimit", Some(&ns), &p.if_a, 0, &c).unwrap();
+    joule_core::netlimit::install_htb(&RealEffects, &j, "netlimit", Some(&ns), &p.if_a, 0, &c).unwrap();
     let cls = joule_bpf::NetlimitClassifier::load(&[], &[(cg_id, tc_handle(HTB_MAJOR, 1))]).unwrap();
-    let ifindex = joule_core::netlimit::put_clsact(&RealEffects, &mut j, "netlimit", Some(&ns), &p.if_a).unwrap();
+    let ifindex = joule_core::netlimit::put_clsact(&RealEffects, &j, "netlimit", Some(&ns), &p.if_a).unwrap();
     cls.attach_egress(Some(&ns), ifindex).unwrap();
     let mut server = Killed(Command::new("ip").args(["netns", "exec", &p.ns_b, "iperf3", "-s"]).stdout(Stdio::null()).spawn().unwrap());
     std::thread::sleep(Duration::from_millis(400));
@@ -335,7 +335,7 @@ fn root_net_class_limit_shapes_only_the_sockets_of_that_cgroup() {
     let _ = server.0.kill();
     let _ = server.0.wait();
     drop(cls);
-    joule_core::journal::restore(jd.path(), &RealEffects).unwrap();
+    joule_core::journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&RealEffects)).unwrap();
     assert_eq!(p.root_qdisc(), "noqueue");
     assert!((inside - 10.0).abs() <= 1.0, "the class's cgroup got {inside:.2} Mbit/s for a 10 Mbit/s limit");
     assert!(outside > 30.0, "a socket outside the class is not shaped: {outside:.2} Mbit/s");

@@ -54,8 +54,9 @@ impl ThermalStage {
     /// Loads the programs, writes the config, pins the maps on bpffs (recording each pin in
     /// `journal` first) and attaches the tracepoint. A tracepoint that cannot attach is not an
     /// error: `feed` still works; see `attached_to_tracepoint`.
-    pub fn load(opts: ThermalStageOpts, journal: Option<&mut Journal>) -> Result<ThermalStage, BpfError> {
-        Self::load_with(opts, journal.map(|j| j as &mut dyn UndoRecorder))
+    pub fn load(opts: ThermalStageOpts, journal: Option<&Journal>) -> Result<ThermalStage, BpfError> {
+        let mut journal = journal.cloned();
+        Self::load_with(opts, journal.as_mut().map(|j| j as &mut dyn UndoRecorder))
     }
 
     /// [`Self::load`] with any [`UndoRecorder`] in place of the journal (pins go through

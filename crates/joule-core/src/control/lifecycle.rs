@@ -140,11 +140,11 @@ mod tests {
 
     fn with_cx(f: impl FnOnce(&mut ActCx<'_>)) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
-        let mut journal = Journal::open(dir.path()).unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
         let fx = FakeEffects::default();
         let mut events = Vec::new();
         let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
-        f(&mut ActCx { journal: &mut journal, fx: &fx, events: &mut sink });
+        f(&mut ActCx { journal: &journal, fx: &fx, events: &mut sink });
         events
     }
 

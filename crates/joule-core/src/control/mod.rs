@@ -33,7 +33,7 @@ pub fn decide(policies: &mut [Box<dyn Policy>], snap: &Snapshot) -> Plan {
 /// What an actuator gets to act with: the undo journal it records into *before* each change,
 /// the seam every side effect goes through, and the event log.
 pub struct ActCx<'a> {
-    pub journal: &'a mut Journal,
+    pub journal: &'a Journal,
     pub fx: &'a dyn Effects,
     pub events: &'a mut dyn FnMut(&str, serde_json::Value),
 }

@@ -1,7 +1,7 @@
 //! Mounts: what filesystem a path is on, and mounting/unmounting the source-less pseudo
 //! filesystems joule may need on a fresh machine (bpffs, tracefs; see `crate::mounts`).
 
-use super::{not_found, FakeEffects, RealEffects};
+use super::{not_found, FakeEffects, Files, RealEffects};
 use std::io;
 use std::path::Path;
 
@@ -9,6 +9,46 @@ use std::path::Path;
 pub const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// statfs `f_type` of tracefs.
 pub const TRACEFS_MAGIC: i64 = 0x7472_6163;
+
+/// A pseudo-filesystem joule may mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PseudoFs {
+    /// bpffs: where BPF maps and programs are pinned so other processes find them.
+    Bpf,
+    /// tracefs: tracepoint ids for programs attached with `tracepoint/` (not `tp_btf/`).
+    Tracefs,
+}
+
+impl PseudoFs {
+    pub fn fstype(self) -> &'static str {
+        match self {
+            PseudoFs::Bpf => "bpf",
+            PseudoFs::Tracefs => "tracefs",
+        }
+    }
+    pub fn magic(self) -> i64 {
+        match self {
+            PseudoFs::Bpf => BPF_FS_MAGIC,
+            PseudoFs::Tracefs => TRACEFS_MAGIC,
+        }
+    }
+    pub(crate) fn from_magic(magic: i64) -> Option<Self> {
+        [PseudoFs::Bpf, PseudoFs::Tracefs].into_iter().find(|f| f.magic() == magic)
+    }
+    /// Entries a freshly mounted filesystem of this type has by itself: bpffs shows the kernel's
+    /// preloaded iterators (CONFIG_BPF_PRELOAD) as `maps.debug` and `progs.debug`.
+    fn own_entries(self) -> &'static [&'static str] {
+        match self {
+            PseudoFs::Bpf => &["maps.debug", "progs.debug"],
+            PseudoFs::Tracefs => &[],
+        }
+    }
+
+    /// Whether `dir` holds nothing but what a fresh filesystem of this type holds by itself.
+    pub fn is_empty<F: Files + ?Sized>(self, dir: &Path, fx: &F) -> io::Result<bool> {
+        Ok(fx.list_dir(dir)?.iter().all(|n| self.own_entries().contains(&n.as_str())))
+    }
+}
 
 pub trait Mounts {
     /// The type of the filesystem `path` is on (statfs `f_type`, e.g. [`BPF_FS_MAGIC`]).

@@ -11,6 +11,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 mod undo;
 
@@ -133,43 +134,129 @@ pub struct Entry {
     pub undo: Undo,
 }
 
-/// An open journal that actuators append to.
+/// The undo journal of one directory, as a handle: clones share one open file, so the agent's
+/// actuators, the elevate engine's thread and the nap waiter all record into (and replay from)
+/// the same journal. [`Journal::open`] is its only constructor, and a process never holds the
+/// same directory open twice: opening a directory this process already has open returns that
+/// journal.
+#[derive(Clone)]
 pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     path: PathBuf,
     file: File,
+    /// One record at a time from this process: flock is per open file description, so threads
+    /// sharing the description would not exclude each other by it.
+    writing: Mutex<()>,
+}
+
+/// The journals this process holds open, by canonical directory.
+static OPEN: Mutex<Vec<(PathBuf, Weak<Inner>)>> = Mutex::new(Vec::new());
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Journal({})", self.inner.path.display())
+    }
 }
 
 impl Journal {
-    /// Opens (creating if needed) the journal in `dir`.
+    /// The journal in `dir` (created with the directory when missing). Every entry point that
+    /// changes the system gets its journal here; a directory this process already has open
+    /// gives back the same journal, never a second open of the file.
     pub fn open(dir: &Path) -> Result<Self, JournalError> {
         let path = dir.join(JOURNAL_FILE);
-        std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-        Ok(Self { path, file })
+        let open_err = |source| JournalError::Open { path: path.clone(), source };
+        std::fs::create_dir_all(dir).map_err(open_err)?;
+        let key = std::fs::canonicalize(dir).map_err(open_err)?;
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(Self { inner });
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(open_err)?;
+        let inner = Arc::new(Inner { path: key.join(JOURNAL_FILE), file, writing: Mutex::new(()) });
+        open.push((key, Arc::downgrade(&inner)));
+        Ok(Self { inner })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
-    /// The journal directory (what `restore` and friends take).
+    /// The journal directory.
     pub fn dir(&self) -> &Path {
-        self.path.parent().unwrap_or(Path::new("."))
+        self.inner.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Whether `self` and `other` are the same open journal.
+    pub fn same(&self, other: &Journal) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Appends one record and syncs it to the file before returning, so the change the caller
     /// makes next is always undoable.
-    pub fn record(&mut self, owner: &str, undo: Undo) -> Result<(), JournalError> {
+    pub fn record(&self, owner: &str, undo: Undo) -> Result<(), JournalError> {
         let entry = Entry { owner: owner.to_string(), at_ms: now_ms(), undo };
         let mut line = serde_json::to_string(&entry).expect("journal entries always serialise");
         line.push('\n');
-        let werr = |source| JournalError::Write { path: self.path.clone(), source };
-        // The same exclusive lock `restore_where` holds while it reads and rewrites the file:
-        // without it, a record appended between its read and its rewrite would be lost — a
-        // change with no undo. One write of one line on an O_APPEND file never interleaves.
-        let _lock = FileLock::exclusive(&self.file);
-        (&self.file).write_all(line.as_bytes()).map_err(werr)?;
-        self.file.sync_data().map_err(werr)
+        let werr = |source| JournalError::Write { path: self.inner.path.clone(), source };
+        // The same exclusive lock `restore_where` holds while it reads and rewrites the file
+        // (in this process or in `joule restore`): without it, a record appended between its
+        // read and its rewrite would be lost — a change with no undo. One write of one line on
+        // an O_APPEND file never interleaves.
+        let _one = self.inner.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let _lock = FileLock::exclusive(&self.inner.file);
+        (&self.inner.file).write_all(line.as_bytes()).map_err(werr)?;
+        self.inner.file.sync_data().map_err(werr)
+    }
+
+    /// Every record, oldest first.
+    pub fn entries(&self) -> Result<Vec<Entry>, JournalError> {
+        entries(self.dir())
+    }
+
+    /// Replays the whole journal newest first, then keeps only the records that failed.
+    pub fn restore_all(&self, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
+        self.restore_where(fx, |_| true)
+    }
+
+    /// Like `restore_all`, for the records of one owner only (an actuator letting go, `joule
+    /// qos release`); every other record stays in the journal.
+    pub fn restore_owner(&self, owner: &str, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
+        self.restore_where(fx, |e| e.owner == owner)
+    }
+
+    /// Replays, newest first, the records that `select` picks, then rewrites the journal with
+    /// the records it did not pick and those that failed (kept for a retry), in their original
+    /// order. Holds the file's exclusive lock throughout, so no record is lost and two replays
+    /// never race.
+    pub fn restore_where(&self, fx: &dyn Effects, select: impl Fn(&Entry) -> bool) -> Result<RestoreReport, JournalError> {
+        let path = &self.inner.path;
+        // A second description of the file: flock is per open file description, so this lock
+        // excludes `record` on the shared one as well as other processes.
+        let lock = OpenOptions::new().read(true).write(true).open(path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        let _held = FileLock::exclusive(&lock);
+        let all = entries(self.dir())?;
+        let mut report = RestoreReport::default();
+        let mut keep = vec![true; all.len()];
+        for (i, entry) in all.iter().enumerate().rev().filter(|(_, e)| select(e)) {
+            keep[i] = !tally(&mut report, &entry.undo, undo_one(&entry.undo, fx));
+        }
+        if keep.iter().all(|k| *k) {
+            return Ok(report);
+        }
+        let mut body = String::new();
+        for (e, _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
+            body.push_str(&serde_json::to_string(e).expect("serialisable"));
+            body.push('\n');
+        }
+        let werr = |source| JournalError::Write { path: path.clone(), source };
+        lock.set_len(0).map_err(werr)?;
+        (&lock).write_all(body.as_bytes()).map_err(werr)?;
+        lock.sync_data().map_err(werr)?;
+        Ok(report)
     }
 }
 
@@ -201,7 +288,8 @@ pub struct RestoreReport {
     pub failed: Vec<String>,
 }
 
-/// Reads every entry of the journal in `dir` (empty when there is none).
+/// Reads every entry of the journal in `dir` (empty when there is none), without opening it
+/// for writing (`joule restore --dry-run`, tests).
 pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
     let path = dir.join(JOURNAL_FILE);
     let file = match File::open(&path) {
@@ -223,45 +311,6 @@ pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
         }
     }
     Ok(out)
-}
-
-/// Replays the journal in `dir` newest first, then rewrites it with only the records that
-/// failed. Holds an exclusive lock on the file so two restores never race.
-pub fn restore(dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
-    restore_where(dir, fx, |_| true)
-}
-
-/// Like `restore`, for the records of one owner only (`joule qos release` must not undo other
-/// mechanisms' changes); every other record stays in the journal.
-pub fn restore_owner(dir: &Path, owner: &str, fx: &dyn Effects) -> Result<RestoreReport, JournalError> {
-    restore_where(dir, fx, |e| e.owner == owner)
-}
-
-/// Replays, newest first, the records that `select` picks, then rewrites the journal with the
-/// records it did not pick and those that failed (kept for a retry), in their original order.
-pub fn restore_where(dir: &Path, fx: &dyn Effects, select: impl Fn(&Entry) -> bool) -> Result<RestoreReport, JournalError> {
-    let path = dir.join(JOURNAL_FILE);
-    if !path.exists() {
-        return Ok(RestoreReport::default());
-    }
-    let lock = OpenOptions::new().read(true).write(true).open(&path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-    let _held = FileLock::exclusive(&lock);
-    let all = entries(dir)?;
-    let mut report = RestoreReport::default();
-    let mut keep = vec![true; all.len()];
-    for (i, entry) in all.iter().enumerate().rev().filter(|(_, e)| select(e)) {
-        keep[i] = !tally(&mut report, &entry.undo, undo_one(&entry.undo, fx));
-    }
-    let mut body = String::new();
-    for (e, _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
-        body.push_str(&serde_json::to_string(e).expect("serialisable"));
-        body.push('\n');
-    }
-    let werr = |source| JournalError::Write { path: path.clone(), source };
-    lock.set_len(0).map_err(werr)?;
-    (&lock).write_all(body.as_bytes()).map_err(werr)?;
-    lock.sync_data().map_err(werr)?;
-    Ok(report)
 }
 
 /// Undoes in-memory records newest first (a failed apply rolling back what it did). Same

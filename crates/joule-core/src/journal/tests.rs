@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 fn replays_newest_first_and_empties_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/k/knob", "changed-twice");
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::Write { path: "/k/knob".into(), old: "original".into() }).unwrap();
     j.record("t", Undo::Write { path: "/k/knob".into(), old: "changed-once".into() }).unwrap();
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!(r.undone, 2);
     assert_eq!(fx.file("/k/knob").as_deref(), Some("original"));
     assert!(entries(dir.path()).unwrap().is_empty());
@@ -23,10 +23,10 @@ fn replays_newest_first_and_empties_the_journal() {
 fn vanished_targets_count_as_gone_not_failed() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default();
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER, started: None }).unwrap();
     j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: None }).unwrap();
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 2, 0));
 }
 
@@ -35,9 +35,9 @@ fn evacuates_tasks_before_removing_a_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/cg/cgroup.procs", "1\n").with_file("/cg/joule/cgroup.procs", "7\n8\n");
     fx.dirs.lock().unwrap().insert("/cg/joule".into(), ());
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
-    restore(dir.path(), &fx).unwrap();
+    Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 8", "rmdir /cg/joule"]);
 }
@@ -47,7 +47,7 @@ fn cgroup_to_remove(procs: &str) -> (tempfile::TempDir, FakeEffects) {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/cg/cgroup.procs", "1\n").with_file("/cg/joule/cgroup.procs", procs);
     fx.dirs.lock().unwrap().insert("/cg/joule".into(), ());
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
     (dir, fx)
 }
@@ -58,7 +58,7 @@ fn restore_moves_a_task_forked_into_the_cgroup_during_its_evacuation() {
     // then rmdir left 9 inside (EBUSY in the kernel).
     let (dir, fx) = cgroup_to_remove("");
     fx.then_reads("/cg/joule/cgroup.procs", &["7\n", "9\n"]);
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log, vec!["write /cg/cgroup.procs 7", "write /cg/cgroup.procs 9", "rmdir /cg/joule"]);
@@ -68,7 +68,7 @@ fn restore_moves_a_task_forked_into_the_cgroup_during_its_evacuation() {
 fn a_task_that_stays_listed_after_its_move_is_moved_once() {
     // v2 lists a zombie leader whose threads live on; moving it again would never end.
     let (dir, fx) = cgroup_to_remove("7\n");
-    restore(dir.path(), &fx).unwrap();
+    Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log, vec!["write /cg/cgroup.procs 7", "rmdir /cg/joule"]);
 }
@@ -78,7 +78,7 @@ fn rmdir_is_retried_while_the_kernel_says_busy_and_each_try_evacuates_again() {
     // A task that was exiting when it was moved stays counted until it is through exit.
     let (dir, fx) = cgroup_to_remove("7\n");
     fx.fail_calls_times("rmdir /cg/joule", libc::EBUSY, 2);
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log.iter().filter(|l| *l == "write /cg/cgroup.procs 7").count(), 3, "{log:?}");
@@ -90,7 +90,7 @@ fn a_cgroup_that_stays_busy_fails_after_a_bounded_wait_and_stays_in_the_journal(
     let (dir, fx) = cgroup_to_remove("7\n");
     fx.fail_calls("rmdir /cg/joule", libc::EBUSY);
     let t0 = Instant::now();
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     let took = t0.elapsed();
     assert!(took >= CGROUP_BUSY_PATIENCE && took < CGROUP_BUSY_PATIENCE + Duration::from_secs(1), "{took:?}");
     assert_eq!(r.failed.len(), 1, "{r:?}");
@@ -104,7 +104,7 @@ fn v1_moves_threads_one_by_one_through_tasks() {
     // cgroup.procs would also drag its other threads out of wherever they are.
     let (dir, fx) = cgroup_to_remove("7\n");
     let fx = fx.with_file("/cg/joule/tasks", "8\n").with_file("/cg/tasks", "");
-    restore(dir.path(), &fx).unwrap();
+    Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     let log = fx.log.lock().unwrap().clone();
     assert_eq!(log, vec!["write /cg/tasks 8", "rmdir /cg/joule"]);
 }
@@ -113,11 +113,11 @@ fn v1_moves_threads_one_by_one_through_tasks() {
 fn restore_owner_leaves_other_owners_records_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/a", "new").with_file("/b", "new").with_file("/c", "new");
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("thermal", Undo::Write { path: "/a".into(), old: "a0".into() }).unwrap();
     j.record("qos", Undo::Write { path: "/b".into(), old: "b0".into() }).unwrap();
     j.record("thermal", Undo::Write { path: "/c".into(), old: "c0".into() }).unwrap();
-    let r = restore_owner(dir.path(), "qos", &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_owner("qos", &fx)).unwrap();
     assert_eq!(r.undone, 1);
     assert_eq!(fx.file("/b").as_deref(), Some("b0"));
     assert_eq!(fx.file("/a").as_deref(), Some("new"));
@@ -128,7 +128,7 @@ fn restore_owner_leaves_other_owners_records_in_order() {
 #[test]
 fn record_waits_while_a_restore_holds_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::RemoveFile { path: "/x".into() }).unwrap();
     let other = File::open(j.path()).unwrap(); // what restore_where locks: another open file
     let held = FileLock::exclusive(&other);
@@ -164,24 +164,24 @@ fn start_time_reads_field_22_even_with_a_tricky_comm() {
 fn a_reused_pid_is_not_moved_back() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("worker", 100)).with_file("/cg/cgroup.procs", "");
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::move_task(&fx, 7, "/cg/cgroup.procs".into())).unwrap();
     // pid 7 exits and a new task gets the same pid, started later.
     fx.files.lock().unwrap().insert("/proc/7/stat".into(), stat("intruder", 999));
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone), (0, 1));
     assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some(""), "the reused pid was moved");
     // The same incarnation is moved back.
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::move_task(&fx, 7, "/cg/cgroup.procs".into())).unwrap();
-    assert_eq!(restore(dir.path(), &fx).unwrap().undone, 1);
+    assert_eq!(Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap().undone, 1);
     assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some("7"));
 }
 
 #[test]
 fn torn_last_line_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::RemoveFile { path: "/sys/fs/bpf/joule/x".into() }).unwrap();
     let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
     f.write_all(b"{\"owner\":\"t\",\"at_ms\":1,\"op\":\"wri").unwrap();
@@ -193,12 +193,30 @@ fn failed_records_stay_for_a_retry() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default().with_file("/ro/knob", "new").with_file("/rw/knob", "new");
     fx.read_only.lock().unwrap().push("/ro".into());
-    let mut j = Journal::open(dir.path()).unwrap();
+    let j = Journal::open(dir.path()).unwrap();
     j.record("t", Undo::Write { path: "/ro/knob".into(), old: "old".into() }).unwrap();
     j.record("t", Undo::Write { path: "/rw/knob".into(), old: "old".into() }).unwrap();
-    let r = restore(dir.path(), &fx).unwrap();
+    let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 1));
     let left = entries(dir.path()).unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].undo, Undo::Write { path: "/ro/knob".into(), old: "old".into() });
+}
+
+#[test]
+fn a_process_holds_one_journal_per_directory_and_its_clones_share_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Journal::open(dir.path()).unwrap();
+    let b = Journal::open(&dir.path().join(".")).unwrap();
+    assert!(a.same(&b), "a second open of the same directory is the journal already open");
+    let other = tempfile::tempdir().unwrap();
+    assert!(!a.same(&Journal::open(other.path()).unwrap()));
+    // A record through one handle is replayed through the other.
+    let fx = FakeEffects::default().with_file("/k", "new");
+    b.clone().record("t", Undo::Write { path: "/k".into(), old: "old".into() }).unwrap();
+    assert_eq!(a.restore_all(&fx).unwrap().undone, 1);
+    assert_eq!(fx.file("/k").as_deref(), Some("old"));
+    drop((a, b));
+    // Once every handle is gone, the next open is a fresh one (the records stay in the file).
+    assert!(Journal::open(dir.path()).unwrap().entries().unwrap().is_empty());
 }

@@ -2,7 +2,7 @@
 //! is emptied pass after pass and its removal retried while the kernel calls it busy.
 
 use super::{same_task, RestoreReport, Undo};
-use crate::effects::{Effects, Freezer, FREEZE_SETTLE};
+use crate::effects::{Effects, Freezer, PseudoFs, FREEZE_SETTLE};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
     match undo {
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
-        Undo::Unmount { path, magic } => Ok(if crate::mounts::undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
+        Undo::Unmount { path, magic } => Ok(if undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
         Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. }
             if !same_task(fx, *pid, *started) =>
         {
@@ -53,7 +53,7 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         Undo::Affinity { tid, old_cpus, .. } => gone_ok(fx.set_affinity(*tid, old_cpus)),
         Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
         Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
-            let deleted = crate::qdisc::undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
+            let deleted = undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
             Ok(if deleted { Outcome::Done } else { Outcome::Gone })
         }
         Undo::LinkDelete { netns, ifname, kind } => match fx.link_kind(netns.as_deref(), ifname) {
@@ -136,4 +136,38 @@ fn task_lists(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> (PathBuf, Path
     } else {
         (dir.join("cgroup.procs"), dest_procs.to_path_buf())
     }
+}
+
+/// How the journal undoes a mount: unmount `path` if `magic` is still mounted there and it is
+/// empty. Ok(false) when there was nothing to do (already unmounted, or someone else's objects
+/// live there now, which keeps it mounted).
+fn undo_mount(path: &Path, magic: i64, fx: &dyn Effects) -> io::Result<bool> {
+    if !fx.exists(path) || fx.fs_magic(path)? != magic {
+        return Ok(false);
+    }
+    let Some(fs) = PseudoFs::from_magic(magic) else { return Ok(false) };
+    if !fs.is_empty(path, fx)? {
+        tracing::info!("leaving the {} joule mounted at {} in place: something else was put there since", fs.fstype(), path.display());
+        return Ok(false);
+    }
+    fx.unmount(path)?;
+    Ok(true)
+}
+
+/// How the journal undoes `replace_root`: deletes the qdisc if interface `ifindex` is still
+/// `ifname` and still has that qdisc (`kind`, `handle`) at `parent`. Ok(false) when there was
+/// nothing to do: the namespace, the interface or the qdisc has gone, or someone put another.
+fn undo_replace(fx: &dyn Effects, netns: Option<&Path>, ifname: &str, ifindex: u32, parent: u32, handle: u32, kind: &str) -> io::Result<bool> {
+    match fx.link_index(netns, ifname) {
+        Ok(i) if i == ifindex => {}
+        Ok(_) => return Ok(false), // re-created: our qdisc went with the old interface
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    if !fx.qdiscs(netns, ifindex)?.iter().any(|o| o.parent == parent && o.handle == handle && o.kind == kind) {
+        tracing::info!("leaving the qdisc at {parent:x} of {ifname} alone: it is no longer the {kind} {handle:x}: joule put there");
+        return Ok(false);
+    }
+    fx.delete_qdisc(netns, ifindex, parent, handle)?;
+    Ok(true)
 }

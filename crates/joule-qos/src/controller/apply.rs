@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 impl QosController {
     /// Creates the class cgroups, writes their knobs and moves matching tasks in. On any
     /// failure everything this call did is undone and the error names the offending value.
-    pub fn apply(&mut self, journal: &mut Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
+    pub fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
         let mut report = ApplyReport::default();
         let mark = self.applied.len();
         let result = self.run_steps(journal, fx, &mut report).and_then(|_| {
@@ -25,7 +25,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
-            let failed = self.undo(&mine, Some(journal.dir()), fx).failed;
+            let failed = self.undo(&mine, Some(journal), fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
             }
@@ -37,7 +37,7 @@ impl QosController {
         Ok(report)
     }
 
-    pub(super) fn run_steps(&mut self, journal: &mut Journal, fx: &dyn Effects, report: &mut ApplyReport) -> Result<(), QosError> {
+    pub(super) fn run_steps(&mut self, journal: &Journal, fx: &dyn Effects, report: &mut ApplyReport) -> Result<(), QosError> {
         let mut made = std::collections::BTreeSet::new();
         for PlannedWrite(step) in self.plan.writes.clone() {
             match step {
@@ -77,25 +77,25 @@ impl QosController {
     }
 
     /// Undoes what this controller did in this process, newest first, taking its records out
-    /// of the journal in `journal_dir` as they are undone (a later `joule restore` must not
-    /// replay them: a MoveTask could hit a reused pid). Other records stay.
-    pub fn rollback(&mut self, journal_dir: &Path, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
+    /// of `journal` as they are undone (a later `joule restore` must not replay them: a
+    /// MoveTask could hit a reused pid). Other records stay.
+    pub fn rollback(&mut self, journal: &Journal, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
         let mine = std::mem::take(&mut self.applied);
-        let r = self.undo(&mine, Some(journal_dir), fx);
+        let r = self.undo(&mine, Some(journal), fx);
         (r.undone, r.already_gone, r.failed)
     }
 
-    /// Undoes `records` (this controller's, newest last) through the journal in `journal_dir`,
+    /// Undoes `records` (this controller's, newest last) through `journal`,
     /// which drops each record it undid and keeps the failed ones for a retry. Only without a
     /// journal (or when it cannot be read) are they replayed from memory, leaving the journal
     /// as it is.
-    pub(super) fn undo(&self, records: &[Undo], journal_dir: Option<&Path>, fx: &dyn Effects) -> RestoreReport {
+    pub(super) fn undo(&self, records: &[Undo], journal: Option<&Journal>, fx: &dyn Effects) -> RestoreReport {
         if records.is_empty() {
             return RestoreReport::default();
         }
-        if let Some(dir) = journal_dir {
+        if let Some(j) = journal {
             let owner = self.opts.owner.as_str();
-            match joule_core::journal::restore_where(dir, fx, |e| e.owner == owner && records.contains(&e.undo)) {
+            match j.restore_where(fx, |e| e.owner == owner && records.contains(&e.undo)) {
                 Ok(r) => return r,
                 Err(e) => tracing::warn!("rolling back from memory, the journal's records stay: {e}"),
             }
@@ -103,13 +103,13 @@ impl QosController {
         joule_core::journal::replay(records, fx)
     }
 
-    /// Undoes every record of this owner in the journal in `journal_dir` — this process's and
-    /// any left by a crashed one — and leaves other mechanisms' records alone.
-    pub fn release(&mut self, journal_dir: &Path, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
+    /// Undoes every record of this owner in `journal` — this process's and any left by a
+    /// crashed one — and leaves other mechanisms' records alone.
+    pub fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
         self.caps.clear();
         self.cap_journalled.clear();
-        Ok(joule_core::journal::restore_owner(journal_dir, &self.opts.owner, fx)?)
+        Ok(journal.restore_owner(&self.opts.owner, fx)?)
     }
 }
 

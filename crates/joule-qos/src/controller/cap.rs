@@ -70,7 +70,7 @@ impl QosController {
     /// what this controller last wrote (or, before the first cap, from the configured value
     /// `apply` wrote); journals the knob's old content before its first change. Ok(true) when
     /// it wrote.
-    pub fn set_cap(&mut self, journal: &mut Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
+    pub fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
         let cap = self.cap_for(fx, class, cpu_pct)?;
         let configured = self.plan.class(class).and_then(|c| c.cfs).map(|q| q.quota_us);
         let held = self.caps.get(class).map_or(configured, |c| c.quota_us);

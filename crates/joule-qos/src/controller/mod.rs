@@ -169,7 +169,7 @@ impl QosController {
         self.layout.task_dir(m, &self.plan, class)
     }
 
-    fn record(&mut self, journal: &mut Journal, undo: Undo) -> Result<(), QosError> {
+    fn record(&mut self, journal: &Journal, undo: Undo) -> Result<(), QosError> {
         journal.record(&self.opts.owner, undo.clone())?;
         self.applied.push(undo);
         Ok(())

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 impl QosController {
     /// Moves every process matching a class (and not yet in place) into its class.
-    pub(super) fn move_matching(&mut self, journal: &mut Journal, fx: &dyn Effects) -> Result<(Moved, Vec<i32>), QosError> {
+    pub(super) fn move_matching(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<(Moved, Vec<i32>), QosError> {
         let procs = scan(&self.opts.procfs_root);
         let me = std::process::id() as i32;
         let want = assign(&procs, &self.classes);
@@ -32,13 +32,13 @@ impl QosController {
 
     /// Moves one process (or, with `thread`, one thread) into `class` in every hierarchy,
     /// recording where it came from first. Ok(false): already there. Err(None): it vanished.
-    pub fn place(&mut self, journal: &mut Journal, fx: &dyn Effects, class: &str, pid: i32, thread: bool) -> Result<bool, Option<QosError>> {
+    pub fn place(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pid: i32, thread: bool) -> Result<bool, Option<QosError>> {
         let Some(info) = read_proc(&self.opts.procfs_root, pid) else { return Err(None) };
         self.place_info(journal, fx, class, &info, thread)
     }
 
     /// `place` for a process whose /proc entry was just read (by `scan`).
-    fn place_info(&mut self, journal: &mut Journal, fx: &dyn Effects, class: &str, info: &ProcInfo, thread: bool) -> Result<bool, Option<QosError>> {
+    fn place_info(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, info: &ProcInfo, thread: bool) -> Result<bool, Option<QosError>> {
         let pid = info.pid;
         let mut any = false;
         let file = if thread && self.layout.kind == BackendKind::V1 { "tasks" } else { "cgroup.procs" };
@@ -76,7 +76,7 @@ impl QosController {
     /// Keeps the classes in place: recreates cgroups deleted under joule and moves newly
     /// matching tasks in. Rate-limited to `reconcile_interval`, so it can be called from a
     /// 100 ms control loop (a /proc scan costs a few ms per thousand processes).
-    pub fn reconcile(&mut self, journal: &mut Journal, fx: &dyn Effects) -> Result<ReconcileReport, QosError> {
+    pub fn reconcile(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ReconcileReport, QosError> {
         let mut r = ReconcileReport::default();
         if self.last_reconcile.is_some_and(|t| t.elapsed() < self.opts.reconcile_interval) {
             r.skipped_rate_limit = true;

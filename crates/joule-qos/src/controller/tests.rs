@@ -215,8 +215,8 @@ fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [425_000, 425_000, 100_000]), opts(pd.path()), &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    let r = c.apply(&mut j, &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    let r = c.apply(&j, &f).unwrap();
     assert_eq!(r.created.len(), 12, "joule + 3 classes in cpu, cpuset, cpuacct");
     let l = log(&f);
     let pos = |s: &str| l.iter().position(|x| x == s).unwrap_or_else(|| panic!("{s} not in {l:#?}"));
@@ -231,7 +231,7 @@ fn v1_apply_writes_parent_budget_first_and_release_removes_everything() {
         |u| matches!(u, Undo::RemoveDir { path, evacuate_to: Some(e) } if path == Path::new("/cg/cpu/joule") && e == Path::new("/cg/cpu/cgroup.procs")),
     );
     assert!(budget.is_some() && barrier > budget, "{undos:#?}");
-    let rep = c.release(jd.path(), &f).unwrap();
+    let rep = c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(rep.failed.is_empty(), "{:?}", rep.failed);
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
     assert_eq!(f.fx.file("/cg/cpu/joule/cpu.rt_runtime_us"), None, "the joule group and its RT budget are gone");
@@ -248,8 +248,8 @@ fn failure_mid_apply_rolls_back_and_names_the_value() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [300_000, 300_000, 350_000]), opts(pd.path()), &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    let e = c.apply(&mut j, &f).unwrap_err().to_string();
+    let j = Journal::open(jd.path()).unwrap();
+    let e = c.apply(&j, &f).unwrap_err().to_string();
     assert!(e.contains("\"350000\"") && e.contains("/cg/cpu/joule/cgA/cpu.rt_runtime_us") && e.contains("RT budget"), "{e}");
     assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
     // The rollback took its records out of the journal: a later `joule restore` has nothing
@@ -258,7 +258,7 @@ fn failure_mid_apply_rolls_back_and_names_the_value() {
     assert!(left.is_empty(), "rolled-back records left in the journal: {left:#?}");
     f.fail.lock().unwrap().clear();
     f.fx.log.lock().unwrap().clear();
-    let r = journal::restore(jd.path(), &f).unwrap();
+    let r = journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&f)).unwrap();
     assert!(r.failed.is_empty());
     assert!(log(&f).is_empty(), "restore replayed: {:#?}", log(&f));
 }
@@ -272,7 +272,7 @@ fn failed_move_rolls_back_the_moves_out_of_the_journal_and_keeps_other_records()
     let pd = tempfile::tempdir().unwrap();
     proc_fixture(pd.path(), 500, "thirdparty");
     let jd = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
     let other = Undo::Write { path: "/other/knob".into(), old: "orig".into() };
     let older = Undo::Write { path: "/older/qos/knob".into(), old: "x".into() };
     j.record("thermal", other.clone()).unwrap();
@@ -280,7 +280,7 @@ fn failed_move_rolls_back_the_moves_out_of_the_journal_and_keeps_other_records()
     let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
     cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
     let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
-    let e = c.apply(&mut j, &f).unwrap_err().to_string();
+    let e = c.apply(&j, &f).unwrap_err().to_string();
     assert!(e.contains("moving pid 500 into class cgA"), "{e}");
     assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
     let l = log(&f);
@@ -306,14 +306,14 @@ fn a_rollback_record_that_fails_stays_in_the_journal_for_a_retry() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [300_000, 300_000, 350_000]), opts(pd.path()), &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    c.apply(&mut j, &f).unwrap_err();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap_err();
     assert!(f.joule_dirs().is_empty(), "half-applied: {:?}", f.joule_dirs());
     let left: Vec<_> = journal::entries(jd.path()).unwrap().into_iter().map(|e| e.undo).collect();
     assert_eq!(left, vec![Undo::Write { path: "/cg/cpu/joule/cgA/cpu.rt_runtime_us".into(), old: "0".into() }]);
     // The retry finds the group gone: settled, and the journal is empty.
     f.fail.lock().unwrap().clear();
-    let r = journal::restore(jd.path(), &f).unwrap();
+    let r = journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&f)).unwrap();
     assert!(r.failed.is_empty() && r.already_gone == 1, "{r:?}");
     assert!(journal::entries(jd.path()).unwrap().is_empty());
 }
@@ -325,7 +325,7 @@ fn read_only_cgroupfs_is_a_clear_error() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 100_000]), opts(pd.path()), &f).unwrap();
-    let e = c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap_err();
+    let e = c.apply(&Journal::open(jd.path()).unwrap(), &f).unwrap_err();
     assert!(matches!(e, QosError::ReadOnly { .. }), "{e}");
     assert!(e.to_string().contains("read-only"));
 }
@@ -351,13 +351,13 @@ fn tasks_are_moved_with_undo_and_vanished_pids_are_skipped() {
     let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
     // pid 501 exits between the scan and the move.
     f.fail_value("", "501", libc::ESRCH);
-    let r = c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    let r = c.apply(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert_eq!(r.moved, vec![(500, "cgA".to_string())]);
     assert_eq!(r.vanished, vec![501]);
     assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some("500"));
     let moves: Vec<_> = journal::entries(jd.path()).unwrap().into_iter().filter(|e| matches!(e.undo, Undo::MoveTask { pid: 500, .. })).collect();
     assert_eq!(moves.len(), 3, "one per hierarchy");
-    c.release(jd.path(), &f).unwrap();
+    c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(log(&f).contains(&"write /cg/cpu/cgroup.procs 500".to_string()));
 }
 
@@ -369,15 +369,15 @@ fn reconcile_recreates_a_deleted_cgroup_and_is_rate_limited() {
     let mut o = opts(pd.path());
     o.reconcile_interval = Duration::ZERO;
     let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 100_000, 100_000]), o, &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    c.apply(&mut j, &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
     f.fx.remove_dir(Path::new("/cg/cpu/joule/cg1")).unwrap();
-    let r = c.reconcile(&mut j, &f).unwrap();
+    let r = c.reconcile(&j, &f).unwrap();
     assert_eq!(r.recreated, vec![PathBuf::from("/cg/cpu/joule/cg1")]);
     assert_eq!(f.fx.file("/cg/cpu/joule/cg1/cpu.rt_runtime_us").as_deref(), Some("100000"));
     c.opts.reconcile_interval = Duration::from_secs(60);
-    assert!(c.reconcile(&mut j, &f).unwrap().skipped_rate_limit);
-    c.release(jd.path(), &f).unwrap();
+    assert!(c.reconcile(&j, &f).unwrap().skipped_rate_limit);
+    c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
 }
 
@@ -387,11 +387,11 @@ fn release_leaves_other_owners_records() {
     f.set("/other/knob", "changed");
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
     j.record("thermal", Undo::Write { path: "/other/knob".into(), old: "orig".into() }).unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 100_000]), opts(pd.path()), &f).unwrap();
-    c.apply(&mut j, &f).unwrap();
-    c.release(jd.path(), &f).unwrap();
+    c.apply(&j, &f).unwrap();
+    c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     let left = journal::entries(jd.path()).unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].owner, "thermal");
@@ -422,13 +422,13 @@ fn v2_fixture_writes_cpu_max_and_undoes_the_controller_enable() {
     let o = QosOpts { rt_fallback_to_cfs: true, ..opts(pd.path()) };
     let mut c = QosController::new_with(&cs, o, &f).unwrap();
     assert_eq!(c.layout().kind, BackendKind::V2);
-    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    c.apply(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert_eq!(f.fx.file("/cg/joule/apps/cpu.max").as_deref(), Some("30000 100000"));
     assert_eq!(f.fx.file("/cg/joule/apps/cpu.max.burst").as_deref(), Some("5000"));
     assert_eq!(f.fx.file("/cg/joule/apps/cpu.weight").as_deref(), Some("50"));
     assert_eq!(f.fx.file("/cg/joule/main/cpu.max").as_deref(), Some("60000 100000"));
     assert_eq!(f.fx.file("/cg/cgroup.subtree_control").as_deref(), Some("+cpuset"));
-    c.release(jd.path(), &f).unwrap();
+    c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
     let l = log(&f);
     assert!(l.contains(&"write /cg/cgroup.subtree_control -cpu".to_string()) && l.contains(&"write /cg/cgroup.subtree_control -cpuset".to_string()), "{l:#?}");
@@ -440,7 +440,7 @@ fn status_reports_achieved_share_from_usage_deltas() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&seed::classes(1_000_000, [0, 0, 300_000]), opts(pd.path()), &f).unwrap();
-    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    c.apply(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(c.status(&f).iter().all(|s| s.achieved_pct.is_none()));
     std::thread::sleep(Duration::from_millis(100));
     f.set("/cg/cpuacct/joule/cgA/cpuacct.usage", "30000000"); // 30 ms in ~100 ms
@@ -449,7 +449,7 @@ fn status_reports_achieved_share_from_usage_deltas() {
     assert!((a.expected_pct - 30.0).abs() < 1e-9);
     let got = a.achieved_pct.unwrap();
     assert!(got > 20.0 && got <= 30.0, "{got}");
-    let (_, _, failed) = c.rollback(jd.path(), &f);
+    let (_, _, failed) = c.rollback(&Journal::open(jd.path()).unwrap(), &f);
     assert!(failed.is_empty(), "{failed:?}");
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
     assert!(journal::entries(jd.path()).unwrap().is_empty(), "rollback left its records in the journal");
@@ -471,7 +471,7 @@ fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
         let top = path.components().nth(3).map(|x| x.as_os_str().to_string_lossy().into_owned());
         assert_eq!(top.as_deref(), Some("joule-bench"), "{}", path.display());
     }
-    c.apply(&mut Journal::open(jd.path()).unwrap(), &f).unwrap();
+    c.apply(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert_eq!(f.fx.file("/cg/cpu/joule-bench/main/audio/cpu.rt_runtime_us").as_deref(), Some("100000"));
     assert_eq!(f.fx.file("/cg/cpuset/joule-bench/main/audio/cpuset.cpus").as_deref(), Some("1"));
     assert!(!f.fx.exists(Path::new("/cg/cpu/joule")), "the default group was made too");
@@ -481,7 +481,7 @@ fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
     assert_eq!(c.usage_ns(&f, "audio"), Some(12345));
     let st = c.status(&f).into_iter().find(|s| s.name == "audio").unwrap();
     assert!(st.present && st.nr_throttled == Some(2) && st.throttled_ms == Some(5.0), "{st:?}");
-    let (_, _, failed) = c.rollback(jd.path(), &f);
+    let (_, _, failed) = c.rollback(&Journal::open(jd.path()).unwrap(), &f);
     assert!(failed.is_empty() && f.joule_dirs().is_empty(), "{failed:?} {:?}", f.joule_dirs());
 }
 
@@ -498,10 +498,10 @@ fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
     cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
     let ctl = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
     let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
-    let mut journal = Journal::open(jd.path()).unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
     let mut events = Vec::new();
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
-    let mut cx = ActCx { journal: &mut journal, fx: &f, events: &mut sink };
+    let mut cx = ActCx { journal: &journal, fx: &f, events: &mut sink };
     acts.init_all(&mut cx).unwrap();
     assert!(f.fx.dirs.lock().unwrap().contains_key(Path::new("/cg/cpu/joule/cgA")));
     proc_fixture(pd.path(), 600, "thirdparty");
@@ -560,30 +560,30 @@ fn v1_thermal_cap_is_min_of_configured_and_machine_share_written_once_and_journa
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&[best_effort("batch", None), best_effort("capped", Some(50_000))], opts(pd.path()), &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    c.apply(&mut j, &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
     let knob = "/cg/cpu/joule/batch/cpu.cfs_quota_us";
     assert_eq!(f.fx.file(knob).as_deref(), Some("-1"));
-    assert!(!c.set_cap(&mut j, &f, "batch", 100.0).unwrap(), "100 % at start changes nothing");
+    assert!(!c.set_cap(&j, &f, "batch", 100.0).unwrap(), "100 % at start changes nothing");
     assert_eq!(writes_to(&f, "batch/cpu.cfs_quota_us"), 0);
-    assert!(c.set_cap(&mut j, &f, "batch", 35.0).unwrap());
+    assert!(c.set_cap(&j, &f, "batch", 35.0).unwrap());
     assert_eq!(f.fx.file(knob).as_deref(), Some("70000"));
     assert_eq!(c.caps()["batch"].ratio, 0.35);
-    assert!(!c.set_cap(&mut j, &f, "batch", 35.0).unwrap(), "an unchanged cap is not written again");
+    assert!(!c.set_cap(&j, &f, "batch", 35.0).unwrap(), "an unchanged cap is not written again");
     assert_eq!(writes_to(&f, "batch/cpu.cfs_quota_us"), 1);
     let rec = journal::entries(jd.path()).unwrap();
     assert_eq!(rec.last().unwrap().undo, Undo::Write { path: knob.into(), old: "-1".into() }, "journalled before the write");
     // A configured 50 ms is tighter than 60 % (120 ms): it stays; 15 % (30 ms) is tighter.
-    assert!(!c.set_cap(&mut j, &f, "capped", 60.0).unwrap());
+    assert!(!c.set_cap(&j, &f, "capped", 60.0).unwrap());
     assert_eq!(c.caps()["capped"].quota_us, Some(50_000));
-    assert!(c.set_cap(&mut j, &f, "capped", 15.0).unwrap());
+    assert!(c.set_cap(&j, &f, "capped", 15.0).unwrap());
     assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("30000"));
-    assert!(c.set_cap(&mut j, &f, "capped", 100.0).unwrap());
+    assert!(c.set_cap(&j, &f, "capped", 100.0).unwrap());
     assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("50000"), "back to the configured quota");
-    assert!(matches!(c.set_cap(&mut j, &f, "nope", 10.0), Err(QosError::UnknownClass(_))));
+    assert!(matches!(c.set_cap(&j, &f, "nope", 10.0), Err(QosError::UnknownClass(_))));
     // Killed at the hot stage: the replay of the journal alone leaves nothing.
     drop(c);
-    let r = journal::restore(jd.path(), &f).unwrap();
+    let r = journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&f)).unwrap();
     assert!(r.failed.is_empty(), "{r:?}");
     assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
     assert!(log(&f).contains(&format!("write {knob} -1")), "the cap was undone before the group went");
@@ -595,14 +595,14 @@ fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
     let mut c = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
-    let mut j = Journal::open(jd.path()).unwrap();
-    c.apply(&mut j, &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
     assert_eq!(f.fx.file("/cg/joule/cgroup.subtree_control").as_deref(), Some("+cpu"), "a best-effort class needs cpu.max");
-    assert!(c.set_cap(&mut j, &f, "batch", 15.0).unwrap());
+    assert!(c.set_cap(&j, &f, "batch", 15.0).unwrap());
     assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
-    assert!(c.set_cap(&mut j, &f, "batch", 100.0).unwrap());
+    assert!(c.set_cap(&j, &f, "batch", 100.0).unwrap());
     assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("max 100000"));
-    c.release(jd.path(), &f).unwrap();
+    c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
 }
 
@@ -614,10 +614,10 @@ fn class_actuator_caps_from_the_plan_and_reports_the_cap() {
     let jd = tempfile::tempdir().unwrap();
     let ctl = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
     let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
-    let mut journal = Journal::open(jd.path()).unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
     let mut events = Vec::new();
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
-    let mut cx = ActCx { journal: &mut journal, fx: &f, events: &mut sink };
+    let mut cx = ActCx { journal: &journal, fx: &f, events: &mut sink };
     acts.init_all(&mut cx).unwrap();
     let mut plan = Plan::default();
     plan.push("thermal", Some("qos"), Want::CapClass { class: "batch".into(), cpu_pct: 60.0 }, "stage 1");

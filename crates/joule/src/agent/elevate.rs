@@ -8,6 +8,7 @@
 use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::{Effects, RealEffects};
+use joule_core::journal::Journal;
 use joule_core::policy::ELEVATE_ACTUATOR;
 use joule_elevate::target::{resolve, TargetSpec};
 use joule_elevate::{ElevateOpts, Elevator, Pattern, Schedule, Target};
@@ -28,7 +29,6 @@ struct Running {
 pub struct ElevateActuator {
     classes: Vec<ClassConfig>,
     procfs: PathBuf,
-    journal_dir: PathBuf,
     running: Option<Running>,
 }
 
@@ -47,8 +47,8 @@ pub fn class_slots(fx: &dyn Effects, procfs: &Path, classes: &[ClassConfig], cla
 }
 
 impl ElevateActuator {
-    pub fn new(classes: &[ClassConfig], procfs: PathBuf, journal_dir: PathBuf) -> ElevateActuator {
-        ElevateActuator { classes: classes.to_vec(), procfs, journal_dir, running: None }
+    pub fn new(classes: &[ClassConfig], procfs: PathBuf) -> ElevateActuator {
+        ElevateActuator { classes: classes.to_vec(), procfs, running: None }
     }
 
     fn stop(&mut self) -> Option<Result<u64, String>> {
@@ -57,7 +57,7 @@ impl ElevateActuator {
         Some(r.thread.join().unwrap_or_else(|_| Err("the scheduler thread panicked".into())))
     }
 
-    fn start(&mut self, want: &Want, slots: Vec<Vec<Target>>) -> Result<(), ActError> {
+    fn start(&mut self, want: &Want, slots: Vec<Vec<Target>>, journal: &Journal) -> Result<(), ActError> {
         let Want::Elevate { cpu, slice_us, pattern, .. } = want else { return Ok(()) };
         let pattern = if pattern == "dedicated" { Pattern::Dedicated } else { Pattern::Shared };
         let opts = ElevateOpts {
@@ -67,7 +67,7 @@ impl ElevateActuator {
             pattern,
             wait: None,
             schedule: Schedule::RoundRobin,
-            journal_dir: Some(self.journal_dir.clone()),
+            journal: Some(journal.clone()),
             guardian: true,
         };
         let tids = slots.iter().map(|s| s[0].tid).collect();
@@ -119,7 +119,7 @@ impl Actuator for ElevateActuator {
         if !same {
             self.stop();
             if !slots.is_empty() {
-                self.start(&want, slots)?;
+                self.start(&want, slots, cx.journal)?;
                 (cx.events)("elevate_started", serde_json::json!({ "class": class, "threads": tids }));
             }
         }

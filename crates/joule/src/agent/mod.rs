@@ -31,7 +31,7 @@ use joule_core::config::ThermalScheduler;
 use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
 use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
-use joule_core::journal::{self, Journal};
+use joule_core::journal::Journal;
 use joule_core::nap::NapCounters;
 use joule_core::policy::{ClassPolicy, ElevatePolicy, NapPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
 use joule_qos::{ClassActuator, QosController, QosOpts};
@@ -75,8 +75,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     let mut events = Events::open(&cfg.agent.event_log)?;
 
-    // A previous agent that was killed may have left changes behind: undo them first.
-    let recovered = journal::restore(&jdir, &RealEffects).with_context(|| format!("while replaying the journal in {}", jdir.display()))?;
+    // The one journal of this process: every actuator, the elevate engine's thread and the nap
+    // waiter get a handle to it. A previous agent that was killed may have left changes
+    // behind in it: undo them first.
+    let journal = Journal::open(&jdir).with_context(|| format!("while opening the undo journal in {}", jdir.display()))?;
+    let recovered = journal.restore_all(&RealEffects).with_context(|| format!("while replaying the journal in {}", jdir.display()))?;
     if recovered.undone + recovered.already_gone > 0 {
         tracing::info!("undid {} change(s) a previous run left behind", recovered.undone);
     }
@@ -85,17 +88,16 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     }
     let (r, gone, failed) = (recovered.undone, recovered.already_gone, &recovered.failed);
     events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root }));
-    let mut journal = Journal::open(&jdir)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("while installing signal handlers")?;
     }
 
-    let result = run_loop(&cfg, &a.duration_s, a.no_bpf, root, &mut journal, &mut events, &stop);
+    let result = run_loop(&cfg, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop);
 
     // Shutdown: whatever happened above, put the machine back.
-    let undone = journal::restore(&jdir, &RealEffects);
+    let undone = journal.restore_all(&RealEffects);
     match &undone {
         Ok(r) => events.emit("stop", serde_json::json!({ "undone": r.undone, "failed": r.failed })),
         Err(e) => events.emit("stop", serde_json::json!({ "restore_error": e.to_string() })),
@@ -168,7 +170,7 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, na
         }
     }
     if cfg.elevate.enabled() && root {
-        a.push(Box::new(elevate::ElevateActuator::new(&cfg.classes, cfg.telemetry.procfs_root.clone(), cfg.agent.journal_dir.clone())));
+        a.push(Box::new(elevate::ElevateActuator::new(&cfg.classes, cfg.telemetry.procfs_root.clone())));
     }
     if cfg.nap.enabled {
         anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
@@ -188,7 +190,7 @@ fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, na
 }
 
 /// What eBPF the agent loads: on unless the user turned it off, and then it needs root.
-fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journal) -> anyhow::Result<Bpf<'j>> {
+fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) -> anyhow::Result<Bpf<'j>> {
     match BpfOff::reason(no_bpf, cfg, root) {
         None => Ok(Bpf::Pinned(journal)),
         Some(BpfOff::NotRoot) => Err(crate::UsageError(
@@ -199,15 +201,7 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j mut Journ
     }
 }
 
-fn run_loop(
-    cfg: &Config,
-    duration_s: &Option<f64>,
-    no_bpf: bool,
-    root: bool,
-    journal: &mut Journal,
-    events: &mut Events,
-    stop: &AtomicBool,
-) -> anyhow::Result<()> {
+fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
     if !sense.bpf_status().enabled {

@@ -182,7 +182,7 @@ impl Actuator for NetlimitActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = joule_core::journal::restore_owner(cx.journal.dir(), NETLIMIT_ACTUATOR, cx.fx)?;
+        let r = cx.journal.restore_owner(NETLIMIT_ACTUATOR, cx.fx)?;
         self.held.clear();
         if !r.failed.is_empty() {
             return Err(format!("could not remove {} limiter qdisc(s): {:?}", r.failed.len(), r.failed).into());
@@ -238,9 +238,9 @@ mod tests {
         let jd = tempfile::tempdir().unwrap();
         let fx = FakeEffects::default();
         fx.add_link(None, 3, "veth-a", "noqueue");
-        let mut journal = Journal::open(jd.path()).unwrap();
+        let journal = Journal::open(jd.path()).unwrap();
         let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
         let mut a = NetlimitActuator::new(None, vec![]);
         a.reconcile(&plan(5.0), &mut cx).unwrap();
         assert_eq!(fx.qdiscs(None, 3).unwrap()[0].kind, "htb");

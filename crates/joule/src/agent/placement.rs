@@ -143,7 +143,7 @@ impl Actuator for PlacementActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = joule_core::journal::restore_owner(cx.journal.dir(), PLACEMENT_ACTUATOR, cx.fx)?;
+        let r = cx.journal.restore_owner(PLACEMENT_ACTUATOR, cx.fx)?;
         self.pinned.clear();
         self.journalled.clear();
         self.caps.clear();
@@ -188,9 +188,9 @@ mod tests {
             fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
         }
         let jd = tempfile::tempdir().unwrap();
-        let mut journal = Journal::open(jd.path()).unwrap();
+        let journal = Journal::open(jd.path()).unwrap();
         let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
         // Thread 13 is listed but gone: skipped, not an error.
         let mut acts =
             Actuators::new(vec![Box::new(PlacementActuator::new("/sys/cpu", Box::new(|c: &str| if c == "ftp" { vec![11, 12, 13] } else { vec![] })))]);
@@ -217,7 +217,7 @@ mod tests {
         acts.reconcile_all(&plan(Some(1_000_000)), &mut cx);
         assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("1000000"), "capped again when it comes back");
         // Killed here: the journal alone puts everything back.
-        journal::restore(jd.path(), &fx).unwrap();
+        journal::Journal::open(jd.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!(fx.get_affinity(12).unwrap(), vec![0, 1, 2, 3]);
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2000000"));
     }
@@ -227,9 +227,9 @@ mod tests {
         let fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpu0");
         fx.affinity.lock().unwrap().insert(11, vec![0, 1]);
         let jd = tempfile::tempdir().unwrap();
-        let mut journal = Journal::open(jd.path()).unwrap();
+        let journal = Journal::open(jd.path()).unwrap();
         let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &mut journal, fx: &fx, events: &mut sink };
+        let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
         let mut acts = Actuators::new(vec![Box::new(PlacementActuator::new("/sys/cpu", Box::new(|_: &str| vec![11])))]);
         acts.init_all(&mut cx).unwrap();
         acts.reconcile_all(&plan(Some(1_000_000)), &mut cx);

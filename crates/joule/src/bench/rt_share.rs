@@ -13,7 +13,7 @@ use super::report::{median, print_table, write_json};
 use anyhow::Context;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{RealEffects, Sched, SchedAttr};
-use joule_core::journal::{self, Journal, Undo};
+use joule_core::journal::{Journal, Undo};
 use joule_qos::controller::machine_env;
 use joule_qos::seed::{self, GROUPS};
 use joule_qos::{admit, AdmissionEnv, Layout, QosController, QosOpts};
@@ -158,7 +158,7 @@ struct Running {
     stop: Arc<AtomicBool>,
     workers: Vec<Worker>,
     ctl: Option<QosController>,
-    journal_dir: PathBuf,
+    journal: Journal,
 }
 
 impl Drop for Running {
@@ -172,7 +172,7 @@ impl Drop for Running {
             // `joule restore` must not replay a MoveTask or a Sched on a reused tid. Every
             // bench record in the journal is this configuration's (the previous ones' left
             // with them), its threads' scheduling policies included.
-            match journal::restore_owner(&self.journal_dir, BENCH_OWNER, &RealEffects) {
+            match self.journal.restore_owner(BENCH_OWNER, &RealEffects) {
                 Ok(r) if r.failed.is_empty() => {}
                 Ok(r) => eprintln!("rt-share: cleanup left {} record(s) for `joule restore`: {:?}", r.failed.len(), r.failed),
                 Err(e) => eprintln!("rt-share: cleanup failed, run `joule restore`: {e}"),
@@ -196,14 +196,14 @@ fn bench_opts(args: &RtShareArgs) -> QosOpts {
 
 /// Undoes every bench record in the journal when the run ends, whichever way it ends.
 struct Cleanup {
-    journal_dir: PathBuf,
+    journal: Journal,
     done: bool,
 }
 
 impl Cleanup {
     fn release(&mut self) -> anyhow::Result<()> {
         self.done = true;
-        let r = journal::restore_owner(&self.journal_dir, BENCH_OWNER, &RealEffects)?;
+        let r = self.journal.restore_owner(BENCH_OWNER, &RealEffects)?;
         anyhow::ensure!(r.failed.is_empty(), "cleanup left {} record(s) for `joule restore`: {:?}", r.failed.len(), r.failed);
         Ok(())
     }
@@ -227,14 +227,14 @@ struct Measured {
     error: Option<String>,
 }
 
-fn run_one(c: &Conf, args: &RtShareArgs, journal: &mut Journal, interrupted: &AtomicBool) -> anyhow::Result<Measured> {
+fn run_one(c: &Conf, args: &RtShareArgs, journal: &Journal, interrupted: &AtomicBool) -> anyhow::Result<Measured> {
     let fx = RealEffects;
     let classes = seed::classes(c.period_us, c.runtime_us);
     let mut ctl = QosController::new(&classes, bench_opts(args))?;
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
-    let mut run = Running { stop: stop.clone(), workers: Vec::new(), ctl: None, journal_dir: args.journal_dir.clone() };
+    let mut run = Running { stop: stop.clone(), workers: Vec::new(), ctl: None, journal: journal.clone() };
     if let Err(e) = ctl.apply(journal, &fx) {
         return Ok(Measured { error: Some(format!("kernel refused: {e}")), ..Default::default() });
     }
@@ -309,12 +309,12 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, interrupted.clone()).context("while installing signal handlers")?;
     }
-    let mut journal = Journal::open(&args.journal_dir).context("while opening the undo journal")?;
+    let journal = Journal::open(&args.journal_dir).context("while opening the undo journal")?;
     // Clean up after a previous bench that was SIGKILLed.
-    journal::restore_owner(&args.journal_dir, BENCH_OWNER, &RealEffects)?;
+    journal.restore_owner(BENCH_OWNER, &RealEffects)?;
     // And after this one, however it ends (an error, an interrupt, a panic): no joule-bench
     // group keeps its RT budget.
-    let mut cleanup = Cleanup { journal_dir: args.journal_dir.clone(), done: false };
+    let mut cleanup = Cleanup { journal: journal.clone(), done: false };
 
     let confs: Vec<Conf> = configurations().into_iter().filter(|c| args.only.is_empty() || args.only.iter().any(|o| o.eq_ignore_ascii_case(&c.id))).collect();
     let opts = bench_opts(args);
@@ -327,7 +327,7 @@ pub fn run(args: &RtShareArgs) -> anyhow::Result<()> {
     for run_no in 0..args.runs {
         for (i, c) in confs.iter().enumerate() {
             bar.set_message(format!("run {} {} ({} µs)", run_no + 1, c.id, c.period_us));
-            let m = run_one(c, args, &mut journal, &interrupted);
+            let m = run_one(c, args, &journal, &interrupted);
             if interrupted.load(Ordering::Relaxed) {
                 bar.abandon();
                 cleanup.release()?;

@@ -6,6 +6,7 @@
 use crate::UsageError;
 use anyhow::{bail, Context};
 use joule_core::effects::RealEffects;
+use joule_core::journal::Journal;
 use joule_elevate::rt_throttle::{self, Throttle};
 use joule_elevate::target::{self, TargetSpec};
 use joule_elevate::timing::WaitMethod;
@@ -198,7 +199,7 @@ pub fn run(a: ElevateArgs) -> anyhow::Result<()> {
         pattern,
         wait,
         schedule,
-        journal_dir: Some(a.journal_dir.clone()),
+        journal: Some(Journal::open(&a.journal_dir).with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?),
         guardian: true,
     };
     let fx = RealEffects;

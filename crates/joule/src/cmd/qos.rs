@@ -130,8 +130,8 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                 super::refuse_under_live_agent(&journal_dir, "qos apply")?;
             }
             let mut c = controller(cfg, common, true)?;
-            let mut j = Journal::open(&journal_dir).context("while opening the undo journal")?;
-            let r = c.apply(&mut j, &fx).context("while applying classes (everything this apply did was undone)")?;
+            let j = Journal::open(&journal_dir).context("while opening the undo journal")?;
+            let r = c.apply(&j, &fx).context("while applying classes (everything this apply did was undone)")?;
             println!("applied: {} cgroup(s) created, {} knob write(s), {} task(s) moved", r.created.len(), r.writes, r.moved.len());
             for n in &r.notes {
                 println!("note: {n}");
@@ -140,7 +140,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                 let end = std::time::Instant::now() + Duration::from_secs(*secs);
                 while std::time::Instant::now() < end {
                     std::thread::sleep(Duration::from_millis(200));
-                    let r = c.reconcile(&mut j, &fx)?;
+                    let r = c.reconcile(&j, &fx)?;
                     for (pid, class) in &r.moved {
                         println!("moved pid {pid} into {class}");
                     }
@@ -169,7 +169,8 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
             if !force {
                 super::refuse_under_live_agent(&journal_dir, "qos release")?;
             }
-            let r = joule_core::journal::restore_owner(&journal_dir, joule_qos::OWNER, &fx)?;
+            let j = Journal::open(&journal_dir).context("while opening the undo journal")?;
+            let r = j.restore_owner(joule_qos::OWNER, &fx)?;
             println!("released: {} change(s) undone, {} already gone, {} failed", r.undone, r.already_gone, r.failed.len());
             for f in &r.failed {
                 eprintln!("  failed (kept in the journal for a retry): {f}");

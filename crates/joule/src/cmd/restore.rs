@@ -38,7 +38,8 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
     if !a.force {
         super::refuse_under_live_agent(&a.journal_dir, "restore")?;
     }
-    let report = journal::restore(&a.journal_dir, &RealEffects).with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
+    let journal = journal::Journal::open(&a.journal_dir).with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?;
+    let report = journal.restore_all(&RealEffects).with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

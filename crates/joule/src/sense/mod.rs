@@ -29,7 +29,7 @@ pub enum Bpf<'a> {
     Private,
     /// Load and pin the stage map under the config's pin dir, mounting bpffs there first when
     /// it is missing; pins and mount recorded in the journal (agent).
-    Pinned(&'a mut Journal),
+    Pinned(&'a Journal),
 }
 
 /// Why eBPF is off. Only the user's choice (`--no-bpf`, `telemetry.bpf = false`) turns it off
@@ -89,7 +89,7 @@ impl Snapshotter {
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
         let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
         let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![] };
-        let (pin_dir, mut journal) = match bpf {
+        let (pin_dir, journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
                 me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
@@ -104,7 +104,7 @@ impl Snapshotter {
         };
         joule_bpf::probe()?;
         if let Some(dir) = &pin_dir {
-            mounts::ensure(PseudoFs::Bpf, dir, &RealEffects, journal.as_deref_mut()).context("while making sure the BPF pin directory is on bpffs")?;
+            mounts::ensure(PseudoFs::Bpf, dir, &RealEffects, journal).context("while making sure the BPF pin directory is on bpffs")?;
         }
         let runq = RunqLat::load(joule_bpf::RunqLatOpts::for_root(&t.cgroup_root)).context("while loading the run-queue latency program")?;
         me.sampler.remove_source("task_wait");

@@ -12,7 +12,7 @@
 //! (`compact`), so no journal fsync is on the request's path.
 
 use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
-use joule_core::journal::{self, Journal, Undo};
+use joule_core::journal::{Journal, Undo};
 use joule_core::nap::NapCounters;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -76,7 +76,7 @@ struct State {
 
 pub struct NapCore {
     fx: Arc<dyn Effects + Send + Sync>,
-    journal_dir: PathBuf,
+    journal: Journal,
     actions: NapActions,
     counters: Arc<NapCounters>,
     state: Mutex<State>,
@@ -99,10 +99,10 @@ pub enum Entered {
 }
 
 impl NapCore {
-    pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal_dir: PathBuf, actions: NapActions, counters: Arc<NapCounters>) -> Self {
+    pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal: Journal, actions: NapActions, counters: Arc<NapCounters>) -> Self {
         Self {
             fx,
-            journal_dir,
+            journal,
             actions,
             counters,
             state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
@@ -136,7 +136,7 @@ impl NapCore {
     }
 
     /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.
-    pub fn enter(&self, trigger: &dyn Trigger, last_check: &mut dyn FnMut() -> io::Result<Option<String>>, journal: &mut Journal) -> anyhow::Result<Entered> {
+    pub fn enter(&self, trigger: &dyn Trigger, last_check: &mut dyn FnMut() -> io::Result<Option<String>>, journal: &Journal) -> anyhow::Result<Entered> {
         let mut st = self.lock();
         if st.napped_at.is_some() {
             return Ok(Entered::AlreadyNapping);
@@ -154,14 +154,14 @@ impl NapCore {
         if let Ok(Some(why)) = &changed {
             // A packet arrived during the machine-nap writes: undo them and stay awake rather
             // than freeze the service the request is waiting for.
-            let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
+            let _ = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref());
             st.status.aborted_total += 1;
             st.status.last_abort = Some(why.clone());
             return Ok(Entered::Aborted(why.clone()));
         }
         if let Err(e) = changed {
             // Undo whatever part was done; the trigger may stay armed (a stale wake is ignored).
-            let _ = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref());
+            let _ = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref());
             return Err(e);
         }
         st.undo_writes = undo_writes;
@@ -175,7 +175,7 @@ impl NapCore {
     }
 
     /// The journalled changes; `Some(why)` when the trigger fired before the freeze.
-    fn change(&self, journal: &mut Journal, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
+    fn change(&self, journal: &Journal, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
         for (path, value) in &self.actions.writes {
             let old = self.fx.read(path)?.trim().to_string();
             journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old: old.clone() })?;
@@ -231,7 +231,7 @@ impl NapCore {
         if !st.compact || st.napped_at.is_some() {
             return Ok(());
         }
-        let r = journal::restore_owner(&self.journal_dir, SLEEP_OWNER, self.fx.as_ref()).map_err(io::Error::other)?;
+        let r = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref()).map_err(io::Error::other)?;
         if !r.failed.is_empty() {
             return Err(io::Error::other(format!("nap: could not undo {:?}; they stay in the journal", r.failed)));
         }
@@ -254,6 +254,7 @@ pub fn instant_of_monotonic_ns(at_ns: u64) -> Instant {
 mod tests {
     use super::*;
     use joule_core::effects::FakeEffects;
+    use joule_core::journal;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -277,21 +278,21 @@ mod tests {
             FakeEffects::default().with_dir("/fz/web").with_file("/fz/web/freezer.state", "THAWED\n").with_file("/sys/devices/system/cpu/cpu1/online", "1\n"),
         );
         let actions = NapActions { freeze: Some("/fz/web".into()), writes: vec![("/sys/devices/system/cpu/cpu1/online".into(), "0".into())] };
-        let c = NapCore::new(fx.clone(), dir.into(), actions, Arc::default());
+        let c = NapCore::new(fx.clone(), Journal::open(dir).unwrap(), actions, Arc::default());
         (fx, c)
     }
 
     /// Enters with a last check that logs `event` (a "packet" fires the fake trigger) and
     /// finds no activity; the entry's result and the trigger's log.
     fn enter_after(c: &NapCore, dir: &std::path::Path, event: &str) -> (Entered, Vec<String>) {
-        let mut j = Journal::open(dir).unwrap();
+        let j = Journal::open(dir).unwrap();
         let order = Rc::new(RefCell::new(Vec::new()));
         let o2 = order.clone();
         let mut check = move || {
             o2.borrow_mut().push(event.to_string());
             Ok(None)
         };
-        let entered = c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap();
+        let entered = c.enter(&FakeTrigger(order.clone()), &mut check, &j).unwrap();
         let log = order.borrow().clone();
         (entered, log)
     }
@@ -323,10 +324,10 @@ mod tests {
     fn activity_seen_by_the_last_check_aborts_without_changing_anything() {
         let dir = tempfile::tempdir().unwrap();
         let (fx, c) = core(dir.path());
-        let mut j = Journal::open(dir.path()).unwrap();
+        let j = Journal::open(dir.path()).unwrap();
         let order = Rc::new(RefCell::new(Vec::new()));
         let mut check = || Ok(Some("1 queued for accept on [80]".to_string()));
-        assert!(matches!(c.enter(&FakeTrigger(order.clone()), &mut check, &mut j).unwrap(), Entered::Aborted(_)));
+        assert!(matches!(c.enter(&FakeTrigger(order.clone()), &mut check, &j).unwrap(), Entered::Aborted(_)));
         assert_eq!(*order.borrow(), vec!["arm", "disarm"]);
         assert!(fx.calls().is_empty() && journal::entries(dir.path()).unwrap().is_empty());
         assert!(!c.status().napping && c.status().aborted_total == 1);
@@ -352,7 +353,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (fx, c) = core(dir.path());
         let c = Arc::new(c);
-        let mut j = Journal::open(dir.path()).unwrap();
+        let j = Journal::open(dir.path()).unwrap();
         let (fired_tx, fired_rx) = std::sync::mpsc::channel::<()>();
         let waiter = {
             let c = c.clone();
@@ -367,7 +368,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20)); // the waiter is waiting for the lock
             Ok(None)
         };
-        assert_eq!(c.enter(&FakeTrigger(order), &mut check, &mut j).unwrap(), Entered::Napping);
+        assert_eq!(c.enter(&FakeTrigger(order), &mut check, &j).unwrap(), Entered::Napping);
         assert!(waiter.join().unwrap(), "the waiter woke the nap the entry made");
         assert!(!c.status().napping);
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");

@@ -11,7 +11,7 @@ use joule_bpf::{NapProbe, NapProto};
 use joule_core::config::{Config, NapConfig};
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::{Effects, RealEffects};
-use joule_core::journal::{self, Undo};
+use joule_core::journal::Undo;
 use joule_core::nap::NapCounters;
 use joule_core::policy::NAP_ACTUATOR;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
@@ -221,7 +221,7 @@ impl Actuator for NapActuator {
             freeze = Some(dir.clone());
             self.freezer = Some((dir, home));
         }
-        let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.dir().to_path_buf(), NapActions { freeze, writes }, self.counters.clone()));
+        let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.clone(), NapActions { freeze, writes }, self.counters.clone()));
         let ports: Vec<(NapProto, u16)> =
             self.cfg.monitors.tcp_ports.iter().map(|p| (NapProto::Tcp, *p)).chain(self.cfg.monitors.udp_ports.iter().map(|p| (NapProto::Udp, *p))).collect();
         self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
@@ -339,7 +339,7 @@ impl Actuator for NapActuator {
             let _ = std::fs::remove_file(p);
         }
         for owner in [SLEEP_OWNER, NAP_ACTUATOR] {
-            let r = journal::restore_owner(cx.journal.dir(), owner, cx.fx)?;
+            let r = cx.journal.restore_owner(owner, cx.fx)?;
             if !r.failed.is_empty() {
                 return Err(format!("nap: could not undo {:?}", r.failed).into());
             }

@@ -14,6 +14,7 @@ mod sections;
 pub mod targets;
 
 use super::report::{bar_plot, print_table, write_json};
+use anyhow::Context;
 use joule_core::effects::RealEffects;
 use joule_elevate::rt_throttle::Throttle;
 use serde_json::json;
@@ -65,7 +66,9 @@ pub fn run(a: &ElevateBenchArgs) -> anyhow::Result<()> {
     ])?;
     let online = joule_elevate::online_cpus();
     anyhow::ensure!(online.contains(&0) && online.contains(&1), "joule bench elevate needs CPUs 0 and 1 online (online: {online:?})");
-    targets::journal_dir_ok(&a.journal_dir)?;
+    // Held for the whole bench: every run's `opts` gets this same journal back.
+    let opened = joule_core::journal::Journal::open(&a.journal_dir);
+    let _journal = opened.with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?;
     let want = |s: &str| a.only.is_empty() || a.only.iter().any(|o| o == s);
     let throttle = Throttle::read(&RealEffects);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

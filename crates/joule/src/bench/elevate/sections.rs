@@ -24,7 +24,8 @@ fn opts(a: &ElevateBenchArgs, pattern: Pattern, slice_us: u64, schedule: Schedul
         pattern,
         wait: None,
         schedule,
-        journal_dir: Some(a.journal_dir.clone()),
+        // The journal `run` holds open (the same handle; opening it there already succeeded).
+        journal: joule_core::journal::Journal::open(&a.journal_dir).ok(),
         guardian: true,
     }
 }

@@ -7,7 +7,7 @@ use joule_core::effects::{RealEffects, Sched, SchedAttr};
 use joule_elevate::probe::{self, Record};
 use joule_elevate::timing::now_ns;
 use joule_elevate::{ElevateOpts, Elevator, RunReport, Target};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -145,8 +145,4 @@ pub fn rest() {
 /// A deadline `s` seconds from now on CLOCK_MONOTONIC.
 pub fn in_s(s: f64) -> u64 {
     now_ns() + (s * 1e9) as u64
-}
-
-pub fn journal_dir_ok(p: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(p).with_context(|| format!("while creating {}", p.display()))
 }

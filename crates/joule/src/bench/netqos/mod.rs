@@ -15,7 +15,7 @@ use anyhow::Context;
 use joule_bpf::FlowMonitor;
 use joule_core::cgroupfs::Layout;
 use joule_core::effects::RealEffects;
-use joule_core::journal::{self, Journal};
+use joule_core::journal::Journal;
 use joule_core::netlimit::{self, HtbClass};
 use std::path::PathBuf;
 use topo::Topo;
@@ -101,23 +101,24 @@ impl Reading {
 /// joule's limiter on the sender's veth, the whole interface at `rate_mbit` (HTB default
 /// class), journalled in a directory of its own; `Drop` replays the journal.
 pub struct Limit {
-    dir: tempfile::TempDir,
+    journal: Journal,
+    _dir: tempfile::TempDir,
 }
 
 impl Limit {
     pub fn install(topo: &Topo, rate_mbit: f64) -> anyhow::Result<Limit> {
         let dir = tempfile::tempdir()?;
-        let mut j = Journal::open(dir.path())?;
+        let j = Journal::open(dir.path())?;
         let ns = Topo::netns_path(&topo.ns_a);
-        netlimit::install_htb(&RealEffects, &mut j, "netlimit", Some(&ns), &topo.if_a, 1, &[HtbClass { minor: 1, rate_mbit }])
+        netlimit::install_htb(&RealEffects, &j, "netlimit", Some(&ns), &topo.if_a, 1, &[HtbClass { minor: 1, rate_mbit }])
             .with_context(|| format!("while putting the limiter on {}", topo.if_a))?;
-        Ok(Limit { dir })
+        Ok(Limit { journal: j, _dir: dir })
     }
 }
 
 impl Drop for Limit {
     fn drop(&mut self) {
-        if let Err(e) = journal::restore(self.dir.path(), &RealEffects) {
+        if let Err(e) = self.journal.restore_all(&RealEffects) {
             tracing::warn!("removing the bench's limiter: {e}");
         }
     }

@@ -148,7 +148,7 @@ impl Drop for Agent {
             return;
         }
         // Killed: its journal still holds what it changed.
-        match joule_core::journal::restore(&self.journal_dir, &joule_core::effects::RealEffects) {
+        match joule_core::journal::Journal::open(&self.journal_dir).and_then(|j| j.restore_all(&joule_core::effects::RealEffects)) {
             Ok(r) if r.failed.is_empty() => {}
             r => eprintln!(
                 "thermal: the agent had to be killed and its journal {} was not fully replayed ({r:?}): run `joule restore --journal-dir {}`",
