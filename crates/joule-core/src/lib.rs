@@ -9,7 +9,6 @@ pub mod cgroupfs;
 pub mod clock;
 pub mod config;
 pub mod control;
-pub mod cpufreq;
 pub mod cpulist;
 pub mod effects;
 pub mod energy;

@@ -255,6 +255,11 @@ pub struct CpuFreq {
     pub cur_khz: u64,
     pub min_khz: u64,
     pub max_khz: u64,
+    /// The hardware's range (`cpuinfo_min_freq`, `cpuinfo_max_freq`): what a cap in % means.
+    #[serde(default)]
+    pub cpuinfo_min_khz: u64,
+    #[serde(default)]
+    pub cpuinfo_max_khz: u64,
     pub source: Origin,
 }
 

@@ -7,7 +7,6 @@
 //! newly matching tasks in place → `status` reports achieved shares → `release` undoes it.
 //! In the agent, [`ClassActuator`] runs that flow as one actuator of the control loop.
 
-pub mod actuator;
 pub mod admission;
 pub mod backend;
 pub mod controller;
@@ -15,7 +14,6 @@ pub mod cpulist;
 pub mod matching;
 pub mod seed;
 
-pub use actuator::ClassActuator;
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassCap, ClassStatus, QosController, QosOpts, ReconcileReport};

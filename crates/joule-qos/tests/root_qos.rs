@@ -313,6 +313,9 @@ impl Files for DiesAt {
     fn list_dir(&self, p: &Path) -> io::Result<Vec<String>> {
         RealEffects.list_dir(p)
     }
+    fn cgroup_id(&self, p: &Path) -> io::Result<u64> {
+        RealEffects.cgroup_id(p)
+    }
 }
 
 impl Sched for DiesAt {

@@ -34,6 +34,8 @@ impl Source for FreqSource {
                     cur_khz: read_num::<u64>(&f.join("scaling_cur_freq")).ok()?,
                     min_khz: read_num::<u64>(&f.join("scaling_min_freq")).unwrap_or(0),
                     max_khz: read_num::<u64>(&f.join("scaling_max_freq")).unwrap_or(0),
+                    cpuinfo_min_khz: read_num::<u64>(&f.join("cpuinfo_min_freq")).unwrap_or(0),
+                    cpuinfo_max_khz: read_num::<u64>(&f.join("cpuinfo_max_freq")).unwrap_or(0),
                     source: Origin::Kernel,
                 })
             })

@@ -381,7 +381,7 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
     // The scx actuator's state (agent/scx.rs), when it is there.
     let scx: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == "scx").map(|a| &a.state).collect();
     // The nap actuator's state (agent/nap), when `[nap]` is on.
-    let nap: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == joule_core::policy::NAP_ACTUATOR).map(|a| &a.state).collect();
+    let nap: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == joule_core::control::owner::NAP).map(|a| &a.state).collect();
     vec![
         Family {
             def: def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
@@ -438,7 +438,7 @@ pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family
 
 /// (class, ratio) of every cap the qos actuator reports holding.
 fn class_caps(actuators: &[ActuatorStatus]) -> Vec<(String, f64)> {
-    let qos = actuators.iter().find(|a| a.name == joule_core::policy::QOS_ACTUATOR);
+    let qos = actuators.iter().find(|a| a.name == joule_core::control::owner::CGROUP_CPU);
     let caps = qos.and_then(|a| a.state.get("caps")).and_then(|c| c.as_object());
     caps.into_iter().flatten().filter_map(|(class, cap)| Some((class.clone(), cap.get("ratio")?.as_f64()?))).collect()
 }

@@ -81,6 +81,11 @@ pub struct EnergyTarget {
     /// Network app: mean packet size until the flow monitor measures it, bytes.
     #[serde(default)]
     pub mean_packet_bytes: Option<f64>,
+    /// Network app: the interface its traffic leaves by (in the `[net]` namespace). With it the
+    /// bandwidth placement decides is held there, by the traffic-control actuator (an HTB class
+    /// for the class's sockets); without it the limit is only published.
+    #[serde(default)]
+    pub interface: Option<String>,
     /// CPU app: the fraction (0–1] of the performance it has alone on the biggest CPU at the
     /// highest OPP.
     #[serde(default)]
@@ -132,6 +137,14 @@ pub(super) fn problems(e: &EnergyConfig, classes: &[String]) -> Vec<(String, Str
         }
         if t.bandwidth_mbit.is_some_and(|b| !(b.is_finite() && b > 0.0)) || t.mean_packet_bytes.is_some_and(|b| !(64.0..=65536.0).contains(&b)) {
             bad(key.clone(), "bandwidth_mbit must be > 0 and mean_packet_bytes in 64..=65536".into(), "Mbit/s, bytes");
+        }
+        if let Some(ifname) = &t.interface {
+            if t.bandwidth_mbit.is_none() {
+                bad(format!("{key}.interface"), format!("interface {ifname:?} is for network targets (bandwidth_mbit)"), "remove it, or set bandwidth_mbit");
+            }
+            if ifname.is_empty() || ifname.len() > 15 || ifname.contains('/') {
+                bad(format!("{key}.interface"), format!("interface {ifname:?} is not an interface name (1 to 15 bytes)"), "e.g. \"eth0\"");
+            }
         }
         if e.targets[..i].iter().any(|o| o.class == t.class) {
             bad(format!("{key}.class"), format!("class {:?} has two targets", t.class), "one [[energy.target]] per class");

@@ -3,11 +3,15 @@
 //! A mechanism is one module that implements [`Actuator`] (and a policy, and a source if it
 //! senses), added to the agent's lists of components; [`Actuators`] gives them all one lifecycle.
 
+pub mod knob;
 mod lifecycle;
+mod merge;
 mod plan;
 
+pub use knob::{owner, Conflict, Held, Knob, Request, Rule, Setting};
 pub use lifecycle::{ActuatorStatus, Actuators};
-pub use plan::{Decision, Plan, ThermalPath, Want};
+pub use merge::{merge, Facts};
+pub use plan::{Decision, FreqLimit, Plan, ThermalPath, Want};
 
 use crate::effects::Effects;
 use crate::journal::Journal;
@@ -21,12 +25,14 @@ pub trait Policy: Send {
     fn decide(&mut self, snap: &Snapshot, plan: &mut Plan);
 }
 
-/// Runs every policy in order on one snapshot.
-pub fn decide(policies: &mut [Box<dyn Policy>], snap: &Snapshot) -> Plan {
+/// Runs every policy in order on one snapshot, then merges their wants per knob (`facts`:
+/// the config's side of what the merge needs; the snapshot gives the machine's).
+pub fn decide(policies: &mut [Box<dyn Policy>], facts: &Facts, snap: &Snapshot) -> Plan {
     let mut plan = Plan::new(snap.taken_at_ms);
     for p in policies.iter_mut() {
         p.decide(snap, &mut plan);
     }
+    merge(&mut plan, &facts.with_snapshot(snap));
     plan
 }
 

@@ -1,15 +1,29 @@
-//! The Plan: what every actuator should hold this period, and why. Policies write it from a
-//! Snapshot; actuators read the decisions addressed to them and reconcile the machine to them;
-//! exporters publish it next to the Snapshot, so a user can always see *why* joule acts.
+//! The Plan: what every actuator should hold this period, and why. Policies write its
+//! decisions from a Snapshot; the merge (merge.rs) turns the decisions that name a kernel knob
+//! into one setting per knob, with every request that shaped it; actuators read their knobs and
+//! the decisions addressed to them and reconcile the machine to them; exporters publish it next
+//! to the Snapshot, so a user can always see *why* joule acts.
 
+use super::knob::{Conflict, Held, Knob};
 use crate::config::{Direction, FlowMatch, StageActions};
 use serde::{Deserialize, Serialize};
 
-/// One period's decisions, made from the snapshot taken at `taken_at_ms`.
+/// One period's decisions, made from the snapshot taken at `taken_at_ms`, and what each knob
+/// holds after the merge.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub taken_at_ms: u64,
+    /// What each policy asked for, and why.
     pub decisions: Vec<Decision>,
+    /// Per knob, the merged setting and every request that shaped it (filled by the merge).
+    #[serde(default)]
+    pub knobs: Vec<Held>,
+    /// Wants for one knob that could not both hold: which won and why.
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
+    /// What the merge could not do on this machine (a frequency cap without cpufreq).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// What one policy wants one actuator to hold.
@@ -33,18 +47,17 @@ pub enum Want {
     HoldClasses { classes: Vec<String> },
     /// The thermal stage, the path acting on it and the stage's actions (`[[thermal.stage]]`).
     /// Addressed to the sched_ext actuator on the scx path; informational on the cgroup path,
-    /// where [`Want::CapClass`] and [`Want::CpufreqMax`] carry the actions.
+    /// where [`Want::CapClass`] and [`Want::FreqCap`] carry the actions.
     ThermalStage { stage: u32, path: ThermalPath, actions: StageActions },
     /// Cap a class's CPU to `cpu_pct` % of the whole machine (CFS bandwidth); 100 lifts the
     /// cap back to the class's configured quota.
     CapClass { class: String, cpu_pct: f64 },
-    /// Cap every CPU's frequency to `pct` % of its maximum; 100 lifts the cap.
-    CpufreqMax { pct: f64 },
-    /// Energy-aware placement (mechanism 2, `[energy]`): run the `[[class]]`'s threads on
-    /// `cpus` (the performance domain `domain`), with that domain's CPUs' frequency held at or
-    /// below `max_khz` (None: no cap, or no cpufreq to cap), and the class's traffic limited
-    /// to `bandwidth_mbit` (advisory: the bandwidth limiter acts on it, this actuator does not).
-    Place { class: String, domain: String, cpus: Vec<usize>, max_khz: Option<u64>, bandwidth_mbit: Option<f64> },
+    /// Cap the frequency of `cpus` (None: every CPU with cpufreq) to `limit`; the merge keeps
+    /// the lowest cap any policy asks for, per CPU.
+    FreqCap { cpus: Option<Vec<usize>>, limit: FreqLimit },
+    /// Run every thread of `[[class]]` `class` on `cpus` (energy-aware placement's domain);
+    /// merged by precedence with the user-space scheduler's binding, within the class's cpuset.
+    Affinity { class: String, cpus: Vec<usize> },
     /// Run the user-space scheduler (mechanism 5, docs/elevate.md) on every thread of
     /// `[[class]]` `class`: bound to `cpu`, round-robin with `slice_us` slices, `pattern`
     /// "shared" or "dedicated". No such decision: the scheduler stops and the threads go back.
@@ -68,6 +81,16 @@ pub enum Want {
     },
 }
 
+/// A frequency cap as a policy says it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreqLimit {
+    /// % of the CPU's maximum (`cpuinfo_max_freq`), never below its minimum; 100 = no cap.
+    Pct(f64),
+    /// An absolute frequency, kHz (clamped to the CPU's range).
+    Khz(u64),
+}
+
 /// Which mechanism acts on the thermal stage this period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -80,7 +103,7 @@ pub enum ThermalPath {
 
 impl Plan {
     pub fn new(taken_at_ms: u64) -> Plan {
-        Plan { taken_at_ms, decisions: Vec::new() }
+        Plan { taken_at_ms, ..Plan::default() }
     }
 
     pub fn push(&mut self, policy: &str, actuator: Option<&str>, want: Want, reason: impl Into<String>) {
@@ -90,6 +113,16 @@ impl Plan {
     /// The decisions addressed to `actuator`, in the order the policies made them.
     pub fn for_actuator<'a>(&'a self, actuator: &'a str) -> impl Iterator<Item = &'a Decision> + 'a {
         self.decisions.iter().filter(move |d| d.actuator.as_deref() == Some(actuator))
+    }
+
+    /// The merged knobs `actuator` writes.
+    pub fn knobs_of<'a>(&'a self, actuator: &'a str) -> impl Iterator<Item = &'a Held> + 'a {
+        self.knobs.iter().filter(move |h| h.actuator == actuator)
+    }
+
+    /// What `knob` holds, if any policy asked for it.
+    pub fn held(&self, knob: &Knob) -> Option<&Held> {
+        self.knobs.iter().find(|h| h.knob == *knob)
     }
 }
 

@@ -15,6 +15,9 @@ pub trait Files {
     fn exists(&self, path: &Path) -> bool;
     /// Names of the entries of directory `path`.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// The id of the cgroup v2 directory `dir` (its inode on cgroup2, what `bpf_skb_cgroup_id`
+    /// and `bpf_get_current_cgroup_id` return). An error when `dir` is not a cgroup2 directory.
+    fn cgroup_id(&self, dir: &Path) -> io::Result<u64>;
 }
 
 impl Files for RealEffects {
@@ -41,6 +44,15 @@ impl Files for RealEffects {
     }
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         std::fs::read_dir(path)?.map(|e| Ok(e?.file_name().to_string_lossy().into_owned())).collect()
+    }
+    fn cgroup_id(&self, dir: &Path) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir)?;
+        let fs = nix::sys::statfs::statfs(dir).map_err(io::Error::from)?;
+        if !m.is_dir() || fs.filesystem_type() != nix::sys::statfs::CGROUP2_SUPER_MAGIC {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a cgroup v2 directory", dir.display())));
+        }
+        Ok(m.ino())
     }
 }
 
@@ -70,6 +82,10 @@ impl Files for FakeEffects {
             if self.dirs.lock().unwrap().insert(path.to_path_buf(), ()).is_some() {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, path.display().to_string()));
             }
+            let mut files = self.files.lock().unwrap();
+            for (_, file, content) in self.mkdir_files.lock().unwrap().iter().filter(|(p, _, _)| path.starts_with(p) && path != p) {
+                files.insert(path.join(file), content.clone());
+            }
             Ok(())
         })
     }
@@ -94,6 +110,16 @@ impl Files for FakeEffects {
         let mut names: Vec<String> = self.files.lock().unwrap().keys().filter_map(name).collect();
         names.extend(self.dirs.lock().unwrap().keys().filter_map(name));
         Ok(names)
+    }
+    /// A known directory's id is a hash of its path: stable, and distinct for distinct paths.
+    fn cgroup_id(&self, dir: &Path) -> io::Result<u64> {
+        use std::hash::{Hash, Hasher};
+        if !self.dirs.lock().unwrap().contains_key(dir) {
+            return Err(not_found(dir.display()));
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        dir.hash(&mut h);
+        Ok(h.finish())
     }
 }
 

@@ -60,6 +60,9 @@ pub struct FakeEffects {
     pub mounts: Mutex<BTreeMap<PathBuf, i64>>,
     /// Network interfaces (in any namespace) and their qdiscs.
     pub links: Mutex<Vec<FakeLink>>,
+    /// (prefix, file, content): a directory created under `prefix` gets `file` with that
+    /// content, as a new cgroup gets its knobs from the kernel (see `on_mkdir`).
+    pub mkdir_files: Mutex<Vec<(PathBuf, String, String)>>,
 }
 
 impl FakeEffects {
@@ -87,6 +90,12 @@ impl FakeEffects {
     /// The next reads of `path` return `values`, in order, before its file content.
     pub fn then_reads(&self, path: impl Into<PathBuf>, values: &[&str]) {
         self.reads.lock().unwrap().entry(path.into()).or_default().extend(values.iter().map(|v| v.to_string()));
+    }
+    /// Every directory created later under `prefix` gets `file` holding `content`: a fake
+    /// cgroupfs, where a new cgroup comes with its knobs (`cpu.max`, `cgroup.procs`, ...).
+    pub fn on_mkdir(self, prefix: impl Into<PathBuf>, file: &str, content: &str) -> Self {
+        self.mkdir_files.lock().unwrap().push((prefix.into(), file.into(), content.into()));
+        self
     }
     /// A copy of the log.
     pub fn calls(&self) -> Vec<String> {

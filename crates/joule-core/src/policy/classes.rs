@@ -2,11 +2,9 @@
 //! qos actuator does the holding (and its own admission control, before anything is written).
 
 use crate::config::Config;
-use crate::control::{Plan, Policy, Want};
+use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-/// The actuator the class guarantees go to.
-pub const QOS_ACTUATOR: &str = "qos";
 
 pub struct ClassPolicy {
     classes: Vec<String>,
@@ -25,7 +23,7 @@ impl Policy for ClassPolicy {
     }
     fn decide(&mut self, _snap: &Snapshot, plan: &mut Plan) {
         let reason = format!("{} [[class]] in the config, apply_classes = true", self.classes.len());
-        plan.push(self.name(), Some(QOS_ACTUATOR), Want::HoldClasses { classes: self.classes.clone() }, reason);
+        plan.push(self.name(), Some(owner::CGROUP_CPU), Want::HoldClasses { classes: self.classes.clone() }, reason);
     }
 }
 
@@ -41,7 +39,7 @@ mod tests {
         let mut p = ClassPolicy::from_config(&cfg).unwrap();
         let mut plan = Plan::default();
         p.decide(&Snapshot::default(), &mut plan);
-        let d: Vec<_> = plan.for_actuator(QOS_ACTUATOR).collect();
+        let d: Vec<_> = plan.for_actuator(owner::CGROUP_CPU).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].want, Want::HoldClasses { classes: vec!["main".into()] });
         cfg.agent.apply_classes = false;

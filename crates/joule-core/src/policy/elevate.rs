@@ -3,11 +3,9 @@
 //! running and follows the class's threads).
 
 use crate::config::Config;
-use crate::control::{Plan, Policy, Want};
+use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-/// The actuator that runs the scheduler.
-pub const ELEVATE_ACTUATOR: &str = "elevate";
 
 pub struct ElevatePolicy {
     want: Want,
@@ -26,7 +24,7 @@ impl Policy for ElevatePolicy {
         "elevate"
     }
     fn decide(&mut self, _snap: &Snapshot, plan: &mut Plan) {
-        plan.push(self.name(), Some(ELEVATE_ACTUATOR), self.want.clone(), "[elevate] class is set in the config");
+        plan.push(self.name(), Some(owner::TASK_SCHED), self.want.clone(), "[elevate] class is set in the config");
     }
 }
 
@@ -41,7 +39,7 @@ mod tests {
         let mut p = ElevatePolicy::from_config(&cfg).unwrap();
         let mut plan = Plan::new(0);
         p.decide(&Snapshot::default(), &mut plan);
-        let d: Vec<_> = plan.for_actuator(ELEVATE_ACTUATOR).collect();
+        let d: Vec<_> = plan.for_actuator(owner::TASK_SCHED).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].want, Want::Elevate { class: "lat".into(), cpu: 0, slice_us: 40, pattern: "shared".into() });
     }

@@ -10,10 +10,10 @@ pub mod placement;
 mod stage_rule;
 mod thermal;
 
-pub use classes::{ClassPolicy, QOS_ACTUATOR};
-pub use elevate::{ElevatePolicy, ELEVATE_ACTUATOR};
-pub use nap::{NapPolicy, NAP_ACTUATOR};
-pub use net::{NetPolicy, NETLIMIT_ACTUATOR};
-pub use placement::{PlacementPolicy, PLACEMENT_ACTUATOR};
+pub use classes::ClassPolicy;
+pub use elevate::ElevatePolicy;
+pub use nap::NapPolicy;
+pub use net::NetPolicy;
+pub use placement::PlacementPolicy;
 pub use stage_rule::thermal_stage;
-pub use thermal::{ThermalActions, ThermalPolicy, CPUFREQ_ACTUATOR, SCX_ACTUATOR};
+pub use thermal::{ThermalActions, ThermalPolicy};

@@ -4,10 +4,9 @@
 //! is when activity was last seen and the counters it saw then.
 
 use crate::config::Config;
-use crate::control::{Plan, Policy, Want};
+use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-pub const NAP_ACTUATOR: &str = "nap";
 
 pub struct NapPolicy {
     idle_ms: u64,
@@ -51,7 +50,7 @@ impl Policy for NapPolicy {
         } else {
             format!("idle for {idle_for_ms} ms < {} ms", self.idle_ms)
         };
-        plan.push(self.name(), Some(NAP_ACTUATOR), Want::Nap { nap, idle_for_ms }, reason);
+        plan.push(self.name(), Some(owner::NAP), Want::Nap { nap, idle_for_ms }, reason);
     }
 }
 
@@ -72,7 +71,7 @@ mod tests {
     fn want(p: &mut NapPolicy, s: &Snapshot) -> (bool, u64, String) {
         let mut plan = Plan::new(s.taken_at_ms);
         p.decide(s, &mut plan);
-        let d = plan.for_actuator(NAP_ACTUATOR).next().expect("a decision for the nap actuator");
+        let d = plan.for_actuator(owner::NAP).next().expect("a decision for the nap actuator");
         match d.want {
             Want::Nap { nap, idle_for_ms } => (nap, idle_for_ms, d.reason.clone()),
             ref w => panic!("{w:?}"),

@@ -4,10 +4,9 @@
 //! holds the last one per interface and target.
 
 use crate::config::{Config, Direction, NetLimit};
-use crate::control::{Plan, Policy, Want};
+use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-pub const NETLIMIT_ACTUATOR: &str = "netlimit";
 
 pub struct NetPolicy {
     limits: Vec<NetLimit>,
@@ -33,7 +32,7 @@ impl Policy for NetPolicy {
             };
             plan.push(
                 self.name(),
-                Some(NETLIMIT_ACTUATOR),
+                Some(owner::TC),
                 Want::LimitRate {
                     interface: l.interface.clone(),
                     direction: l.direction,
@@ -64,7 +63,7 @@ mod tests {
         let mut p = NetPolicy::from_config(&cfg).unwrap();
         let mut plan = Plan::default();
         p.decide(&Snapshot::default(), &mut plan);
-        let d: Vec<_> = plan.for_actuator(NETLIMIT_ACTUATOR).collect();
+        let d: Vec<_> = plan.for_actuator(owner::TC).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].want, Want::LimitRate { interface: "veth0".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: 5.0 });
         assert!(d[0].reason.contains("5 Mbit/s"), "{}", d[0].reason);

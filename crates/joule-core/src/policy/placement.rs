@@ -1,6 +1,6 @@
 //! Energy-aware placement (mechanism 2): given each class's QoS target, choose per class the
 //! performance domain (its threads' affinity), the domain's frequency cap and, for network apps,
-//! an advisory bandwidth limit, so every target is met at the least modelled energy. The seed's
+//! a bandwidth limit (held on the interface the target names), so every target is met at the least modelled energy. The seed's
 //! (EANeM) point is built in: a network app's CPU demand comes from its flow state (bandwidth
 //! and mean packet size, `energy::NetCost`), softirq work included, and its bandwidth is
 //! limited to the target, which bounds that softirq work. `eas.rs` is the EAS-like baseline;
@@ -9,7 +9,9 @@
 //! The search is exhaustive over class → domain (domains^classes, ≤ 4096 combinations; beyond
 //! that one class at a time, greedily); within a domain threads go worst-fit onto its CPUs and
 //! the domain runs at the lowest OPP where the busiest CPU's need fits under the headroom.
-//! Pure: [`PlacementPolicy`] turns config + snapshot into `Want::Place` decisions, with a
+//! Pure: [`PlacementPolicy`] turns config + snapshot into knob wants per class — its threads'
+//! affinity, its domain's frequency cap, its traffic's rate where the target names the
+//! interface — with a
 //! hysteresis so jittering readings do not move threads.
 
 mod eas;
@@ -17,14 +19,12 @@ mod eval;
 
 pub use eval::{evaluate, AppOutcome, Outcome};
 
-use crate::config::{ClassConfig, Config, EnergyTarget, PlacementPolicyKind};
-use crate::control::{Plan, Policy, Want};
+use crate::config::{ClassConfig, Config, Direction, EnergyTarget, PlacementPolicyKind};
+use crate::control::{owner, FreqLimit, Plan, Policy, Want};
 use crate::energy::{EnergyModel, FlowState, NetCost, CAPACITY_SCALE};
 use crate::Snapshot;
 use serde::Serialize;
 
-/// Actuator that holds `Want::Place`.
-pub const PLACEMENT_ACTUATOR: &str = "placement";
 /// Mean packet size assumed for a network class until measured: a full Ethernet TCP segment.
 pub const DEFAULT_PACKET_BYTES: f64 = 1448.0;
 const MAX_COMBINATIONS: usize = 4096;
@@ -214,7 +214,9 @@ fn flow_readings(snap: &Snapshot) -> Vec<FlowReading> {
     flows.map(|f| FlowReading { cgroup: f.cgroup.clone(), bytes: f.bytes, packets: f.packets, rate_bytes_per_second: f.rate_bytes_per_second }).collect()
 }
 
-/// The agent's placement policy: `[[energy.target]]` classes → `Want::Place` per class.
+/// The agent's placement policy: `[[energy.target]]` classes → per class `Want::Affinity`, a
+/// `Want::FreqCap` on its domain and, for a network class with an `interface`, a
+/// `Want::LimitRate`.
 pub struct PlacementPolicy {
     model: EnergyModel,
     targets: Vec<EnergyTarget>,
@@ -231,8 +233,9 @@ pub struct PlacementPolicy {
 #[derive(Debug, Clone, PartialEq)]
 struct Held {
     demands: Vec<f64>,
-    /// (want, reason) per class.
-    decisions: Vec<(Want, String)>,
+    /// (the knob's actuator, want, reason): per class its affinity, its domain's frequency cap
+    /// and its bandwidth limit.
+    decisions: Vec<(&'static str, Want, String)>,
 }
 
 impl PlacementPolicy {
@@ -287,36 +290,36 @@ impl PlacementPolicy {
         }
     }
 
-    fn decisions(&self, apps: &[App]) -> Vec<(Want, String)> {
+    fn decisions(&self, apps: &[App]) -> Vec<(&'static str, Want, String)> {
         let (p, o) = match self.kind {
             PlacementPolicyKind::Joule => decide_joule(&self.model, apps, &self.cost, self.headroom_pct),
             PlacementPolicyKind::Eas => decide_eas(&self.model, apps, &self.cost),
         };
-        apps.iter()
-            .enumerate()
-            .filter_map(|(i, a)| {
-                let k = p.domain[i]?;
-                let d = &self.model.domains[k];
-                let khz = d.opps[p.opp[k]].frequency_khz;
-                let out = &o.apps[i];
-                let want = Want::Place {
-                    class: a.class.clone(),
-                    domain: d.name.clone(),
-                    cpus: d.cpus.clone(),
-                    max_khz: (khz > 0).then_some(khz),
-                    bandwidth_mbit: p.limit_mbit[i],
-                };
-                let why = format!(
-                    "{} policy: domain {} at {} MHz meets {:.0} % of the target (model), {:.0} mW modelled for all classes",
-                    if self.kind == PlacementPolicyKind::Joule { "joule" } else { "eas" },
-                    d.name,
-                    khz / 1000,
-                    out.perf_uncapped * 100.0,
-                    o.power_mw
-                );
-                Some((want, why))
-            })
-            .collect()
+        let mut out = Vec::new();
+        for (i, a) in apps.iter().enumerate() {
+            let Some(k) = p.domain[i] else { continue };
+            let d = &self.model.domains[k];
+            let khz = d.opps[p.opp[k]].frequency_khz;
+            let why = format!(
+                "{} policy: class {} on domain {} at {} MHz meets {:.0} % of its target (model), {:.0} mW modelled for all classes",
+                if self.kind == PlacementPolicyKind::Joule { "joule" } else { "eas" },
+                a.class,
+                d.name,
+                khz / 1000,
+                o.apps[i].perf_uncapped * 100.0,
+                o.power_mw
+            );
+            out.push((owner::TASK_SCHED, Want::Affinity { class: a.class.clone(), cpus: d.cpus.clone() }, why.clone()));
+            if khz > 0 {
+                out.push((owner::CPUFREQ, Want::FreqCap { cpus: Some(d.cpus.clone()), limit: FreqLimit::Khz(khz) }, why.clone()));
+            }
+            let interface = self.targets.iter().find(|t| t.class == a.class).and_then(|t| t.interface.clone());
+            if let (Some(rate_mbit), Some(interface)) = (p.limit_mbit[i], interface) {
+                let want = Want::LimitRate { interface, direction: Direction::Egress, class: Some(a.class.clone()), flow: None, rate_mbit };
+                out.push((owner::TC, want, format!("{why}; its traffic held to the {rate_mbit} Mbit/s the model counted")));
+            }
+        }
+        out
     }
 }
 
@@ -331,8 +334,8 @@ impl Policy for PlacementPolicy {
         if self.moved(&now) {
             self.held = Some(Held { demands: now, decisions: self.decisions(&apps) });
         }
-        for (want, why) in self.held.iter().flat_map(|h| h.decisions.iter()) {
-            plan.push("placement", Some(PLACEMENT_ACTUATOR), want.clone(), why.clone());
+        for (to, want, why) in self.held.iter().flat_map(|h| h.decisions.iter()) {
+            plan.push("placement", Some(to), want.clone(), why.clone());
         }
     }
 }

@@ -5,13 +5,10 @@
 //! classes) — so an ejected scheduler is replaced by the cgroup path the very next period.
 
 use crate::config::{Config, ThermalConfig, ThermalRole, ThermalScheduler};
-use crate::control::{Plan, Policy, ThermalPath, Want};
+use crate::control::{owner, FreqLimit, Plan, Policy, ThermalPath, Want};
 use crate::snapshot::StageEngine;
 use crate::Snapshot;
 
-/// The actuators this policy addresses (see joule's agent for who implements them).
-pub const SCX_ACTUATOR: &str = "scx";
-pub const CPUFREQ_ACTUATOR: &str = "cpufreq";
 
 pub struct ThermalPolicy {
     cfg: ThermalConfig,
@@ -52,7 +49,7 @@ impl Policy for ThermalPolicy {
         };
         let reason = format!("stage {stage} from {why}; {path_why}");
         // The scheduler's actuator sees the stage on every path: it (re)loads, or backs off.
-        let to = wants_scx.then_some(SCX_ACTUATOR);
+        let to = wants_scx.then_some(owner::SCX);
         plan.push(self.name(), to, Want::ThermalStage { stage, path, actions }, reason);
 
         for class in &self.best_effort {
@@ -62,10 +59,10 @@ impl Policy for ThermalPolicy {
                 }
                 ThermalPath::Scx => (100.0, "the sched_ext scheduler degrades best-effort classes itself".to_string()),
             };
-            plan.push(self.name(), Some(crate::policy::classes::QOS_ACTUATOR), Want::CapClass { class: class.clone(), cpu_pct }, why);
+            plan.push(self.name(), Some(owner::CGROUP_CPU), Want::CapClass { class: class.clone(), cpu_pct }, why);
         }
         let why = format!("stage {stage}: CPU frequency capped to {}% of the maximum", actions.cpufreq_max_pct);
-        plan.push(self.name(), Some(CPUFREQ_ACTUATOR), Want::CpufreqMax { pct: actions.cpufreq_max_pct }, why);
+        plan.push(self.name(), Some(owner::CPUFREQ), Want::FreqCap { cpus: None, limit: FreqLimit::Pct(actions.cpufreq_max_pct) }, why);
     }
 }
 
@@ -94,12 +91,12 @@ impl ThermalActions {
                         a.class_cpu_pct.insert(class.clone(), *cpu_pct);
                     }
                 }
-                Want::CpufreqMax { pct } => {
+                Want::FreqCap { limit: FreqLimit::Pct(pct), .. } => {
                     if let Some(a) = out.as_mut() {
                         a.cpufreq_max_pct = *pct;
                     }
                 }
-                Want::HoldClasses { .. } | Want::Place { .. } | Want::Elevate { .. } | Want::Nap { .. } | Want::LimitRate { .. } => {}
+                _ => {}
             }
         }
         out
@@ -150,9 +147,9 @@ mod tests {
             (None, &Want::ThermalStage { stage: 2, path: ThermalPath::Cgroup, actions: StageActions::default_for(2) })
         );
         assert!(d.reason.contains("81.5 °C (model), stage computed by ebpf"), "{}", d.reason);
-        let caps: Vec<_> = plan.for_actuator("qos").map(|d| d.want.clone()).collect();
+        let caps: Vec<_> = plan.for_actuator(owner::CGROUP_CPU).map(|d| d.want.clone()).collect();
         assert_eq!(caps, vec![Want::CapClass { class: "batch".into(), cpu_pct: 35.0 }], "labelled classes are never capped");
-        assert_eq!(plan.for_actuator(CPUFREQ_ACTUATOR).last().unwrap().want, Want::CpufreqMax { pct: 85.0 });
+        assert_eq!(plan.for_actuator(owner::CPUFREQ).last().unwrap().want, Want::FreqCap { cpus: None, limit: FreqLimit::Pct(85.0) });
         let a = ThermalActions::from_plan(&plan).unwrap();
         assert_eq!((a.stage, a.path, a.class_cpu_pct["batch"], a.cpufreq_max_pct), (2, ThermalPath::Cgroup, 35.0, 85.0));
         assert_eq!(a.to_string(), "cgroup path, batch ≤ 35%, freq ≤ 85%");
@@ -165,18 +162,18 @@ mod tests {
         snap.sched_ext = SchedExt { state: "enabled".into(), ops: "joule".into(), source: Origin::Kernel };
         let mut plan = Plan::default();
         p.decide(&snap, &mut plan);
-        let stage = plan.for_actuator(SCX_ACTUATOR).next().expect("the scx actuator sees the stage");
+        let stage = plan.for_actuator(owner::SCX).next().expect("the scx actuator sees the stage");
         assert!(matches!(stage.want, Want::ThermalStage { path: ThermalPath::Scx, stage: 3, .. }), "{stage:?}");
-        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
+        assert_eq!(plan.for_actuator(owner::CGROUP_CPU).next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
 
         // Ejected (or another scheduler): the cgroup path caps at once.
         snap.sched_ext = SchedExt { state: "disabled".into(), ops: String::new(), source: Origin::Kernel };
         let mut plan = Plan::default();
         p.decide(&snap, &mut plan);
-        let stage = plan.for_actuator(SCX_ACTUATOR).next().unwrap();
+        let stage = plan.for_actuator(owner::SCX).next().unwrap();
         assert!(matches!(stage.want, Want::ThermalStage { path: ThermalPath::Cgroup, .. }), "{stage:?}");
         assert!(stage.reason.contains("cgroup path"), "{}", stage.reason);
-        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 15.0 });
+        assert_eq!(plan.for_actuator(owner::CGROUP_CPU).next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 15.0 });
     }
 
     #[test]
@@ -195,7 +192,7 @@ mod tests {
         let mut p = ThermalPolicy::from_config(&cfg("cgroup"));
         let mut plan = Plan::default();
         p.decide(&hot(0), &mut plan);
-        assert_eq!(plan.for_actuator("qos").next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
-        assert_eq!(plan.for_actuator(CPUFREQ_ACTUATOR).next().unwrap().want, Want::CpufreqMax { pct: 100.0 });
+        assert_eq!(plan.for_actuator(owner::CGROUP_CPU).next().unwrap().want, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 });
+        assert_eq!(plan.for_actuator(owner::CPUFREQ).next().unwrap().want, Want::FreqCap { cpus: None, limit: FreqLimit::Pct(100.0) });
     }
 }

@@ -136,6 +136,9 @@ impl Files for CgFake {
     fn list_dir(&self, p: &Path) -> io::Result<Vec<String>> {
         self.fx.list_dir(p)
     }
+    fn cgroup_id(&self, p: &Path) -> io::Result<u64> {
+        self.fx.cgroup_id(p)
+    }
 }
 
 // The concerns a cgroup tree does not change are the plain fake's.
@@ -485,42 +488,6 @@ fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
     assert!(failed.is_empty() && f.joule_dirs().is_empty(), "{failed:?} {:?}", f.joule_dirs());
 }
 
-/// The controller as the loop's actuator, through the one lifecycle: init applies, reconcile
-/// moves a task that starts matching while the plan holds the classes (and nothing when it
-/// does not), shutdown releases everything through the journal.
-#[test]
-fn class_actuator_applies_holds_and_releases_through_the_lifecycle() {
-    use joule_core::control::{ActCx, Actuators, Plan, Want};
-    let f = CgFake::v1();
-    let pd = tempfile::tempdir().unwrap();
-    let jd = tempfile::tempdir().unwrap();
-    let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
-    cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };
-    let ctl = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
-    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
-    let journal = Journal::open(jd.path()).unwrap();
-    let mut events = Vec::new();
-    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
-    let mut cx = ActCx { journal: &journal, fx: &f, events: &mut sink };
-    acts.init_all(&mut cx).unwrap();
-    assert!(f.fx.dirs.lock().unwrap().contains_key(Path::new("/cg/cpu/joule/cgA")));
-    proc_fixture(pd.path(), 600, "thirdparty");
-    acts.reconcile_all(&Plan::default(), &mut cx);
-    assert_eq!(acts.status()[0].state["holding"], false);
-    assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
-    let mut plan = Plan::default();
-    plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["cgA".into()] }, "configured");
-    acts.reconcile_all(&plan, &mut cx); // the first reconcile: apply does not start the rate limit
-    let st = &acts.status()[0];
-    assert!(st.ok, "{:?}", st.last_error);
-    assert_eq!((st.state["holding"].clone(), st.state["moved_total"].clone()), (true.into(), 1.into()));
-    assert_eq!(f.fx.file("/cg/cpu/joule/cgA/cgroup.procs").as_deref(), Some("600"));
-    assert!(acts.shutdown_all(&mut cx).is_empty());
-    assert!(f.joule_dirs().is_empty(), "{:?}", f.joule_dirs());
-    assert!(journal::entries(jd.path()).unwrap().is_empty());
-    assert_eq!(events, ["qos_applied", "actuator_started", "qos_reconciled"]);
-}
-
 /// Admission counts the RT budget of joule's sibling groups in the v1 cpu hierarchy (read
 /// through the effects seam, so a fake tree shows it), and not joule's own group.
 #[test]
@@ -606,29 +573,3 @@ fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
     assert!(f.joule_dirs().is_empty());
 }
 
-#[test]
-fn class_actuator_caps_from_the_plan_and_reports_the_cap() {
-    use joule_core::control::{ActCx, Actuators, Plan, Want};
-    let f = CgFake::v1();
-    let pd = tempfile::tempdir().unwrap();
-    let jd = tempfile::tempdir().unwrap();
-    let ctl = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
-    let mut acts = Actuators::new(vec![Box::new(crate::ClassActuator::with_controller(ctl))]);
-    let journal = Journal::open(jd.path()).unwrap();
-    let mut events = Vec::new();
-    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
-    let mut cx = ActCx { journal: &journal, fx: &f, events: &mut sink };
-    acts.init_all(&mut cx).unwrap();
-    let mut plan = Plan::default();
-    plan.push("thermal", Some("qos"), Want::CapClass { class: "batch".into(), cpu_pct: 60.0 }, "stage 1");
-    plan.push("thermal", Some("cpufreq"), Want::CpufreqMax { pct: 50.0 }, "addressed to an actuator that is not there");
-    acts.reconcile_all(&plan, &mut cx);
-    acts.reconcile_all(&plan, &mut cx);
-    let st = &acts.status()[0];
-    assert!(st.ok, "{:?}", st.last_error);
-    assert_eq!(st.state["caps"]["batch"]["quota_us"], 120_000);
-    assert_eq!(st.state["caps"]["batch"]["ratio"], 0.6);
-    assert!(acts.shutdown_all(&mut cx).is_empty());
-    assert!(f.joule_dirs().is_empty());
-    assert_eq!(events.iter().filter(|e| *e == "class_caps").count(), 1, "one event per change: {events:?}");
-}

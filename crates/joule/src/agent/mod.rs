@@ -12,12 +12,7 @@
 //! any journal a crashed agent left; the actuators start in order (the first failure stops
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
-mod elevate;
 mod events;
-pub mod nap;
-pub(crate) mod netlimit;
-mod placement;
-mod scx;
 mod status;
 
 use crate::exporter::{self, Published, Shared};
@@ -29,12 +24,14 @@ use events::Events;
 use joule_core::config::Config;
 use joule_core::config::ThermalScheduler;
 use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
-use joule_core::cpufreq::CpufreqActuator;
 use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
 use joule_core::nap::NapCounters;
 use joule_core::policy::{ClassPolicy, ElevatePolicy, NapPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
-use joule_qos::{ClassActuator, QosController, QosOpts};
+use joule_act::cgroup_cpu::ClassActuator;
+use joule_act::cpufreq::CpufreqActuator;
+use joule_act::{elevate, nap, netlimit, placement, scx};
+use joule_qos::{QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

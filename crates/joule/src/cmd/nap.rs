@@ -2,7 +2,7 @@
 //! the time spent napping, wakes by reason and the last one — read from the status file the
 //! actuator rewrites every period next to its journal.
 
-use crate::agent::nap::STATUS_FILE;
+use joule_act::nap::STATUS_FILE;
 use anyhow::Context;
 use std::path::PathBuf;
 

@@ -124,11 +124,14 @@ fn the_agent_policy_holds_its_decision_within_the_hysteresis_and_redecides_past_
     let mut p = PlacementPolicy::from_config(&cfg, EnergyModel::odroid_xu4()).unwrap();
     let mut plan = Plan::default();
     p.decide(&snap(1.0), &mut plan);
-    let places: Vec<&Want> = plan.for_actuator(PLACEMENT_ACTUATOR).map(|d| &d.want).collect();
-    assert_eq!(places.len(), 2);
-    let Want::Place { class, domain, cpus, max_khz, bandwidth_mbit } = places[0] else { panic!("{places:?}") };
-    assert_eq!((class.as_str(), domain.as_str(), cpus.clone(), *max_khz, *bandwidth_mbit), ("parsec", "a15", vec![4, 5, 6, 7], Some(900_000), None));
-    assert!(matches!(places[1], Want::Place { domain, bandwidth_mbit: Some(b), .. } if domain == "a7" && *b == 50.0));
+    let want = |to: &'static str| -> Vec<&Want> { plan.for_actuator(to).map(|d| &d.want).collect() };
+    assert_eq!(
+        want(owner::TASK_SCHED),
+        [&Want::Affinity { class: "parsec".into(), cpus: vec![4, 5, 6, 7] }, &Want::Affinity { class: "ftp".into(), cpus: vec![0, 1, 2, 3] }]
+    );
+    assert_eq!(want(owner::CPUFREQ)[0], &Want::FreqCap { cpus: Some(vec![4, 5, 6, 7]), limit: FreqLimit::Khz(900_000) });
+    assert!(want(owner::TC).is_empty(), "the ftp target names no interface: its 50 Mbit/s limit is published, not held");
+    assert!(plan.decisions.iter().all(|d| d.reason.contains("on domain")), "{:?}", plan.decisions);
     let held = p.held.clone();
     p.decide(&snap(1.0), &mut Plan::default());
     assert_eq!(p.held, held, "same readings, same decision");

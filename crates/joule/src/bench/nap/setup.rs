@@ -153,14 +153,14 @@ impl Agent {
         let child =
             Command::new(exe).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
         let mut a = Agent { child, journal_dir };
-        let status_file = a.journal_dir.join(crate::agent::nap::STATUS_FILE);
+        let status_file = a.journal_dir.join(joule_act::nap::STATUS_FILE);
         super::super::wait_ready(&mut a.child, Duration::from_secs(20), "the agent", &dir.join("agent.log"), || status_file.exists())?;
         Ok(a)
     }
 
     /// The nap status the actuator keeps (`joule nap status --json`).
     pub fn status(&self) -> Option<serde_json::Value> {
-        let text = std::fs::read_to_string(self.journal_dir.join(crate::agent::nap::STATUS_FILE)).ok()?;
+        let text = std::fs::read_to_string(self.journal_dir.join(joule_act::nap::STATUS_FILE)).ok()?;
         serde_json::from_str(&text).ok()
     }
 

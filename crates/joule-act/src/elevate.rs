@@ -9,7 +9,7 @@ use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::journal::Journal;
-use joule_core::policy::ELEVATE_ACTUATOR;
+use joule_core::control::owner;
 use joule_elevate::target::{resolve, TargetSpec};
 use joule_elevate::{ElevateOpts, Elevator, Pattern, Schedule, Target};
 use std::path::{Path, PathBuf};
@@ -98,13 +98,13 @@ impl ElevateActuator {
 
 impl Actuator for ElevateActuator {
     fn name(&self) -> &'static str {
-        ELEVATE_ACTUATOR
+        owner::TASK_SCHED
     }
     fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
         Ok(())
     }
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let want = plan.for_actuator(ELEVATE_ACTUATOR).map(|d| d.want.clone()).find(|w| matches!(w, Want::Elevate { .. }));
+        let want = plan.for_actuator(owner::TASK_SCHED).map(|d| d.want.clone()).find(|w| matches!(w, Want::Elevate { .. }));
         let Some(want) = want else {
             if let Some(r) = self.stop() {
                 (cx.events)("elevate_stopped", serde_json::json!({ "result": format!("{r:?}") }));

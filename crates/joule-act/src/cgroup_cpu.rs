@@ -4,10 +4,10 @@
 //! moved in, deleted cgroups recreated) and holds best-effort classes to the thermal stage's
 //! caps (`Want::CapClass`, the cgroup path), `shutdown` releases them through the journal.
 
-use crate::{QosController, QosError, QosOpts};
+use joule_qos::{QosController, QosError, QosOpts};
 use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
-use joule_core::policy::QOS_ACTUATOR;
+use joule_core::control::owner;
 
 pub struct ClassActuator {
     ctl: QosController,
@@ -29,7 +29,7 @@ impl ClassActuator {
 
 impl Actuator for ClassActuator {
     fn name(&self) -> &'static str {
-        QOS_ACTUATOR
+        owner::CGROUP_CPU
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -40,7 +40,7 @@ impl Actuator for ClassActuator {
     }
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let hold = plan.for_actuator(QOS_ACTUATOR).any(|d| matches!(d.want, Want::HoldClasses { .. }));
+        let hold = plan.for_actuator(owner::CGROUP_CPU).any(|d| matches!(d.want, Want::HoldClasses { .. }));
         if hold {
             let r = self.ctl.reconcile(cx.journal, cx.fx)?;
             if !r.moved.is_empty() || !r.recreated.is_empty() {
@@ -50,7 +50,7 @@ impl Actuator for ClassActuator {
             }
         }
         let mut changed = Vec::new();
-        for d in plan.for_actuator(QOS_ACTUATOR) {
+        for d in plan.for_actuator(owner::CGROUP_CPU) {
             if let Want::CapClass { class, cpu_pct } = &d.want {
                 if self.ctl.set_cap(cx.journal, cx.fx, class, *cpu_pct)? {
                     changed.push(class.clone());

@@ -17,7 +17,7 @@
 use joule_bpf::scx::{ExitInfo, KernelState, Scx, ScxOpts, SYSFS_SCHED_EXT};
 use joule_core::config::{Config, ThermalRole};
 use joule_core::control::{ActCx, ActError, Actuator, Plan, ThermalPath, Want};
-use joule_core::policy::SCX_ACTUATOR;
+use joule_core::control::owner;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -153,7 +153,7 @@ impl ScxActuator {
     fn class_ids(&self) -> (Vec<u64>, Vec<u64>) {
         let (mut lab, mut be) = (Vec::new(), Vec::new());
         for (dir, role) in &self.classes {
-            let Ok(id) = crate::cmd::scx::cgroup_id(dir) else { continue };
+            let Ok(id) = joule_core::effects::Files::cgroup_id(&joule_core::effects::RealEffects, dir) else { continue };
             match role {
                 ThermalRole::Labelled => lab.push(id),
                 ThermalRole::BestEffort => be.push(id),
@@ -296,7 +296,7 @@ fn permille(pct: f64) -> u32 {
 
 impl Actuator for ScxActuator {
     fn name(&self) -> &'static str {
-        SCX_ACTUATOR
+        owner::SCX
     }
 
     /// Never fails the agent: without sched_ext, or when the load fails, the cgroup path acts.
@@ -306,7 +306,7 @@ impl Actuator for ScxActuator {
     }
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let stage = plan.for_actuator(SCX_ACTUATOR).find_map(|d| match d.want {
+        let stage = plan.for_actuator(owner::SCX).find_map(|d| match d.want {
             Want::ThermalStage { stage, path, .. } => Some((stage, path)),
             _ => None,
         });

@@ -11,9 +11,9 @@
 
 use joule_core::config::ClassConfig;
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
-use joule_core::cpufreq::{write_limit, CpuLimits, CpufreqActuator};
+use crate::cpufreq::{write_limit, CpuLimits, CpufreqActuator};
 use joule_core::journal::Undo;
-use joule_core::policy::PLACEMENT_ACTUATOR;
+use joule_core::control::owner;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -64,7 +64,7 @@ impl PlacementActuator {
             return Ok(false);
         }
         if self.pinned.insert(tid) {
-            cx.journal.record(PLACEMENT_ACTUATOR, Undo::affinity(cx.fx, tid, old))?;
+            cx.journal.record(owner::TASK_SCHED, Undo::affinity(cx.fx, tid, old))?;
         }
         match cx.fx.set_affinity(tid, cpus) {
             Ok(()) => Ok(true),
@@ -80,7 +80,7 @@ impl PlacementActuator {
             if self.caps.get(&l.knob) == Some(&want) {
                 continue;
             }
-            write_limit(l, want, PLACEMENT_ACTUATOR, &mut self.journalled, cx)?;
+            write_limit(l, want, owner::TASK_SCHED, &mut self.journalled, cx)?;
             self.caps.insert(l.knob.clone(), want);
             writes += 1;
         }
@@ -93,7 +93,7 @@ impl PlacementActuator {
     fn lift_uncapped(&mut self, capped_cpus: &BTreeSet<usize>, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
         let stale: Vec<&CpuLimits> = self.limits.iter().filter(|l| !capped_cpus.contains(&(l.cpu as usize)) && self.caps.contains_key(&l.knob)).collect();
         for l in &stale {
-            write_limit(l, l.original_khz, PLACEMENT_ACTUATOR, &mut self.journalled, cx)?;
+            write_limit(l, l.original_khz, owner::TASK_SCHED, &mut self.journalled, cx)?;
             self.caps.remove(&l.knob);
         }
         Ok(stale.len())
@@ -102,7 +102,7 @@ impl PlacementActuator {
 
 impl Actuator for PlacementActuator {
     fn name(&self) -> &'static str {
-        PLACEMENT_ACTUATOR
+        owner::TASK_SCHED
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -113,7 +113,7 @@ impl Actuator for PlacementActuator {
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
         let mut state = Vec::new();
         let mut capped_cpus = BTreeSet::new();
-        for d in plan.for_actuator(PLACEMENT_ACTUATOR) {
+        for d in plan.for_actuator(owner::TASK_SCHED) {
             let Want::Place { class, domain, cpus, max_khz, bandwidth_mbit } = &d.want else { continue };
             let tids = (self.find)(class);
             let mut moved = 0;
@@ -143,7 +143,7 @@ impl Actuator for PlacementActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = cx.journal.restore_owner(PLACEMENT_ACTUATOR, cx.fx)?;
+        let r = cx.journal.restore_owner(owner::TASK_SCHED, cx.fx)?;
         self.pinned.clear();
         self.journalled.clear();
         self.caps.clear();
@@ -165,7 +165,7 @@ mod tests {
         let mut p = Plan::default();
         p.push(
             "placement",
-            Some(PLACEMENT_ACTUATOR),
+            Some(owner::TASK_SCHED),
             Want::Place { class: "ftp".into(), domain: "a7".into(), cpus: vec![0, 1], max_khz, bandwidth_mbit: Some(100.0) },
             "test",
         );
@@ -209,7 +209,7 @@ mod tests {
         // The class moves to CPUs 2-3 with no cap: the old domain's cap is lifted, not left.
         let mut moved = Plan::default();
         let want = Want::Place { class: "ftp".into(), domain: "a15".into(), cpus: vec![2, 3], max_khz: None, bandwidth_mbit: None };
-        moved.push("placement", Some(PLACEMENT_ACTUATOR), want, "test");
+        moved.push("placement", Some(owner::TASK_SCHED), want, "test");
         acts.reconcile_all(&moved, &mut cx);
         assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
         assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2000000"), "the cap went with the class");

@@ -7,11 +7,11 @@
 //! heavier than the code. Where cpufreq is missing (VMs, this project's CI host) it says so
 //! once, in its status, and does nothing — that is the machine, not an error.
 
-use crate::control::{ActCx, ActError, Actuator, Plan, Want};
-use crate::effects::Effects;
-use crate::fsread::read_trimmed;
-use crate::journal::Undo;
-use crate::policy::CPUFREQ_ACTUATOR;
+use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
+use joule_core::effects::Effects;
+use joule_core::fsread::read_trimmed;
+use joule_core::journal::Undo;
+use joule_core::control::owner;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -113,7 +113,7 @@ impl CpufreqActuator {
 
 impl Actuator for CpufreqActuator {
     fn name(&self) -> &'static str {
-        CPUFREQ_ACTUATOR
+        owner::CPUFREQ
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -122,7 +122,7 @@ impl Actuator for CpufreqActuator {
     }
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let pct = plan.for_actuator(CPUFREQ_ACTUATOR).filter_map(|d| if let Want::CpufreqMax { pct } = d.want { Some(pct) } else { None }).last();
+        let pct = plan.for_actuator(owner::CPUFREQ).filter_map(|d| if let Want::CpufreqMax { pct } = d.want { Some(pct) } else { None }).last();
         if let Some(pct) = pct.filter(|p| *p != self.pct) {
             let writes = self.hold(pct, cx)?;
             if writes > 0 {
@@ -150,9 +150,9 @@ impl Actuator for CpufreqActuator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::Actuators;
-    use crate::effects::FakeEffects;
-    use crate::journal::{self, Journal};
+    use joule_core::control::Actuators;
+    use joule_core::effects::FakeEffects;
+    use joule_core::journal::{self, Journal};
 
     /// Two CPUs with cpufreq (3 GHz max, 800 MHz min; cpu1 already limited by someone to 2.8
     /// GHz) and a `cpufreq`-less entry that is not a CPU.
@@ -172,7 +172,7 @@ mod tests {
 
     fn plan(pct: f64) -> Plan {
         let mut p = Plan::default();
-        p.push("thermal", Some(CPUFREQ_ACTUATOR), Want::CpufreqMax { pct }, "test");
+        p.push("thermal", Some(owner::CPUFREQ), Want::CpufreqMax { pct }, "test");
         p
     }
 

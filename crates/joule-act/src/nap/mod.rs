@@ -13,7 +13,7 @@ use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::journal::Undo;
 use joule_core::nap::NapCounters;
-use joule_core::policy::NAP_ACTUATOR;
+use joule_core::control::owner;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ impl NapActuator {
         let inside: Vec<i32> = cx.fx.read(&dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
         let mut moved = 0;
         for (pid, _) in assigned.iter().filter(|(pid, c)| *c == class && !inside.contains(pid)) {
-            cx.journal.record(NAP_ACTUATOR, Undo::move_task(cx.fx, *pid, home.clone()))?;
+            cx.journal.record(owner::NAP, Undo::move_task(cx.fx, *pid, home.clone()))?;
             match cx.fx.write(&dir.join("cgroup.procs"), &pid.to_string()) {
                 Ok(()) => moved += 1,
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // exited meanwhile
@@ -197,7 +197,7 @@ pub fn system_sleep_refusal(sysfs: &Path) -> Option<String> {
 
 impl Actuator for NapActuator {
     fn name(&self) -> &'static str {
-        NAP_ACTUATOR
+        owner::NAP
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -215,7 +215,7 @@ impl Actuator for NapActuator {
         if let Some(class) = self.cfg.class.clone() {
             let (dir, home) = self.freezer_dir(cx.fx, &class)?;
             if !cx.fx.exists(&dir) {
-                cx.journal.record(NAP_ACTUATOR, Undo::RemoveDir { path: dir.clone(), evacuate_to: Some(home.clone()) })?;
+                cx.journal.record(owner::NAP, Undo::RemoveDir { path: dir.clone(), evacuate_to: Some(home.clone()) })?;
                 cx.fx.create_dir(&dir)?;
             }
             freeze = Some(dir.clone());
@@ -279,7 +279,7 @@ impl Actuator for NapActuator {
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
         let Some(core) = self.core.clone() else { return Ok(self.state()) };
-        let want = plan.for_actuator(NAP_ACTUATOR).find_map(|d| match d.want {
+        let want = plan.for_actuator(owner::NAP).find_map(|d| match d.want {
             Want::Nap { nap, .. } => Some(nap),
             _ => None,
         });
@@ -338,7 +338,7 @@ impl Actuator for NapActuator {
         if let Some(p) = self.status_file.take() {
             let _ = std::fs::remove_file(p);
         }
-        for owner in [SLEEP_OWNER, NAP_ACTUATOR] {
+        for owner in [SLEEP_OWNER, owner::NAP] {
             let r = cx.journal.restore_owner(owner, cx.fx)?;
             if !r.failed.is_empty() {
                 return Err(format!("nap: could not undo {:?}", r.failed).into());

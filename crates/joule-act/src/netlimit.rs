@@ -11,7 +11,7 @@ use joule_core::config::{Direction, FlowMatch};
 use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
 use joule_core::effects::tc_handle;
 use joule_core::netlimit::{self, HtbClass, HTB_MAJOR};
-use joule_core::policy::NETLIMIT_ACTUATOR;
+use joule_core::control::owner;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -65,7 +65,7 @@ pub type Side = (String, Direction);
 /// The limits the plan asks for, per interface and direction.
 pub fn wanted(plan: &Plan) -> BTreeMap<Side, InterfaceLimits> {
     let mut out: BTreeMap<Side, InterfaceLimits> = BTreeMap::new();
-    for d in plan.for_actuator(NETLIMIT_ACTUATOR) {
+    for d in plan.for_actuator(owner::TC) {
         if let Want::LimitRate { interface, direction, class, flow, rate_mbit } = &d.want {
             let target = match (class, flow) {
                 (Some(c), _) => Target::Class(c.clone()),
@@ -111,9 +111,9 @@ impl NetlimitActuator {
         let ns = self.netns.as_deref();
         let (ifname, direction) = side;
         Ok(match direction {
-            Direction::Egress => (netlimit::install_htb(cx.fx, cx.journal, NETLIMIT_ACTUATOR, ns, ifname, want.defcls(), &want.classes())?, None),
+            Direction::Egress => (netlimit::install_htb(cx.fx, cx.journal, owner::TC, ns, ifname, want.defcls(), &want.classes())?, None),
             Direction::Ingress => {
-                let p = netlimit::install_ingress(cx.fx, cx.journal, NETLIMIT_ACTUATOR, ns, ifname, want.defcls(), &want.classes())?;
+                let p = netlimit::install_ingress(cx.fx, cx.journal, owner::TC, ns, ifname, want.defcls(), &want.classes())?;
                 (p.ifb_ifindex, Some(p.ifindex))
             }
         })
@@ -146,7 +146,7 @@ impl NetlimitActuator {
             Some(ifindex) => programs.push(NetlimitClassifier::attach_ingress_redirect(ns, ifindex, htb_ifindex, &rules)?),
             None if !rules.is_empty() || !cgroups.is_empty() => {
                 let c = NetlimitClassifier::load(&rules, &cgroups)?;
-                let ifindex = netlimit::put_clsact(cx.fx, cx.journal, NETLIMIT_ACTUATOR, ns, &ifname)?;
+                let ifindex = netlimit::put_clsact(cx.fx, cx.journal, owner::TC, ns, &ifname)?;
                 c.attach_egress(ns, ifindex)?;
                 programs.push(c);
             }
@@ -160,7 +160,7 @@ impl NetlimitActuator {
 
 impl Actuator for NetlimitActuator {
     fn name(&self) -> &'static str {
-        NETLIMIT_ACTUATOR
+        owner::TC
     }
 
     fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -182,7 +182,7 @@ impl Actuator for NetlimitActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = cx.journal.restore_owner(NETLIMIT_ACTUATOR, cx.fx)?;
+        let r = cx.journal.restore_owner(owner::TC, cx.fx)?;
         self.held.clear();
         if !r.failed.is_empty() {
             return Err(format!("could not remove {} limiter qdisc(s): {:?}", r.failed.len(), r.failed).into());
@@ -201,7 +201,7 @@ mod tests {
         let mut p = Plan::default();
         p.push(
             "net",
-            Some(NETLIMIT_ACTUATOR),
+            Some(owner::TC),
             Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: rate },
             "t",
         );
@@ -214,13 +214,13 @@ mod tests {
         let f = FlowMatch { proto: Some("udp".into()), dst_port: Some(9), ..Default::default() };
         p.push(
             "net",
-            Some(NETLIMIT_ACTUATOR),
+            Some(owner::TC),
             Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: Some(f.clone()), rate_mbit: 1.0 },
             "t",
         );
         p.push(
             "energy",
-            Some(NETLIMIT_ACTUATOR),
+            Some(owner::TC),
             Want::LimitRate { interface: "veth-a".into(), direction: Direction::Egress, class: None, flow: None, rate_mbit: 7.0 },
             "t",
         );
