@@ -1,81 +1,202 @@
-//! The class guarantees as the control loop's first actuator: `init` applies every class
-//! (admission control already ran when it was built, so a refused config never starts),
-//! `reconcile` keeps the classes in place while the plan asks to hold them (new matching tasks
-//! moved in, deleted cgroups recreated) and holds best-effort classes to the thermal stage's
-//! caps (`Want::CapClass`, the cgroup path), `shutdown` releases them through the journal.
+//! The cgroup CPU actuator: the only writer of the classes' cgroups — where a class's processes
+//! live (in every hierarchy the class uses, the freezer's and the v2 one's included), CPU quota,
+//! weight, RT runtime and cpuset. `init` applies every class (admission control already ran when
+//! its backend was built, so a refused config never starts), `reconcile` keeps them in place
+//! while the plan holds them (the processes the membership reading lists moved in, deleted
+//! cgroups recreated) and holds the merged `ClassCpuCap` knobs (the lowest cap asked for),
+//! `shutdown` releases them through the journal.
+//!
+//! Behind [`CpuBackend`] the writes go to cgroupfs (joule-qos's controller); a cgroup tree
+//! another manager owns (the kubelet's `kubepods.slice`) gets [`Unmanaged`], which leaves every
+//! knob alone and says so; asking systemd over D-Bus (`CPUQuota=`, `CPUWeight=`,
+//! `AllowedCPUs=`) is the production-hosts issue's backend.
 
-use joule_qos::{QosController, QosError, QosOpts};
-use joule_core::config::ClassConfig;
-use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
-use joule_core::control::owner;
+use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob, Plan, Setting, Want};
+use joule_core::effects::Effects;
+use joule_core::journal::{Journal, RestoreReport};
+use joule_core::membership::{ClassPlace, Membership};
+use joule_core::metric::{l, Family, MetricDef};
+use joule_qos::{ApplyReport, ClassCap, QosController, QosError, ReconcileReport};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-pub struct ClassActuator {
-    ctl: QosController,
-    moved_total: u64,
-    recreated_total: u64,
+/// The metric families this actuator reports.
+pub const METRICS: &[MetricDef] = &[
+    MetricDef::gauge(
+        "joule_thermal_class_cap_ratio",
+        "Share of the whole machine (all CPUs) a best-effort class may use now, its configured quota and the thermal stage's cap together (1 = unlimited); the cgroup_cpu actuator's status has the quota written.",
+    ),
+    MetricDef::counter("joule_class_moves", "Processes the class mover put into their class's cgroups since the agent started."),
+];
+
+/// Who writes the classes' cgroups.
+pub trait CpuBackend: Send {
+    /// `cgroupfs`, `unmanaged`, ... as the status names it.
+    fn kind(&self) -> String;
+    fn classes(&self) -> usize;
+    /// Where each class lives (for the membership reading).
+    fn places(&self) -> Vec<ClassPlace>;
+    fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError>;
+    fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError>;
+    /// Holds `class` at `cpu_pct` % of the machine; Ok(true) when it wrote.
+    fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError>;
+    fn caps(&self) -> BTreeMap<String, ClassCap>;
+    fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError>;
 }
 
-impl ClassActuator {
-    /// Runs admission control on `classes` (nothing is written yet): a refusal is the user's
-    /// to fix, with the arithmetic in the error.
-    pub fn new(classes: &[ClassConfig], opts: QosOpts) -> Result<ClassActuator, QosError> {
-        Ok(Self::with_controller(QosController::new(classes, opts)?))
+impl CpuBackend for QosController {
+    fn kind(&self) -> String {
+        "cgroupfs".into()
     }
-
-    pub fn with_controller(ctl: QosController) -> ClassActuator {
-        ClassActuator { ctl, moved_total: 0, recreated_total: 0 }
+    fn classes(&self) -> usize {
+        self.plan().classes.len()
+    }
+    fn places(&self) -> Vec<ClassPlace> {
+        QosController::places(self)
+    }
+    fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
+        QosController::apply(self, journal, fx)
+    }
+    fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        QosController::hold(self, journal, fx, members)
+    }
+    fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
+        QosController::set_cap(self, journal, fx, class, cpu_pct)
+    }
+    fn caps(&self) -> BTreeMap<String, ClassCap> {
+        QosController::caps(self).clone()
+    }
+    fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
+        QosController::release(self, journal, fx)
     }
 }
 
-impl Actuator for ClassActuator {
+/// A cgroup tree another manager owns: joule writes nothing there and says who owns it.
+pub struct Unmanaged {
+    pub manager: String,
+}
+
+impl CpuBackend for Unmanaged {
+    fn kind(&self) -> String {
+        format!("unmanaged (owned by {})", self.manager)
+    }
+    fn classes(&self) -> usize {
+        0
+    }
+    fn places(&self) -> Vec<ClassPlace> {
+        Vec::new()
+    }
+    fn apply(&mut self, _: &Journal, _: &dyn Effects) -> Result<ApplyReport, QosError> {
+        let note = format!("the class cgroups belong to {}: joule leaves their knobs alone", self.manager);
+        Ok(ApplyReport { notes: vec![note], ..Default::default() })
+    }
+    fn hold(&mut self, _: &Journal, _: &dyn Effects, _: &Membership) -> Result<ReconcileReport, QosError> {
+        Ok(ReconcileReport::default())
+    }
+    fn set_cap(&mut self, _: &Journal, _: &dyn Effects, _: &str, _: f64) -> Result<bool, QosError> {
+        Ok(false)
+    }
+    fn caps(&self) -> BTreeMap<String, ClassCap> {
+        BTreeMap::new()
+    }
+    fn release(&mut self, _: &Journal, _: &dyn Effects) -> Result<RestoreReport, QosError> {
+        Ok(RestoreReport::default())
+    }
+}
+
+/// The actuator's state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CgroupCpuState {
+    pub backend: String,
+    pub classes: usize,
+    /// The thermal caps held now, per class.
+    pub caps: BTreeMap<String, ClassCap>,
+    pub holding: bool,
+    pub moved_total: u64,
+    pub recreated_total: u64,
+}
+
+impl ActuatorState for CgroupCpuState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn families(&self) -> Vec<Family> {
+        vec![
+            METRICS[0].with(self.caps.iter().map(|(c, cap)| (l(&[("class", c)]), cap.ratio)).collect()),
+            METRICS[1].with(vec![(vec![], self.moved_total as f64)]),
+        ]
+    }
+}
+
+pub struct CgroupCpuActuator {
+    backend: Box<dyn CpuBackend>,
+    state: CgroupCpuState,
+}
+
+impl CgroupCpuActuator {
+    pub fn new(backend: Box<dyn CpuBackend>) -> CgroupCpuActuator {
+        let state = CgroupCpuState { backend: backend.kind(), classes: backend.classes(), ..Default::default() };
+        CgroupCpuActuator { backend, state }
+    }
+}
+
+impl Actuator for CgroupCpuActuator {
     fn name(&self) -> &'static str {
         owner::CGROUP_CPU
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let report = self.ctl.apply(cx.journal, cx.fx)?;
+        let report = self.backend.apply(cx.journal, cx.fx)?;
         tracing::info!("classes applied: {} cgroup(s) created, {} task(s) moved", report.created.len(), report.moved.len());
+        self.state.moved_total += report.moved.len() as u64;
         (cx.events)("qos_applied", serde_json::to_value(&report).unwrap_or_default());
         Ok(())
     }
 
-    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let hold = plan.for_actuator(owner::CGROUP_CPU).any(|d| matches!(d.want, Want::HoldClasses { .. }));
-        if hold {
-            let r = self.ctl.reconcile(cx.journal, cx.fx)?;
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        self.state.holding = plan.for_actuator(owner::CGROUP_CPU).any(|d| matches!(d.want, Want::HoldClasses { .. }));
+        if self.state.holding {
+            let r = self.backend.hold(cx.journal, cx.fx, &plan.members)?;
             if !r.moved.is_empty() || !r.recreated.is_empty() {
-                self.moved_total += r.moved.len() as u64;
-                self.recreated_total += r.recreated.len() as u64;
+                self.state.moved_total += r.moved.len() as u64;
+                self.state.recreated_total += r.recreated.len() as u64;
                 (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());
             }
         }
         let mut changed = Vec::new();
-        for d in plan.for_actuator(owner::CGROUP_CPU) {
-            if let Want::CapClass { class, cpu_pct } = &d.want {
-                if self.ctl.set_cap(cx.journal, cx.fx, class, *cpu_pct)? {
-                    changed.push(class.clone());
-                }
+        for h in plan.knobs_of(owner::CGROUP_CPU) {
+            let Knob::ClassCpuCap { class } = &h.knob else { continue };
+            let pct = match h.setting {
+                Setting::CpuPct(p) => p,
+                _ => 100.0,
+            };
+            if self.backend.set_cap(cx.journal, cx.fx, class, pct)? {
+                changed.push(class.clone());
             }
         }
+        self.state.caps = self.backend.caps();
         if !changed.is_empty() {
-            let caps: serde_json::Map<_, _> = changed.iter().filter_map(|c| Some((c.clone(), serde_json::to_value(self.ctl.caps().get(c)?).ok()?))).collect();
+            let caps: serde_json::Map<_, _> = changed.iter().filter_map(|c| Some((c.clone(), serde_json::to_value(self.state.caps.get(c)?).ok()?))).collect();
             tracing::info!("thermal caps changed: {}", serde_json::Value::Object(caps.clone()));
             (cx.events)("class_caps", serde_json::Value::Object(caps));
         }
-        Ok(serde_json::json!({
-            "classes": self.ctl.plan().classes.len(),
-            "caps": self.ctl.caps(),
-            "holding": hold,
-            "moved_total": self.moved_total,
-            "recreated_total": self.recreated_total,
-        }))
+        Ok(())
+    }
+
+    fn state(&self) -> Arc<dyn ActuatorState> {
+        Arc::new(self.state.clone())
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = self.ctl.release(cx.journal, cx.fx)?;
+        let r = self.backend.release(cx.journal, cx.fx)?;
         if !r.failed.is_empty() {
             return Err(format!("could not undo {} class change(s): {:?}", r.failed.len(), r.failed).into());
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "cgroup_cpu_tests.rs"]
+mod tests;

@@ -1,23 +1,31 @@
-//! The cpufreq actuator of the thermal stage's cgroup path (`Want::CpufreqMax`): every CPU's
-//! `cpufreq/scaling_max_freq` held at `pct` % of `cpuinfo_max_freq` (never below
-//! `cpuinfo_min_freq`), the original value journalled before each CPU's first write and put
-//! back at 100 %, on shutdown and by `joule restore`. It lives in joule-core, beside the
-//! effects seam and the journal it needs and the policy that addresses it, because it is a
-//! handful of sysfs writes with no cgroup or BPF machinery: a crate of its own would be
-//! heavier than the code. Where cpufreq is missing (VMs, this project's CI host) it says so
-//! once, in its status, and does nothing — that is the machine, not an error.
+//! The cpufreq actuator: the only writer of every CPU's `cpufreq/scaling_max_freq`. Each period
+//! it takes the Plan's merged `CpufreqMax` knobs (the lowest cap thermal, placement or any
+//! policy asked for, per CPU); between periods other mechanisms hold requests through a
+//! [`FreqRequests`] handle (the nap's "lowest frequency while napping", set on entry and dropped
+//! by the waiter thread at the first packet). What a CPU holds is the lowest of all of them, as
+//! the kernel's freq QoS does with `FREQ_QOS_MAX` requests: dropping one request never lifts a
+//! cap another still asks for. A knob's original value is journalled before its first write
+//! and put back when nothing caps it, on shutdown and by `joule restore`.
+//!
+//! Where cpufreq is missing (VMs, this project's CI host) it says so once, in its status, and
+//! does nothing: that is the machine, not an error.
 
-use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
+use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob, Plan, Setting};
 use joule_core::effects::Effects;
 use joule_core::fsread::read_trimmed;
-use joule_core::journal::Undo;
-use joule_core::control::owner;
+use joule_core::journal::{Journal, Undo};
+use joule_core::metric::{l, Family, MetricDef};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Owner tag of this actuator's undo records.
-pub const OWNER: &str = "cpufreq";
+/// The metric families this actuator reports.
+pub const METRICS: &[MetricDef] = &[MetricDef::gauge(
+    "joule_cpufreq_max_hertz",
+    "The scaling_max_freq joule holds per CPU: the lowest cap any mechanism asks for (its original value when none does).",
+)];
 
 /// One CPU's frequency limits, kHz, as read at start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -27,87 +35,185 @@ pub struct CpuLimits {
     pub knob: PathBuf,
     pub min_khz: u64,
     pub max_khz: u64,
-    /// `scaling_max_freq` before joule touched it: what 100 % puts back.
+    /// `scaling_max_freq` before joule touched it: what holds when nothing caps the CPU.
     pub original_khz: u64,
 }
 
-impl CpuLimits {
-    /// The limit at `pct` % of the maximum (the original at 100 %).
-    pub fn target_khz(&self, pct: f64) -> u64 {
-        if pct >= 100.0 {
-            return self.original_khz;
-        }
-        ((self.max_khz as f64 * pct.max(0.0) / 100.0).round() as u64).max(self.min_khz)
+/// Every `cpuN/cpufreq` with readable limits under `cpu_root`, by CPU number.
+pub fn scan(cpu_root: &Path, fx: &dyn Effects) -> Vec<CpuLimits> {
+    let mut names = fx.list_dir(cpu_root).unwrap_or_default();
+    names.sort_by_key(|n| n.strip_prefix("cpu").and_then(|x| x.parse::<u32>().ok()).unwrap_or(u32::MAX));
+    let khz = |p: &Path| read_trimmed(fx, p).ok().and_then(|s| s.parse::<u64>().ok());
+    names
+        .iter()
+        .filter_map(|n| {
+            let cpu = n.strip_prefix("cpu")?.parse().ok()?;
+            let d = cpu_root.join(n).join("cpufreq");
+            let knob = d.join("scaling_max_freq");
+            Some(CpuLimits { cpu, min_khz: khz(&d.join("cpuinfo_min_freq"))?, max_khz: khz(&d.join("cpuinfo_max_freq"))?, original_khz: khz(&knob)?, knob })
+        })
+        .collect()
+}
+
+/// A request held between periods through [`FreqRequests`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldLimit {
+    /// The CPU's lowest frequency (`cpuinfo_min_freq`).
+    Min,
+}
+
+/// What one CPU holds and who asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuHeld {
+    pub cpu: u32,
+    pub max_khz: u64,
+    pub original_khz: u64,
+    /// `policy (asked)` for each request on this CPU; empty when nothing caps it.
+    pub asked_by: Vec<String>,
+}
+
+/// The actuator's state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CpufreqState {
+    pub cpus: Vec<CpuHeld>,
+    pub notes: Vec<String>,
+}
+
+impl ActuatorState for CpufreqState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn families(&self) -> Vec<Family> {
+        let samples = self.cpus.iter().map(|c| (l(&[("cpu", &c.cpu.to_string())]), c.max_khz as f64 * 1e3)).collect();
+        vec![METRICS[0].with(samples)]
     }
 }
 
-/// Writes `khz` to `l`'s `scaling_max_freq`, journalling its original under `owner` before the
-/// first write (`journalled`: the knobs already in the journal). The placement actuator caps
-/// per domain with it too.
-pub fn write_limit(l: &CpuLimits, khz: u64, owner: &str, journalled: &mut BTreeSet<PathBuf>, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-    if journalled.insert(l.knob.clone()) {
-        cx.journal.record(owner, Undo::Write { path: l.knob.clone(), old: l.original_khz.to_string() })?;
+struct Core {
+    fx: Arc<dyn Effects + Send + Sync>,
+    journal: Option<Journal>,
+    cpus: Vec<CpuLimits>,
+    note: Option<String>,
+    /// Per CPU: the Plan's merged cap (None: no cap) and its requests (`policy (asked)`).
+    plan: BTreeMap<u32, (Option<u64>, Vec<String>)>,
+    /// Requests held between periods: requester → (limit, reason).
+    held: BTreeMap<String, (HeldLimit, String)>,
+    /// What each knob holds now (absent: its original, untouched).
+    written: BTreeMap<u32, u64>,
+    journalled: BTreeSet<PathBuf>,
+}
+
+impl Core {
+    /// The lowest cap on `c`, and who asked.
+    fn wanted(&self, c: &CpuLimits) -> (u64, Vec<String>) {
+        let (plan_khz, mut asked) = self.plan.get(&c.cpu).cloned().unwrap_or_default();
+        let mut khz = plan_khz.unwrap_or(c.original_khz).min(c.original_khz);
+        for (who, (limit, _)) in &self.held {
+            let k = match limit {
+                HeldLimit::Min => c.min_khz,
+            };
+            khz = khz.min(k);
+            asked.push(format!("{who} ({})", Setting::Khz(k)));
+        }
+        (khz, asked)
     }
-    cx.fx.write(&l.knob, &khz.to_string()).map_err(|e| format!("writing {khz} kHz to {}: {e}", l.knob.display()).into())
+
+    /// Writes every CPU whose wanted value differs from what it holds, journalling its
+    /// original before its first write. Returns how many it wrote.
+    fn apply(&mut self) -> io::Result<usize> {
+        let mut writes = 0;
+        for i in 0..self.cpus.len() {
+            let c = self.cpus[i].clone();
+            let (want, _) = self.wanted(&c);
+            let now = self.written.get(&c.cpu).copied().unwrap_or(c.original_khz);
+            if want == now {
+                continue;
+            }
+            if !self.journalled.contains(&c.knob) {
+                let j = self.journal.as_ref().ok_or_else(|| io::Error::other("the cpufreq actuator has not started (no journal)"))?;
+                j.record(owner::CPUFREQ, Undo::Write { path: c.knob.clone(), old: c.original_khz.to_string() }).map_err(io::Error::other)?;
+                self.journalled.insert(c.knob.clone());
+            }
+            self.fx.write(&c.knob, &want.to_string()).map_err(|e| io::Error::new(e.kind(), format!("writing {want} kHz to {}: {e}", c.knob.display())))?;
+            self.written.insert(c.cpu, want);
+            writes += 1;
+        }
+        Ok(writes)
+    }
+
+    fn state(&self) -> CpufreqState {
+        let cpus = self
+            .cpus
+            .iter()
+            .map(|c| {
+                let (max_khz, asked_by) = self.wanted(c);
+                CpuHeld { cpu: c.cpu, max_khz, original_khz: c.original_khz, asked_by }
+            })
+            .collect();
+        CpufreqState { cpus, notes: self.note.iter().cloned().collect() }
+    }
+}
+
+/// A handle for holding a frequency request between control periods (the nap's waiter thread
+/// drops its request at the first packet): the same owner, the same lowest-cap rule.
+#[derive(Clone)]
+pub struct FreqRequests(Arc<Mutex<Core>>);
+
+impl FreqRequests {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds `limit` for `requester` on every CPU until dropped; returns the CPUs written.
+    pub fn hold(&self, requester: &str, limit: HeldLimit, reason: &str) -> io::Result<usize> {
+        let mut core = self.lock();
+        core.held.insert(requester.to_string(), (limit, reason.to_string()));
+        core.apply()
+    }
+
+    /// Drops `requester`'s request: each CPU goes to the lowest cap still asked for (the
+    /// original value when none is). Returns the CPUs written.
+    pub fn drop_request(&self, requester: &str) -> io::Result<usize> {
+        let mut core = self.lock();
+        if core.held.remove(requester).is_none() {
+            return Ok(0);
+        }
+        core.apply()
+    }
+
+    /// Whether this machine has any CPU with cpufreq.
+    pub fn available(&self) -> bool {
+        !self.lock().cpus.is_empty()
+    }
 }
 
 pub struct CpufreqActuator {
     /// `/sys/devices/system/cpu` (a fixture tree in tests).
     cpu_root: PathBuf,
-    cpus: Vec<CpuLimits>,
-    /// Why nothing is done here (no cpufreq), said once.
-    note: Option<String>,
-    /// The pct held now.
-    pct: f64,
-    /// Knobs whose original value is already in the journal.
-    journalled: BTreeSet<PathBuf>,
+    core: FreqRequests,
 }
 
 impl CpufreqActuator {
-    pub fn new(cpu_root: impl Into<PathBuf>) -> CpufreqActuator {
-        CpufreqActuator { cpu_root: cpu_root.into(), cpus: Vec::new(), note: None, pct: 100.0, journalled: BTreeSet::new() }
+    /// Writes through `fx` (its own handle of the effects: requests held between periods come
+    /// from other threads).
+    pub fn new(cpu_root: impl Into<PathBuf>, fx: Arc<dyn Effects + Send + Sync>) -> CpufreqActuator {
+        let core = Core {
+            fx,
+            journal: None,
+            cpus: Vec::new(),
+            note: None,
+            plan: BTreeMap::new(),
+            held: BTreeMap::new(),
+            written: BTreeMap::new(),
+            journalled: BTreeSet::new(),
+        };
+        CpufreqActuator { cpu_root: cpu_root.into(), core: FreqRequests(Arc::new(Mutex::new(core))) }
     }
 
-    /// Every `cpuN/cpufreq` with readable limits, by CPU number.
-    pub fn scan(cpu_root: &Path, fx: &dyn Effects) -> Vec<CpuLimits> {
-        let mut names = fx.list_dir(cpu_root).unwrap_or_default();
-        names.sort_by_key(|n| n.strip_prefix("cpu").and_then(|x| x.parse::<u32>().ok()).unwrap_or(u32::MAX));
-        let khz = |p: &Path| read_trimmed(fx, p).ok().and_then(|s| s.parse::<u64>().ok());
-        names
-            .iter()
-            .filter_map(|n| {
-                let cpu = n.strip_prefix("cpu")?.parse().ok()?;
-                let d = cpu_root.join(n).join("cpufreq");
-                let knob = d.join("scaling_max_freq");
-                Some(CpuLimits { cpu, min_khz: khz(&d.join("cpuinfo_min_freq"))?, max_khz: khz(&d.join("cpuinfo_max_freq"))?, original_khz: khz(&knob)?, knob })
-            })
-            .collect()
-    }
-
-    /// [`scan`](Self::scan), and where it finds nothing, the note saying so (logged once);
-    /// `skipped` says what the caller then does without.
-    pub fn scan_noting(cpu_root: &Path, fx: &dyn Effects, skipped: &str) -> (Vec<CpuLimits>, Option<String>) {
-        let cpus = Self::scan(cpu_root, fx);
-        if !cpus.is_empty() {
-            return (cpus, None);
-        }
-        let note = format!("no cpufreq under {} (cpuN/cpufreq/scaling_max_freq): {skipped}", cpu_root.display());
-        tracing::info!("{note}");
-        (cpus, Some(note))
-    }
-
-    fn hold(&mut self, pct: f64, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
-        let mut writes = 0;
-        for c in &self.cpus {
-            let (now, want) = (c.target_khz(self.pct), c.target_khz(pct));
-            if now == want {
-                continue;
-            }
-            write_limit(c, want, OWNER, &mut self.journalled, cx)?;
-            writes += 1;
-        }
-        self.pct = pct;
-        Ok(writes)
+    /// The handle other actuators hold requests through.
+    pub fn requests(&self) -> FreqRequests {
+        self.core.clone()
     }
 }
 
@@ -117,29 +223,52 @@ impl Actuator for CpufreqActuator {
     }
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        (self.cpus, self.note) = Self::scan_noting(&self.cpu_root, cx.fx, "CPU frequency caps are skipped on this machine");
+        let mut core = self.core.lock();
+        core.cpus = scan(&self.cpu_root, core.fx.as_ref());
+        if core.cpus.is_empty() {
+            let note = format!("no cpufreq under {} (cpuN/cpufreq/scaling_max_freq): CPU frequency caps are skipped on this machine", self.cpu_root.display());
+            tracing::info!("{note}");
+            core.note = Some(note);
+        }
+        core.journal = Some(cx.journal.clone());
         Ok(())
     }
 
-    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let pct = plan.for_actuator(owner::CPUFREQ).filter_map(|d| if let Want::CpufreqMax { pct } = d.want { Some(pct) } else { None }).last();
-        if let Some(pct) = pct.filter(|p| *p != self.pct) {
-            let writes = self.hold(pct, cx)?;
-            if writes > 0 {
-                (cx.events)("cpufreq_max", serde_json::json!({ "pct": pct, "cpus": writes }));
-            }
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let mut core = self.core.lock();
+        core.plan = plan
+            .knobs_of(owner::CPUFREQ)
+            .filter_map(|h| {
+                let Knob::CpufreqMax { cpu } = h.knob else { return None };
+                let khz = match h.setting {
+                    Setting::Khz(k) => Some(k),
+                    _ => None,
+                };
+                Some((cpu as u32, (khz, h.requests.iter().map(|r| format!("{} ({})", r.policy, r.asked)).collect())))
+            })
+            .collect();
+        let writes = core.apply()?;
+        if writes > 0 {
+            let held: Vec<_> = core.state().cpus.iter().map(|c| serde_json::json!({ "cpu": c.cpu, "max_khz": c.max_khz })).collect();
+            (cx.events)("cpufreq_max", serde_json::json!({ "cpus": held, "written": writes }));
         }
-        Ok(serde_json::json!({
-            "pct": self.pct,
-            "cpus": self.cpus.iter().map(|c| serde_json::json!({ "cpu": c.cpu, "max_khz": c.target_khz(self.pct), "original_khz": c.original_khz })).collect::<Vec<_>>(),
-            "notes": self.note.iter().collect::<Vec<_>>(),
-        }))
+        Ok(())
     }
 
-    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        let r = cx.journal.restore_owner(OWNER, cx.fx)?;
-        self.journalled.clear();
-        self.pct = 100.0;
+    fn state(&self) -> Arc<dyn ActuatorState> {
+        Arc::new(self.core.lock().state())
+    }
+
+    fn shutdown(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let mut core = self.core.lock();
+        core.plan.clear();
+        core.held.clear();
+        let r = match &core.journal {
+            Some(j) => j.restore_owner(owner::CPUFREQ, core.fx.as_ref())?,
+            None => return Ok(()),
+        };
+        core.written.clear();
+        core.journalled.clear();
         if !r.failed.is_empty() {
             return Err(format!("could not put back {} CPU frequency limit(s): {:?}", r.failed.len(), r.failed).into());
         }
@@ -148,86 +277,5 @@ impl Actuator for CpufreqActuator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use joule_core::control::Actuators;
-    use joule_core::effects::FakeEffects;
-    use joule_core::journal::{self, Journal};
-
-    /// Two CPUs with cpufreq (3 GHz max, 800 MHz min; cpu1 already limited by someone to 2.8
-    /// GHz) and a `cpufreq`-less entry that is not a CPU.
-    fn tree() -> FakeEffects {
-        let mut fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpuidle");
-        for (n, cur) in [(0, "3000000"), (1, "2800000")] {
-            let d = format!("/sys/cpu/cpu{n}/cpufreq");
-            fx = fx
-                .with_dir(format!("/sys/cpu/cpu{n}"))
-                .with_dir(d.as_str())
-                .with_file(format!("{d}/cpuinfo_max_freq"), "3000000\n")
-                .with_file(format!("{d}/cpuinfo_min_freq"), "800000\n")
-                .with_file(format!("{d}/scaling_max_freq"), &format!("{cur}\n"));
-        }
-        fx
-    }
-
-    fn plan(pct: f64) -> Plan {
-        let mut p = Plan::default();
-        p.push("thermal", Some(owner::CPUFREQ), Want::CpufreqMax { pct }, "test");
-        p
-    }
-
-    /// Runs `body` on a started cpufreq actuator over `fx`, journalling in a fresh directory.
-    fn with_actuator(fx: &FakeEffects, body: impl FnOnce(&mut Actuators, &mut ActCx<'_>, &Path)) {
-        let jd = tempfile::tempdir().unwrap();
-        let journal = Journal::open(jd.path()).unwrap();
-        let mut sink = |_: &str, _: serde_json::Value| {};
-        let mut cx = ActCx { journal: &journal, fx, events: &mut sink };
-        let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/cpu"))]);
-        acts.init_all(&mut cx).unwrap();
-        body(&mut acts, &mut cx, jd.path());
-    }
-
-    #[test]
-    fn caps_every_cpu_journalled_first_never_below_min_and_restores_the_original() {
-        let fx = tree();
-        with_actuator(&fx, |acts, cx, jd| caps_and_restores(&fx, acts, cx, jd));
-    }
-
-    fn caps_and_restores(fx: &FakeEffects, acts: &mut Actuators, cx: &mut ActCx<'_>, jd: &Path) {
-        acts.reconcile_all(&plan(100.0), cx);
-        assert!(fx.log.lock().unwrap().is_empty(), "100 % at start writes nothing");
-        acts.reconcile_all(&plan(85.0), cx);
-        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
-        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2550000"));
-        let recs = journal::entries(jd).unwrap();
-        assert_eq!(recs.len(), 2);
-        assert_eq!(recs[1].undo, Undo::Write { path: "/sys/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
-        acts.reconcile_all(&plan(85.0), cx);
-        acts.reconcile_all(&plan(10.0), cx);
-        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("800000"), "never below cpuinfo_min_freq");
-        assert_eq!(fx.log.lock().unwrap().len(), 4, "written only when the value changes");
-        assert_eq!(journal::entries(jd).unwrap().len(), 2, "one undo record per CPU, holding the original");
-        acts.reconcile_all(&plan(100.0), cx);
-        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"), "100 % puts back the original");
-        assert!(acts.status()[0].ok);
-        // Killed at a capped stage: the journal alone restores.
-        acts.reconcile_all(&plan(70.0), cx);
-        journal::Journal::open(jd).and_then(|j| j.restore_all(fx)).unwrap();
-        assert_eq!(fx.file("/sys/cpu/cpu0/cpufreq/scaling_max_freq").as_deref(), Some("3000000"));
-        assert_eq!(fx.file("/sys/cpu/cpu1/cpufreq/scaling_max_freq").as_deref(), Some("2800000"));
-    }
-
-    #[test]
-    fn without_cpufreq_it_says_so_once_and_does_nothing() {
-        let fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpu0");
-        with_actuator(&fx, |acts, cx, jd| {
-            acts.reconcile_all(&plan(70.0), cx);
-            let st = &acts.status()[0];
-            assert!(st.ok, "{:?}", st.last_error);
-            assert!(st.state["notes"][0].as_str().unwrap().contains("no cpufreq"), "{}", st.state);
-            assert!(fx.log.lock().unwrap().is_empty());
-            assert!(journal::entries(jd).unwrap().is_empty());
-            assert!(acts.shutdown_all(cx).is_empty());
-        });
-    }
-}
+#[path = "cpufreq_tests.rs"]
+mod tests;

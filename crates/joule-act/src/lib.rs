@@ -4,8 +4,20 @@
 
 pub mod cgroup_cpu;
 pub mod cpufreq;
-pub mod elevate;
+pub mod freezer;
 pub mod nap;
-pub mod netlimit;
-pub mod placement;
 pub mod scx;
+pub mod task_sched;
+pub mod tc;
+
+use joule_core::metric::MetricDef;
+
+/// Every actuator's metric families, for `joule monitor --list-metrics` and the docs.
+pub fn metric_defs() -> Vec<MetricDef> {
+    [cgroup_cpu::METRICS, cpufreq::METRICS, nap::METRICS, scx::METRICS, task_sched::METRICS, tc::METRICS].concat()
+}
+
+#[cfg(test)]
+mod one_owner_tests;
+#[cfg(test)]
+mod testkit;

@@ -14,13 +14,56 @@
 //! scheduler dropped, and loading retried after [`Backoff`]: 30 s, doubling up to 10 min,
 //! given up after 3 ejections within an hour.
 
-use joule_bpf::scx::{ExitInfo, KernelState, Scx, ScxOpts, SYSFS_SCHED_EXT};
+use joule_bpf::scx::{ExitInfo, KernelState, Scx, ScxOpts, ScxStats, SYSFS_SCHED_EXT};
 use joule_core::config::{Config, ThermalRole};
-use joule_core::control::{ActCx, ActError, Actuator, Plan, ThermalPath, Want};
-use joule_core::control::owner;
+use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan, ThermalPath, Want};
+use joule_core::membership::Membership;
+use joule_core::metric::{l, Family, MetricDef};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The metric families this actuator reports.
+pub const METRICS: &[MetricDef] = &[
+    MetricDef::gauge(
+        "joule_scx_running",
+        "1 while joule's sched_ext scheduler is loaded and running (thermal.scheduler = \"scx\"); 0 while the cgroup path stands in for it.",
+    ),
+    MetricDef::counter(
+        "joule_scx_ejections",
+        "Times the kernel ended joule's sched_ext scheduler without being asked, per exit kind (ERROR_STALL, SYSRQ, ...); the event log has each reason.",
+    ),
+];
+
+/// The actuator's state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScxState {
+    pub running: bool,
+    pub available: bool,
+    pub down_reason: Option<String>,
+    pub stage: Option<u32>,
+    pub path: Option<ThermalPath>,
+    pub loads_total: u64,
+    pub ejections_total: BTreeMap<String, u64>,
+    pub last_exit: Option<ExitInfo>,
+    pub retry_in_s: Option<f64>,
+    pub gave_up: bool,
+    pub stats: Option<ScxStats>,
+}
+
+impl ActuatorState for ScxState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn families(&self) -> Vec<Family> {
+        vec![
+            METRICS[0].with(vec![(vec![], f64::from(u8::from(self.running)))]),
+            METRICS[1].with(self.ejections_total.iter().map(|(kind, n)| (l(&[("kind", kind)]), *n as f64)).collect()),
+        ]
+    }
+}
 
 /// First wait before loading again after an ejection; doubles with each one.
 pub const FIRST_RETRY: Duration = Duration::from_secs(30);
@@ -93,8 +136,10 @@ enum Down {
 pub struct ScxActuator {
     /// The table and stage map; cgroup ids are filled from `classes` at each load.
     opts: ScxOpts,
-    /// cgroup v2 directories of the classes with a thermal role (made by the qos actuator).
-    classes: Vec<(PathBuf, ThermalRole)>,
+    /// The classes with a thermal role; their cgroup v2 ids come from the membership reading.
+    classes: Vec<(String, ThermalRole)>,
+    /// The stage and path of the last plan.
+    stage: Option<(u32, ThermalPath)>,
     scx: Option<Scx>,
     loaded_at: Option<Instant>,
     /// cgroup ids already in the scheduler's maps.
@@ -113,8 +158,7 @@ pub struct ScxActuator {
 const UNKNOWN_EXIT_AFTER: Duration = Duration::from_secs(2);
 
 impl ScxActuator {
-    /// `class_dirs`: each class's cgroup v2 directory (None where it has none, e.g. cgroup v1).
-    pub fn new(cfg: &Config, stage_map: Option<PathBuf>, class_dirs: &[(String, Option<PathBuf>)]) -> ScxActuator {
+    pub fn new(cfg: &Config, stage_map: Option<PathBuf>) -> ScxActuator {
         let rows: Vec<_> = cfg
             .thermal
             .table()
@@ -122,17 +166,11 @@ impl ScxActuator {
             .map(|a| joule_bpf::scx::StageRow { queues: a.queues, slice_us: a.slice_us, best_effort_permille: permille(a.best_effort_cpu_pct) })
             .collect();
         let opts = ScxOpts { stage_map, table: joule_bpf::scx::table_from_rows(&rows), sysfs_root: cfg.telemetry.sysfs_root.clone(), ..ScxOpts::default() };
-        let role = |name: &str| cfg.classes.iter().find(|c| c.name == name).map(|c| c.thermal);
-        let classes = class_dirs
-            .iter()
-            .filter_map(|(name, dir)| match role(name)? {
-                ThermalRole::None => None,
-                r => Some((dir.clone()?, r)),
-            })
-            .collect();
+        let classes = cfg.classes.iter().filter(|c| c.thermal != ThermalRole::None).map(|c| (c.name.clone(), c.thermal)).collect();
         ScxActuator {
             opts,
             classes,
+            stage: None,
             scx: None,
             loaded_at: None,
             marked: Vec::new(),
@@ -149,11 +187,11 @@ impl ScxActuator {
         self.opts.sysfs_root.join(SYSFS_SCHED_EXT)
     }
 
-    /// The cgroup ids of the classes whose directories exist now: (labelled, best-effort).
-    fn class_ids(&self) -> (Vec<u64>, Vec<u64>) {
+    /// The cgroup ids of the classes that have a v2 directory now: (labelled, best-effort).
+    fn class_ids(&self, members: &Membership) -> (Vec<u64>, Vec<u64>) {
         let (mut lab, mut be) = (Vec::new(), Vec::new());
-        for (dir, role) in &self.classes {
-            let Ok(id) = joule_core::effects::Files::cgroup_id(&joule_core::effects::RealEffects, dir) else { continue };
+        for (class, role) in &self.classes {
+            let Some(id) = members.cgroup2_id(class) else { continue };
             match role {
                 ThermalRole::Labelled => lab.push(id),
                 ThermalRole::BestEffort => be.push(id),
@@ -175,7 +213,7 @@ impl ScxActuator {
     }
 
     /// Loads the scheduler when nothing stands in the way and the back-off allows.
-    fn try_load(&mut self, cx: &mut ActCx<'_>) {
+    fn try_load(&mut self, cx: &mut ActCx<'_>, members: &Membership) {
         let now = Instant::now();
         if matches!(self.down, Some(Down::NoSchedExt(_))) || !self.backoff.may_try(now) {
             return;
@@ -185,7 +223,7 @@ impl ScxActuator {
             let why = format!("this kernel has no sched_ext ({} absent; it needs CONFIG_SCHED_CLASS_EXT)", dir.display());
             return self.go_down(Down::NoSchedExt(why), cx);
         }
-        let (labelled, best_effort) = self.class_ids();
+        let (labelled, best_effort) = self.class_ids(members);
         let opts = ScxOpts { labelled_cgroups: labelled.clone(), best_effort_cgroups: best_effort.clone(), ..self.opts.clone() };
         match Scx::load(opts) {
             Ok(scx) => {
@@ -254,9 +292,9 @@ impl ScxActuator {
     }
 
     /// Class cgroups created after the load (the qos actuator recreates a deleted one).
-    fn mark_new_classes(&mut self) -> Result<(), ActError> {
+    fn mark_new_classes(&mut self, members: &Membership) -> Result<(), ActError> {
         let Some(scx) = &self.scx else { return Ok(()) };
-        let (lab, be) = self.class_ids();
+        let (lab, be) = self.class_ids(members);
         let new_lab: Vec<u64> = lab.into_iter().filter(|i| !self.marked.contains(i)).collect();
         let new_be: Vec<u64> = be.into_iter().filter(|i| !self.marked.contains(i)).collect();
         if new_lab.is_empty() && new_be.is_empty() {
@@ -267,25 +305,24 @@ impl ScxActuator {
         Ok(())
     }
 
-    fn state(&self, stage: Option<(u32, ThermalPath)>) -> serde_json::Value {
-        let stats = self.scx.as_ref().and_then(|s| s.stats().ok());
-        let reason = match &self.down {
+    fn scx_state(&self) -> ScxState {
+        let down_reason = match &self.down {
             Some(Down::NoSchedExt(w) | Down::Waiting(w)) => Some(w.clone()),
             None => None,
         };
-        serde_json::json!({
-            "running": self.scx.is_some(),
-            "available": !matches!(self.down, Some(Down::NoSchedExt(_))),
-            "down_reason": reason,
-            "stage": stage.map(|s| s.0),
-            "path": stage.map(|s| s.1),
-            "loads_total": self.loads_total,
-            "ejections_total": self.ejections,
-            "last_exit": self.last_exit,
-            "retry_in_s": if self.scx.is_some() { None } else { self.backoff.retry_in_s(Instant::now()) },
-            "gave_up": self.backoff.gave_up(),
-            "stats": stats,
-        })
+        ScxState {
+            running: self.scx.is_some(),
+            available: !matches!(self.down, Some(Down::NoSchedExt(_))),
+            down_reason,
+            stage: self.stage.map(|s| s.0),
+            path: self.stage.map(|s| s.1),
+            loads_total: self.loads_total,
+            ejections_total: self.ejections.clone(),
+            last_exit: self.last_exit.clone(),
+            retry_in_s: if self.scx.is_some() { None } else { self.backoff.retry_in_s(Instant::now()) },
+            gave_up: self.backoff.gave_up(),
+            stats: self.scx.as_ref().and_then(|s| s.stats().ok()),
+        }
     }
 }
 
@@ -301,21 +338,25 @@ impl Actuator for ScxActuator {
 
     /// Never fails the agent: without sched_ext, or when the load fails, the cgroup path acts.
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        self.try_load(cx);
+        // No membership reading yet: the classes' cgroups are marked at the first period.
+        self.try_load(cx, &Membership::default());
         Ok(())
     }
 
-    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let stage = plan.for_actuator(owner::SCX).find_map(|d| match d.want {
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        self.stage = plan.for_actuator(owner::SCX).find_map(|d| match d.want {
             Want::ThermalStage { stage, path, .. } => Some((stage, path)),
             _ => None,
         });
         self.check_ejected(cx);
         if self.scx.is_none() {
-            self.try_load(cx);
+            self.try_load(cx, &plan.members);
         }
-        self.mark_new_classes()?;
-        Ok(self.state(stage))
+        self.mark_new_classes(&plan.members)
+    }
+
+    fn state(&self) -> Arc<dyn ActuatorState> {
+        Arc::new(self.scx_state())
     }
 
     fn shutdown(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -370,13 +411,8 @@ mod tests {
             "[thermal]\nscheduler = \"scx\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"x\"] }\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = { comm = [\"y\"] }\n[[class]]\nname = \"plain\"\nmatch = { comm = [\"z\"] }\n",
         )
         .unwrap();
-        let dirs = [
-            ("batch".to_string(), Some("/cg/joule/batch".into())),
-            ("ui".to_string(), Some("/cg/joule/ui".into())),
-            ("plain".to_string(), Some("/cg/joule/plain".into())),
-        ];
-        let a = ScxActuator::new(&cfg, Some("/pin/thermal_stage".into()), &dirs);
-        assert_eq!(a.classes, vec![(PathBuf::from("/cg/joule/batch"), ThermalRole::BestEffort), (PathBuf::from("/cg/joule/ui"), ThermalRole::Labelled)]);
+        let a = ScxActuator::new(&cfg, Some("/pin/thermal_stage".into()));
+        assert_eq!(a.classes, vec![("batch".to_string(), ThermalRole::BestEffort), ("ui".to_string(), ThermalRole::Labelled)]);
         let t = &a.opts.table;
         assert_eq!(t.len(), joule_bpf::intf::JOULE_SCX_STAGE_ROWS as usize);
         assert_eq!((t[0].best_effort_permille, t[2].best_effort_permille, t[3].best_effort_permille, t[8].best_effort_permille), (1_000, 350, 150, 150));

@@ -61,6 +61,30 @@ impl Controller {
     }
 }
 
+/// One hierarchy a class lives in: a v1 controller's, or the v2 unified one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hier {
+    Cpu,
+    Cpuset,
+    Cpuacct,
+    Freezer,
+    Unified,
+}
+
+impl Hier {
+    /// The v1 controller whose hierarchy this is; `None` for the v2 unified one.
+    pub fn controller(self) -> Option<Controller> {
+        match self {
+            Hier::Cpu => Some(Controller::Cpu),
+            Hier::Cpuset => Some(Controller::Cpuset),
+            Hier::Cpuacct => Some(Controller::Cpuacct),
+            Hier::Freezer => Some(Controller::Freezer),
+            Hier::Unified => None,
+        }
+    }
+}
+
 /// The cgroup v2 unified hierarchy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unified {

@@ -14,6 +14,8 @@ pub mod effects;
 pub mod energy;
 pub mod fsread;
 pub mod journal;
+pub mod membership;
+pub mod metric;
 pub mod mounts;
 pub mod nap;
 pub mod netlimit;

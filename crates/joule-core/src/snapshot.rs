@@ -33,8 +33,26 @@ pub struct Snapshot {
     /// The flow monitor's view of the network stack (`[net] flow_monitor`); `None` when off.
     #[serde(default)]
     pub net: Option<NetFlows>,
+    /// How many processes each `[[class]]` has (the membership reading, summed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassMembers>,
+    /// Which process belongs to which class and where each class lives: the one membership
+    /// reading every policy and actuator uses (not in the JSON: it lists every member).
+    #[serde(skip)]
+    pub membership: std::sync::Arc<crate::membership::Membership>,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
+}
+
+/// One class's size in the membership reading.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassMembers {
+    pub class: String,
+    pub processes: usize,
+    /// Its cgroup v2 id, where it has a v2 directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup2_id: Option<u64>,
+    pub source: Origin,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

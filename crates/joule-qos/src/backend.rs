@@ -20,27 +20,9 @@ pub enum BackendKind {
     V2,
 }
 
-/// Which hierarchy a step or a task move is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Hier {
-    Cpu,
-    Cpuset,
-    Cpuacct,
-    Unified,
-}
-
-impl Hier {
-    /// The v1 controller whose hierarchy this is; `None` for the v2 unified one.
-    pub fn controller(self) -> Option<Controller> {
-        match self {
-            Hier::Cpu => Some(Controller::Cpu),
-            Hier::Cpuset => Some(Controller::Cpuset),
-            Hier::Cpuacct => Some(Controller::Cpuacct),
-            Hier::Unified => None,
-        }
-    }
-}
+/// Which hierarchy a step or a task move is about (joule-core's, shared with the membership
+/// reading).
+pub use joule_core::cgroupfs::Hier;
 
 /// The hierarchies joule uses on this machine.
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +77,26 @@ impl Layout {
             v2_controllers: unified.controllers.clone(),
             group: group.into(),
         })
+    }
+
+    /// Adds the grouping-only hierarchies of `also` that this machine has apart from the
+    /// layout's own: a v1 `freezer` hierarchy, and on a v1 layout the v2 unified one. A v2
+    /// layout needs neither (its freezer is `cgroup.freeze` in the class's own cgroup).
+    pub fn group_also_in(&mut self, cgroup_root: &Path, fx: &dyn Effects, also: &[Hier]) {
+        if also.is_empty() || self.kind == BackendKind::V2 {
+            return;
+        }
+        let found = cgroupfs::Layout::detect(cgroup_root, fx);
+        for h in also {
+            let dir = match h {
+                Hier::Freezer => found.v1(Controller::Freezer).map(Path::to_path_buf),
+                Hier::Unified => found.unified.as_ref().map(|u| u.dir.clone()),
+                _ => None,
+            };
+            if let Some(dir) = dir.filter(|d| !self.hiers.iter().any(|(x, m)| x == h || m == d)) {
+                self.hiers.push((*h, dir));
+            }
+        }
     }
 
     /// Whether the v2 hierarchy offers controller `name` (its `cgroup.controllers`).
@@ -181,7 +183,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         let (h, m) = (*h, m.as_path());
         let root_procs = m.join("cgroup.procs");
         let jd = layout.top_dir(m);
-        if h == Hier::Unified {
+        if h == Hier::Unified && layout.kind == BackendKind::V2 {
             let mut want = Vec::new();
             if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some() || c.thermal_capped) {
                 want.push("cpu");
@@ -233,7 +235,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
             }
             continue;
         }
-        // cgroup v1.
+        // cgroup v1 (and a v2 hierarchy beside them, for grouping only: directories, no knob).
         out.push(Step::Mkdir { path: jd.clone(), evacuate_to: root_procs.clone() });
         if h == Hier::Cpuset {
             for k in ["cpuset.cpus", "cpuset.mems"] {

@@ -5,13 +5,13 @@
 //! [`Plan`] → [`QosController::apply`] (cgroup v1 or v2 writes through `Effects`, every change
 //! recorded in the undo journal first, rolled back as a whole on failure) → `reconcile` keeps
 //! newly matching tasks in place → `status` reports achieved shares → `release` undoes it.
-//! In the agent, [`ClassActuator`] runs that flow as one actuator of the control loop.
+//! In the agent, joule-act's `cgroup_cpu` actuator runs that flow in the control loop, with
+//! the class membership the agent reads once per period.
 
 pub mod admission;
 pub mod backend;
 pub mod controller;
 pub mod cpulist;
-pub mod matching;
 pub mod seed;
 
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};

@@ -9,6 +9,8 @@ mod exposition;
 mod metrics;
 mod monitor;
 mod sense;
+#[cfg(test)]
+mod test_args;
 mod textview;
 
 use clap::{Parser, Subcommand};

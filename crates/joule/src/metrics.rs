@@ -3,99 +3,8 @@
 //! tests check that each name carries a unit and every measured value a `source` label.
 
 use joule_core::control::{ActuatorStatus, Plan};
-use joule_core::snapshot::LatencyBuckets;
+pub use joule_core::metric::{l, Family, Histogram, Kind, Labels, MetricDef, Unit, Value};
 use joule_core::{Origin, Snapshot};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Gauge,
-    Counter,
-    Histogram,
-}
-
-/// The one description of a value joule publishes: its metric name (with the unit), what it
-/// means, its type, where `joule monitor`'s text view shows it, and where it is in the JSON.
-/// `/metrics` (both formats), the monitor's text view and the JSON all follow this table.
-#[derive(Debug, Clone, Copy)]
-pub struct MetricDef {
-    /// Family name without the `_total` a counter's samples get on the wire.
-    pub name: &'static str,
-    pub help: &'static str,
-    pub kind: Kind,
-    /// Section of the monitor's text view; None: not shown there (cumulative counters, the
-    /// agent's own bookkeeping).
-    pub title: Option<&'static str>,
-    /// JSON pointer of the value in the snapshot (`joule monitor --json`, `/snapshot.json`);
-    /// empty for what is not in the snapshot (the agent's counters, the plan).
-    pub json: &'static str,
-}
-
-/// The unit of a family, read from its name's suffix (every name ends with its unit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
-    Ratio,
-    Seconds,
-    Watts,
-    Joules,
-    Celsius,
-    Hertz,
-    BytesPerSecond,
-    Bytes,
-    Count,
-}
-
-impl MetricDef {
-    pub fn unit(&self) -> Unit {
-        let n = self.name;
-        [
-            ("_ratio", Unit::Ratio),
-            ("_seconds", Unit::Seconds),
-            ("_watts", Unit::Watts),
-            ("_joules", Unit::Joules),
-            ("_celsius", Unit::Celsius),
-            ("_hertz", Unit::Hertz),
-            ("_bytes_per_second", Unit::BytesPerSecond),
-            ("_bytes", Unit::Bytes),
-        ]
-        .into_iter()
-        .find_map(|(suffix, u)| n.ends_with(suffix).then_some(u))
-        .unwrap_or(Unit::Count)
-    }
-}
-
-pub type Labels = Vec<(String, String)>;
-
-/// A histogram in the metric's unit: cumulative buckets with finite, ascending bounds (`+Inf`
-/// is implicit and equals `count`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Histogram {
-    /// (upper bound `le`, cumulative count up to it), ascending.
-    pub buckets: Vec<(f64, u64)>,
-    pub count: u64,
-    pub sum: f64,
-}
-
-impl Histogram {
-    /// From nanosecond buckets to seconds, the unit of `_seconds` histograms.
-    fn from_ns(b: &LatencyBuckets) -> Histogram {
-        let buckets = b.le_ns.iter().zip(&b.counts).map(|(le, n)| (*le as f64 / 1e9, *n)).collect();
-        Histogram { buckets, count: b.count, sum: b.estimated_sum_ns / 1e9 }
-    }
-}
-
-/// One sample's value: a number for gauges and counters, a histogram for histograms.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Number(f64),
-    Histogram(Histogram),
-}
-
-/// One metric family filled from a snapshot.
-#[derive(Debug)]
-pub struct Family {
-    pub def: MetricDef,
-    pub samples: Vec<(Labels, Value)>,
-}
 
 /// Counters about the agent itself, kept next to the snapshot.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -104,10 +13,8 @@ pub struct AgentStats {
     pub cpu_seconds_total: f64,
     pub last_loop_seconds: f64,
     pub stage_transitions_total: u64,
-}
-
-fn l(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    /// Conflicts the plans reported (each counted once, when it first appears).
+    pub conflicts_total: u64,
 }
 
 /// The `source` label every measured or estimated value carries.
@@ -266,6 +173,10 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     push(def!("joule_agent_cpu_seconds", Counter, None, "", "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
     push(def!("joule_agent_loop_duration_seconds", Gauge, None, "", "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
     push(
+        def!("joule_agent_conflicts", Counter, None, "", "Conflicts between two wants for one knob, each counted when it first appeared in a plan."),
+        num(vec![(vec![], a.conflicts_total as f64)]),
+    );
+    push(
         def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
         num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
@@ -364,83 +275,44 @@ fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Valu
 /// Every family joule can publish, for `joule monitor --list-metrics` and the docs.
 pub fn catalogue() -> Vec<MetricDef> {
     let s = Snapshot { psi: Some(Default::default()), net: Some(Default::default()), ..Default::default() };
-    let mut f = families(&s, &AgentStats::default());
-    f.extend(control_families(&Plan::default(), &[]));
-    f.into_iter().map(|f| f.def).collect()
+    let mut f: Vec<MetricDef> = families(&s, &AgentStats::default()).into_iter().map(|f| f.def).collect();
+    f.extend(control_families(&Plan::default(), &[]).into_iter().map(|f| f.def));
+    f.extend(joule_act::metric_defs());
+    f
 }
 
-/// The decisions of the last plan and the state of each actuator. Labels stay bounded: one
-/// series per (policy, actuator, kind) and per actuator.
+/// The last plan (its decisions, the knobs they merged into, the conflicts) and each
+/// actuator's own families from its typed state. Labels stay bounded: one series per (policy,
+/// actuator, kind), per (actuator, knob kind), per conflict's (knob kind, winner, loser).
 pub fn control_families(plan: &Plan, actuators: &[ActuatorStatus]) -> Vec<Family> {
-    let mut per: std::collections::BTreeMap<(String, String, String), f64> = Default::default();
+    let mut per: std::collections::BTreeMap<(String, String, &str), f64> = Default::default();
     for d in &plan.decisions {
-        let kind = serde_json::to_value(&d.want).ok().and_then(|v| v["kind"].as_str().map(str::to_string)).unwrap_or_default();
-        *per.entry((d.policy.clone(), d.actuator.clone().unwrap_or_default(), kind)).or_default() += 1.0;
+        *per.entry((d.policy.clone(), d.actuator.clone().unwrap_or_default(), d.want.kind())).or_default() += 1.0;
     }
-    let num = |v: f64| Value::Number(v);
-    // The scx actuator's state (agent/scx.rs), when it is there.
-    let scx: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == "scx").map(|a| &a.state).collect();
-    // The nap actuator's state (agent/nap), when `[nap]` is on.
-    let nap: Vec<&serde_json::Value> = actuators.iter().filter(|a| a.name == joule_core::control::owner::NAP).map(|a| &a.state).collect();
-    vec![
-        Family {
-            def: def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason."),
-            samples: per.into_iter().map(|((p, a, k), n)| (l(&[("policy", &p), ("actuator", &a), ("kind", &k)]), num(n))).collect(),
-        },
-        Family {
-            def: def!("joule_actuator_up", Gauge, None, "", "1 when the actuator's last start or reconcile succeeded."),
-            samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(f64::from(u8::from(a.ok))))).collect(),
-        },
-        Family {
-            def: def!("joule_actuator_errors", Counter, None, "", "Reconciles of the actuator that failed (each retried the next period)."),
-            samples: actuators.iter().map(|a| (l(&[("actuator", &a.name)]), num(a.errors_total as f64))).collect(),
-        },
-        Family {
-            def: def!(
-                "joule_thermal_class_cap_ratio",
-                Gauge,
-                None,
-                "",
-                "Share of the whole machine (all CPUs) a best-effort class may use now, its configured quota and the thermal stage's cap together (1 = unlimited); the qos actuator's status has the quota written."
-            ),
-            samples: class_caps(actuators).into_iter().map(|(c, r)| (l(&[("class", &c)]), num(r))).collect(),
-        },
-        Family {
-            def: def!("joule_scx_running", Gauge, None, "", "1 while joule's sched_ext scheduler is loaded and running (thermal.scheduler = \"scx\"); 0 while the cgroup path stands in for it."),
-            samples: scx.iter().map(|st| (vec![], num(f64::from(u8::from(st["running"] == true))))).collect(),
-        },
-        Family {
-            def: def!("joule_scx_ejections", Counter, None, "", "Times the kernel ended joule's sched_ext scheduler without being asked, per exit kind (ERROR_STALL, SYSRQ, ...); the event log has each reason."),
-            samples: scx
-                .iter()
-                .filter_map(|st| st["ejections_total"].as_object())
-                .flat_map(|m| m.iter().map(|(kind, n)| (l(&[("kind", kind)]), num(n.as_f64().unwrap_or(0.0)))))
-                .collect(),
-        },
-        Family {
-            def: def!("joule_nap_state", Gauge, None, "", "1 while napping (the [nap] class frozen, the machine-nap changes held), 0 while awake."),
-            samples: nap.iter().map(|st| (vec![], num(f64::from(u8::from(st["napping"] == true))))).collect(),
-        },
-        Family {
-            def: def!("joule_nap_residency_seconds", Counter, None, "", "Time spent napping since the agent started."),
-            samples: nap.iter().map(|st| (vec![], num(st["residency_seconds"].as_f64().unwrap_or(0.0)))).collect(),
-        },
-        Family {
-            def: def!("joule_nap_wakes", Counter, None, "", "Naps ended, per reason: the first packet on a watched port (tcp:PORT, udp:PORT, seen by eBPF), a monitor's activity, shutdown."),
-            samples: nap
-                .iter()
-                .filter_map(|st| st["wakes_total"].as_object())
-                .flat_map(|m| m.iter().map(|(reason, n)| (l(&[("reason", reason)]), num(n.as_f64().unwrap_or(0.0)))))
-                .collect(),
-        },
-    ]
-}
-
-/// (class, ratio) of every cap the qos actuator reports holding.
-fn class_caps(actuators: &[ActuatorStatus]) -> Vec<(String, f64)> {
-    let qos = actuators.iter().find(|a| a.name == joule_core::control::owner::CGROUP_CPU);
-    let caps = qos.and_then(|a| a.state.get("caps")).and_then(|c| c.as_object());
-    caps.into_iter().flatten().filter_map(|(class, cap)| Some((class.clone(), cap.get("ratio")?.as_f64()?))).collect()
+    let mut knobs: std::collections::BTreeMap<(&str, &str), f64> = Default::default();
+    for h in &plan.knobs {
+        *knobs.entry((h.actuator.as_str(), h.knob.kind())).or_default() += 1.0;
+    }
+    let mut conflicts: std::collections::BTreeMap<(&str, &str, &str), f64> = Default::default();
+    for c in &plan.conflicts {
+        *conflicts.entry((c.knob.kind(), c.won.as_str(), c.lost.as_str())).or_default() += 1.0;
+    }
+    let mut out = vec![
+        def!("joule_plan_decisions", Gauge, None, "", "Decisions in the last plan, per policy, the actuator they go to (empty: none acts on it yet) and their kind; /plan.json has each one's reason.")
+            .with(per.into_iter().map(|((p, a, k), n)| (l(&[("policy", &p), ("actuator", &a), ("kind", k)]), n)).collect()),
+        def!("joule_plan_knobs", Gauge, None, "", "Knobs the last plan's merge set, per owning actuator and knob kind; /plan.json has each one's setting and every request that shaped it.")
+            .with(knobs.into_iter().map(|((a, k), n)| (l(&[("actuator", a), ("knob", k)]), n)).collect()),
+        def!("joule_plan_conflicts", Gauge, None, "", "Wants for one knob that could not both hold in the last plan, per knob kind, the policy that won and the one that lost; the event log and /plan.json say why.")
+            .with(conflicts.into_iter().map(|((k, w, lost), n)| (l(&[("knob", k), ("won", w), ("lost", lost)]), n)).collect()),
+        def!("joule_actuator_up", Gauge, None, "", "1 when the actuator's last start or reconcile succeeded.")
+            .with(actuators.iter().map(|a| (l(&[("actuator", &a.name)]), f64::from(u8::from(a.ok)))).collect()),
+        def!("joule_actuator_errors", Counter, None, "", "Reconciles of the actuator that failed (each retried the next period).")
+            .with(actuators.iter().map(|a| (l(&[("actuator", &a.name)]), a.errors_total as f64)).collect()),
+    ];
+    for a in actuators {
+        out.extend(a.state.families());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -451,11 +323,12 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 5] = [
+    const NO_SOURCE: [(&str, &str); 6] = [
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
+        ("joule_agent_conflicts", "the agent's own bookkeeping"),
         ("joule_bpf_enabled", "whether joule's own programs run, not a reading of the machine"),
     ];
 
@@ -474,7 +347,7 @@ mod tests {
         };
         s.thermal.zones = vec![ThermalZone { name: "thermal_zone0".into(), kind: "acpitz".into(), temp_celsius: 40.0, trips: vec![], source: Origin::Sensor }];
         s.thermal.model = Some(ModelTemperature { temp_celsius: 40.0, source: Origin::Model });
-        s.frequency = vec![CpuFreq { cpu: 0, cur_khz: 2_000_000, min_khz: 0, max_khz: 0, source: Origin::Kernel }];
+        s.frequency = vec![CpuFreq { cpu: 0, cur_khz: 2_000_000, source: Origin::Kernel, ..Default::default() }];
         let since_load = LatencyBuckets { le_ns: vec![1024, 2048], counts: vec![1, 3], count: 4, estimated_sum_ns: 9000.0 };
         s.runq_latency = vec![RunqLatency { cgroup: "/app".into(), count: 2, since_load, source: Origin::Ebpf, ..Default::default() }];
         s.stage = Stage { value: 0, temp_celsius: 40.0, computed_by: StageEngine::Ebpf, temp_source: Origin::Sensor, ..Default::default() };
@@ -497,13 +370,37 @@ mod tests {
 
     #[test]
     fn every_name_is_joule_prefixed_and_unit_suffixed_or_a_plain_count() {
-        let plain =
-            ["joule_thermal_stage", "joule_runq_wakeups", "joule_agent_samples", "joule_bpf_enabled", "joule_net_flow_retransmits", "joule_net_cgroup_packets"];
-        for f in families(&full_snapshot(), &AgentStats::default()) {
-            assert!(f.def.name.starts_with("joule_"), "{}", f.def.name);
-            assert!(!f.def.name.ends_with("_total"), "{}: `_total` is added on the wire", f.def.name);
-            assert!(UNITS.iter().any(|u| f.def.name.ends_with(u)) || plain.contains(&f.def.name), "{} has no unit", f.def.name);
-            assert!(!f.def.help.is_empty());
+        let plain = [
+            "joule_thermal_stage",
+            "joule_runq_wakeups",
+            "joule_agent_samples",
+            "joule_agent_conflicts",
+            "joule_bpf_enabled",
+            "joule_net_flow_retransmits",
+            "joule_net_cgroup_packets",
+            "joule_plan_decisions",
+            "joule_plan_knobs",
+            "joule_plan_conflicts",
+            "joule_actuator_up",
+            "joule_actuator_errors",
+            "joule_class_moves",
+            "joule_task_sched_pinned_threads",
+            "joule_elevate_running",
+            "joule_scx_running",
+            "joule_scx_ejections",
+            "joule_nap_state",
+            "joule_nap_wakes",
+        ];
+        let defs = catalogue();
+        for def in &defs {
+            assert!(def.name.starts_with("joule_"), "{}", def.name);
+            assert!(!def.name.ends_with("_total"), "{}: `_total` is added on the wire", def.name);
+            assert!(UNITS.iter().any(|u| def.name.ends_with(u)) || plain.contains(&def.name), "{} has no unit", def.name);
+            assert!(!def.help.is_empty());
+            assert_eq!(defs.iter().filter(|d| d.name == def.name).count(), 1, "{} defined twice", def.name);
+        }
+        for p in plain {
+            assert!(defs.iter().any(|d| d.name == p), "exemption for {p}, which does not exist");
         }
     }
 
@@ -516,15 +413,31 @@ mod tests {
                 assert!(json.pointer(def.json).is_some(), "{}: {} is not in the snapshot JSON", def.name, def.json);
             }
         }
-        let in_snapshot = ["joule_agent_", "joule_plan_", "joule_actuator_", "joule_thermal_class_cap_", "joule_scx_", "joule_nap_"];
+        let in_snapshot = [
+            "joule_agent_",
+            "joule_plan_",
+            "joule_actuator_",
+            "joule_thermal_class_cap_",
+            "joule_class_moves",
+            "joule_cpufreq_",
+            "joule_task_sched_",
+            "joule_elevate_",
+            "joule_tc_",
+            "joule_scx_",
+            "joule_nap_",
+        ];
         for def in catalogue() {
             assert_eq!(def.json.is_empty(), in_snapshot.iter().any(|p| def.name.starts_with(p)), "{}", def.name);
         }
     }
 
+    fn status(name: &str, ok: bool, state: impl joule_core::control::ActuatorState + 'static) -> ActuatorStatus {
+        ActuatorStatus { name: name.into(), ok, errors_total: u64::from(!ok) * 3, state: std::sync::Arc::new(state), ..Default::default() }
+    }
+
     #[test]
-    fn control_families_count_decisions_per_policy_and_report_each_actuator() {
-        use joule_core::control::Want;
+    fn control_families_count_decisions_knobs_and_conflicts_and_report_each_actuator() {
+        use joule_core::control::{merge, Facts, Want};
         let mut plan = Plan::default();
         plan.push(
             "thermal",
@@ -532,21 +445,30 @@ mod tests {
             Want::ThermalStage { stage: 1, path: joule_core::control::ThermalPath::Cgroup, actions: joule_core::config::StageActions::default_for(1) },
             "r",
         );
-        plan.push("classes", Some("qos"), Want::HoldClasses { classes: vec!["a".into()] }, "r");
-        let caps = serde_json::json!({ "caps": { "batch": { "ratio": 0.35, "quota_us": 70000 } } });
-        let acts = [ActuatorStatus { name: "qos".into(), ok: false, errors_total: 3, state: caps, ..Default::default() }];
+        plan.push("classes", Some("cgroup_cpu"), Want::HoldClasses { classes: vec!["a".into()] }, "r");
+        plan.push("thermal", Some("cgroup_cpu"), Want::CapClass { class: "batch".into(), cpu_pct: 35.0 }, "r");
+        plan.push("placement", Some("task_sched"), Want::Affinity { class: "lat".into(), cpus: vec![1] }, "r");
+        plan.push("elevate", Some("task_sched"), Want::Elevate { class: "lat".into(), cpu: 0, slice_us: 50, pattern: "shared".into() }, "r");
+        merge(&mut plan, &Facts::default());
+        let cap = joule_qos::ClassCap { cpu_pct: 35.0, quota_us: Some(70_000), period_us: 100_000, ratio: 0.35, knob: "/cg/cpu.max".into() };
+        let state = joule_act::cgroup_cpu::CgroupCpuState { caps: [("batch".to_string(), cap)].into_iter().collect(), ..Default::default() };
+        let acts = [status("cgroup_cpu", false, state)];
         let fams = control_families(&plan, &acts);
-        let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap();
+        let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap_or_else(|| panic!("no {name}"));
         let d = &get("joule_plan_decisions").samples;
-        assert_eq!(d.len(), 2);
+        assert_eq!(d.len(), 5);
         assert!(d
             .iter()
             .any(|(l, v)| l.contains(&("kind".into(), "thermal_stage".into())) && l.contains(&("actuator".into(), String::new())) && *v == Value::Number(1.0)));
+        assert!(get("joule_plan_knobs").samples.contains(&(l(&[("actuator", "task_sched"), ("knob", "class_affinity")]), Value::Number(1.0))));
+        assert_eq!(
+            get("joule_plan_conflicts").samples,
+            vec![(l(&[("knob", "class_affinity"), ("won", "elevate"), ("lost", "placement")]), Value::Number(1.0))]
+        );
         assert_eq!(get("joule_actuator_up").samples[0].1, Value::Number(0.0));
         assert_eq!(get("joule_actuator_errors").samples[0].1, Value::Number(3.0));
         assert_eq!(get("joule_thermal_class_cap_ratio").samples, vec![(l(&[("class", "batch")]), Value::Number(0.35))]);
-        assert!(get("joule_scx_running").samples.is_empty(), "no scx actuator, no sample");
-        assert!(get("joule_nap_state").samples.is_empty(), "no nap actuator, no sample");
+        assert!(!fams.iter().any(|f| f.def.name == "joule_scx_running"), "no scx actuator, no scx family");
         for f in &fams {
             assert!(f.def.name.starts_with("joule_") && !f.def.name.ends_with("_total"), "{}", f.def.name);
         }
@@ -554,8 +476,8 @@ mod tests {
 
     #[test]
     fn the_scx_actuators_state_becomes_running_and_ejections_per_kind() {
-        let state = serde_json::json!({ "running": false, "ejections_total": { "SYSRQ": 1, "ERROR_STALL": 2 } });
-        let acts = [ActuatorStatus { name: "scx".into(), ok: true, state, ..Default::default() }];
+        let ejections_total = [("SYSRQ".to_string(), 1), ("ERROR_STALL".to_string(), 2)].into_iter().collect();
+        let acts = [status("scx", true, joule_act::scx::ScxState { running: false, ejections_total, ..Default::default() })];
         let fams = control_families(&Plan::default(), &acts);
         let get = |name: &str| &fams.iter().find(|f| f.def.name == name).unwrap().samples;
         assert_eq!(get("joule_scx_running"), &vec![(vec![], Value::Number(0.0))]);
@@ -566,8 +488,11 @@ mod tests {
 
     #[test]
     fn the_nap_actuators_state_becomes_state_residency_and_wakes_per_reason() {
-        let state = serde_json::json!({ "napping": true, "residency_seconds": 2.5, "wakes_total": { "tcp:80": 3, "activity": 1 } });
-        let acts = [ActuatorStatus { name: "nap".into(), ok: true, state, ..Default::default() }];
+        let mut st = joule_act::nap::NapState::default();
+        st.status.napping = true;
+        st.status.residency_seconds = 2.5;
+        st.status.wakes_total = [("tcp:80".to_string(), 3), ("activity".to_string(), 1)].into_iter().collect();
+        let acts = [status("nap", true, st)];
         let fams = control_families(&Plan::default(), &acts);
         let get = |n: &str| &fams.iter().find(|f| f.def.name == n).unwrap().samples;
         assert_eq!(get("joule_nap_state"), &vec![(vec![], Value::Number(1.0))]);

@@ -279,7 +279,7 @@ impl Drop for Agent {
 }
 
 fn freezer_dir() -> PathBuf {
-    PathBuf::from("/sys/fs/cgroup/freezer/joule-nap-napweb")
+    PathBuf::from("/sys/fs/cgroup/freezer/joule/napweb")
 }
 
 fn freezer_state(dir: &Path) -> String {

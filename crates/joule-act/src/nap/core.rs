@@ -3,15 +3,20 @@
 //! wake can never slip between "frozen" and "known to be frozen".
 //!
 //! Entering, in this order (the seed's race, closed): arm the trigger, run the last idle
-//! check, then change the machine (machine-nap writes, then the freeze; each journalled first
-//! under [`SLEEP_OWNER`]). A request that arrives before the arm is seen by the check (a SYN in
+//! check, then change the machine (machine-nap writes journalled first under [`SLEEP_OWNER`],
+//! the lowest frequency asked of the cpufreq owner, then the freeze of the class's own cgroup
+//! by the freezer owner, which journals it). The nap writes neither knob itself: the cpufreq
+//! owner keeps every other mechanism's cap when the nap's request is dropped, and the freezer
+//! freezes the cgroup the class mover keeps the class in. A request that arrives before the arm is seen by the check (a SYN in
 //! the queue, a packet counted); one that arrives after it sends a wake that the waiter
 //! delivers as soon as the entry releases the lock; one seen before the freeze undoes the
 //! writes instead. Leaving: thaw first (the request is waiting), then the machine-nap writes
-//! back from memory; the control loop drops the finished nap's journal records later
-//! (`compact`), so no journal fsync is on the request's path.
+//! back from memory and the frequency request dropped; the control loop drops the finished
+//! nap's journal records later (`compact`), so no journal fsync is on the request's path.
 
-use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
+use crate::cpufreq::{FreqRequests, HeldLimit};
+use crate::freezer::Freezing;
+use joule_core::effects::Effects;
 use joule_core::journal::{Journal, Undo};
 use joule_core::nap::NapCounters;
 use serde::Serialize;
@@ -22,8 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Journal owner of what one nap changes (undone on every wake); the cgroup the class's tasks
-/// live in for the whole run is recorded under "nap".
+/// Journal owner of the machine-nap writes of one nap (undone on every wake).
 pub const SLEEP_OWNER: &str = "nap-sleep";
 
 /// The fast-wake trigger (the eBPF program's one-shot `armed` flag; a fake in tests).
@@ -37,10 +41,15 @@ pub trait Trigger {
 /// What the nap does, fixed at start.
 pub struct NapActions {
     /// The class's freezer cgroup.
-    pub freeze: Option<PathBuf>,
-    /// Machine-nap writes (path, value while napping).
+    pub freeze: Option<(Freezing, String)>,
+    /// Machine-nap writes (path, value while napping): CPUs offline, devices' runtime PM.
     pub writes: Vec<(PathBuf, String)>,
+    /// The lowest frequency while napping, asked of the cpufreq owner.
+    pub cpufreq_min: Option<FreqRequests>,
 }
+
+/// The requester name of the nap's frequency request.
+pub const FREQ_REQUESTER: &str = "nap";
 
 /// A wake, as `joule nap status` and the metrics show it.
 #[derive(Debug, Clone, Serialize)]
@@ -136,7 +145,7 @@ impl NapCore {
     }
 
     /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.
-    pub fn enter(&self, trigger: &dyn Trigger, last_check: &mut dyn FnMut() -> io::Result<Option<String>>, journal: &Journal) -> anyhow::Result<Entered> {
+    pub fn enter(&self, trigger: &dyn Trigger, last_check: &mut dyn FnMut() -> io::Result<Option<String>>) -> anyhow::Result<Entered> {
         let mut st = self.lock();
         if st.napped_at.is_some() {
             return Ok(Entered::AlreadyNapping);
@@ -150,18 +159,18 @@ impl NapCore {
             return Ok(Entered::Aborted(why));
         }
         let mut undo_writes = Vec::new();
-        let changed = self.change(journal, trigger, &mut undo_writes);
+        let changed = self.change(trigger, &mut undo_writes);
         if let Ok(Some(why)) = &changed {
             // A packet arrived during the machine-nap writes: undo them and stay awake rather
             // than freeze the service the request is waiting for.
-            let _ = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref());
+            self.undo_machine();
             st.status.aborted_total += 1;
             st.status.last_abort = Some(why.clone());
             return Ok(Entered::Aborted(why.clone()));
         }
         if let Err(e) = changed {
             // Undo whatever part was done; the trigger may stay armed (a stale wake is ignored).
-            let _ = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref());
+            self.undo_machine();
             return Err(e);
         }
         st.undo_writes = undo_writes;
@@ -175,21 +184,34 @@ impl NapCore {
     }
 
     /// The journalled changes; `Some(why)` when the trigger fired before the freeze.
-    fn change(&self, journal: &Journal, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
+    fn change(&self, trigger: &dyn Trigger, undo_writes: &mut Vec<(PathBuf, String)>) -> anyhow::Result<Option<String>> {
         for (path, value) in &self.actions.writes {
             let old = self.fx.read(path)?.trim().to_string();
-            journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old: old.clone() })?;
+            self.journal.record(SLEEP_OWNER, Undo::Write { path: path.clone(), old: old.clone() })?;
             self.fx.write(path, value)?;
             undo_writes.push((path.clone(), old));
+        }
+        if let Some(f) = &self.actions.cpufreq_min {
+            f.hold(FREQ_REQUESTER, HeldLimit::Min, "napping")?;
         }
         if trigger.fired() {
             return Ok(Some("a packet arrived while entering (before the freeze)".into()));
         }
-        if let Some(cg) = &self.actions.freeze {
-            journal.record(SLEEP_OWNER, Undo::Thaw { cgroup: cg.clone() })?;
-            self.fx.freeze(cg, FREEZE_SETTLE)?;
+        if let Some((freezer, class)) = &self.actions.freeze {
+            freezer.freeze(class)?;
         }
         Ok(None)
+    }
+
+    /// Undoes a partial entry: the machine-nap writes (through the journal) and the frequency
+    /// request.
+    fn undo_machine(&self) {
+        let _ = self.journal.restore_owner(SLEEP_OWNER, self.fx.as_ref());
+        if let Some(f) = &self.actions.cpufreq_min {
+            if let Err(e) = f.drop_request(FREQ_REQUESTER) {
+                tracing::warn!("nap: could not drop its frequency request: {e}");
+            }
+        }
     }
 
     /// Leaves the nap for `reason` (`tcp:80`, `activity`, `shutdown`); `since` is when the
@@ -197,8 +219,8 @@ impl NapCore {
     pub fn wake(&self, reason: &str, since: Instant) -> io::Result<bool> {
         let mut st = self.lock();
         let Some(napped_at) = st.napped_at else { return Ok(false) };
-        if let Some(cg) = &self.actions.freeze {
-            self.fx.thaw(cg, FREEZE_SETTLE)?;
+        if let Some((freezer, class)) = &self.actions.freeze {
+            freezer.thaw(class)?;
         }
         let leave_us = since.elapsed().as_micros() as u64;
         // The machine-nap writes back from memory: nothing on the wake path reads or rewrites
@@ -207,6 +229,13 @@ impl NapCore {
         for (path, old) in std::mem::take(&mut st.undo_writes).iter().rev() {
             if let Err(e) = self.fx.write(path, old) {
                 tracing::warn!("nap: could not put {} back to {old:?} on wake ({e}); the journal still holds it", path.display());
+            }
+        }
+        // The frequency goes back to what the other mechanisms still ask for, not to the
+        // value found before the nap.
+        if let Some(f) = &self.actions.cpufreq_min {
+            if let Err(e) = f.drop_request(FREQ_REQUESTER) {
+                tracing::warn!("nap: could not drop its frequency request on wake: {e}");
             }
         }
         st.compact = true;
@@ -253,8 +282,12 @@ pub fn instant_of_monotonic_ns(at_ns: u64) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::freezer::{CgroupfsFreezer, FreezerActuator};
+    use joule_core::cgroupfs::Hier;
+    use joule_core::control::{ActCx, Actuator};
     use joule_core::effects::FakeEffects;
     use joule_core::journal;
+    use joule_core::membership::ClassPlace;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -273,26 +306,48 @@ mod tests {
         }
     }
 
-    fn core(dir: &std::path::Path) -> (Arc<FakeEffects>, NapCore) {
+    /// A core that freezes class `web` (its cgroup /fz/web, through a started freezer
+    /// actuator) and offlines CPU 1, journalling in `dir`.
+    fn core(dir: &std::path::Path) -> (Arc<FakeEffects>, NapCore, FreezerActuator) {
         let fx = Arc::new(
             FakeEffects::default().with_dir("/fz/web").with_file("/fz/web/freezer.state", "THAWED\n").with_file("/sys/devices/system/cpu/cpu1/online", "1\n"),
         );
-        let actions = NapActions { freeze: Some("/fz/web".into()), writes: vec![("/sys/devices/system/cpu/cpu1/online".into(), "0".into())] };
-        let c = NapCore::new(fx.clone(), Journal::open(dir).unwrap(), actions, Arc::default());
-        (fx, c)
+        let place = ClassPlace {
+            class: "web".into(),
+            dirs: vec![(Hier::Freezer, "/fz/web".into())],
+            task_dirs: vec![(Hier::Freezer, "/fz/web".into())],
+            cgroup2_id: None,
+        };
+        let mut freezer = FreezerActuator::new(Box::new(CgroupfsFreezer::new(fx.clone(), vec![place])), fx.clone(), vec!["web".into()]);
+        let journal = Journal::open(dir).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        freezer.init(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap();
+        let actions = NapActions {
+            freeze: Some((freezer.handle(), "web".into())),
+            writes: vec![("/sys/devices/system/cpu/cpu1/online".into(), "0".into())],
+            cpufreq_min: None,
+        };
+        let c = NapCore::new(fx.clone(), journal, actions, Arc::default());
+        (fx, c, freezer)
+    }
+
+    /// Lets the freezer actuator run one period (it drops a thawed class's record).
+    fn freezer_period(f: &mut FreezerActuator, fx: &FakeEffects, dir: &std::path::Path) {
+        let journal = Journal::open(dir).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        f.reconcile(&joule_core::control::Plan::default(), &mut ActCx { journal: &journal, fx, events: &mut sink }).unwrap();
     }
 
     /// Enters with a last check that logs `event` (a "packet" fires the fake trigger) and
     /// finds no activity; the entry's result and the trigger's log.
-    fn enter_after(c: &NapCore, dir: &std::path::Path, event: &str) -> (Entered, Vec<String>) {
-        let j = Journal::open(dir).unwrap();
+    fn enter_after(c: &NapCore, event: &str) -> (Entered, Vec<String>) {
         let order = Rc::new(RefCell::new(Vec::new()));
         let o2 = order.clone();
         let mut check = move || {
             o2.borrow_mut().push(event.to_string());
             Ok(None)
         };
-        let entered = c.enter(&FakeTrigger(order.clone()), &mut check, &j).unwrap();
+        let entered = c.enter(&FakeTrigger(order.clone()), &mut check).unwrap();
         let log = order.borrow().clone();
         (entered, log)
     }
@@ -300,20 +355,22 @@ mod tests {
     #[test]
     fn the_trigger_is_armed_before_the_last_check_and_changes_are_journalled_before_they_happen() {
         let dir = tempfile::tempdir().unwrap();
-        let (fx, c) = core(dir.path());
-        let (entered, order) = enter_after(&c, dir.path(), "check");
+        let (fx, c, mut freezer) = core(dir.path());
+        let (entered, order) = enter_after(&c, "check");
         assert_eq!(entered, Entered::Napping);
         assert_eq!(order, vec!["arm", "check"]);
         assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /fz/web/freezer.state FROZEN"]);
         let kinds: Vec<_> =
             journal::entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, serde_json::to_value(e.undo).unwrap()["kind"].clone())).collect();
         assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert_eq!((kinds[0].0.as_str(), kinds[1].0.as_str()), (SLEEP_OWNER, "freezer"), "the freeze is the freezer owner's record");
         assert!(c.status().napping);
         // The waiter's wake thaws first, then puts the writes back, without the journal.
         assert!(c.wake("tcp:80", Instant::now()).unwrap());
         assert_eq!(&fx.calls()[2..], ["write /fz/web/freezer.state THAWED", "write /sys/devices/system/cpu/cpu1/online 1"]);
         assert_eq!(journal::entries(dir.path()).unwrap().len(), 2, "the records stay until the loop compacts");
         c.compact().unwrap();
+        freezer_period(&mut freezer, &fx, dir.path());
         assert!(journal::entries(dir.path()).unwrap().is_empty());
         let s = c.status();
         assert!(!s.napping && s.wakes_total["tcp:80"] == 1 && s.last_wake.unwrap().reason == "tcp:80");
@@ -323,11 +380,10 @@ mod tests {
     #[test]
     fn activity_seen_by_the_last_check_aborts_without_changing_anything() {
         let dir = tempfile::tempdir().unwrap();
-        let (fx, c) = core(dir.path());
-        let j = Journal::open(dir.path()).unwrap();
+        let (fx, c, _freezer) = core(dir.path());
         let order = Rc::new(RefCell::new(Vec::new()));
         let mut check = || Ok(Some("1 queued for accept on [80]".to_string()));
-        assert!(matches!(c.enter(&FakeTrigger(order.clone()), &mut check, &j).unwrap(), Entered::Aborted(_)));
+        assert!(matches!(c.enter(&FakeTrigger(order.clone()), &mut check).unwrap(), Entered::Aborted(_)));
         assert_eq!(*order.borrow(), vec!["arm", "disarm"]);
         assert!(fx.calls().is_empty() && journal::entries(dir.path()).unwrap().is_empty());
         assert!(!c.status().napping && c.status().aborted_total == 1);
@@ -338,9 +394,9 @@ mod tests {
     #[test]
     fn a_trigger_fired_before_the_freeze_undoes_the_writes_and_freezes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (fx, c) = core(dir.path());
+        let (fx, c, _freezer) = core(dir.path());
         // The packet arrives right after the check found nothing.
-        assert!(matches!(enter_after(&c, dir.path(), "packet").0, Entered::Aborted(_)));
+        assert!(matches!(enter_after(&c, "packet").0, Entered::Aborted(_)));
         assert_eq!(fx.calls(), vec!["write /sys/devices/system/cpu/cpu1/online 0", "write /sys/devices/system/cpu/cpu1/online 1"]);
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
         assert!(journal::entries(dir.path()).unwrap().is_empty() && !c.status().napping);
@@ -351,9 +407,8 @@ mod tests {
     #[test]
     fn a_wake_that_fires_while_entering_thaws_right_after_the_freeze() {
         let dir = tempfile::tempdir().unwrap();
-        let (fx, c) = core(dir.path());
+        let (fx, c, _freezer) = core(dir.path());
         let c = Arc::new(c);
-        let j = Journal::open(dir.path()).unwrap();
         let (fired_tx, fired_rx) = std::sync::mpsc::channel::<()>();
         let waiter = {
             let c = c.clone();
@@ -368,7 +423,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20)); // the waiter is waiting for the lock
             Ok(None)
         };
-        assert_eq!(c.enter(&FakeTrigger(order), &mut check, &j).unwrap(), Entered::Napping);
+        assert_eq!(c.enter(&FakeTrigger(order), &mut check).unwrap(), Entered::Napping);
         assert!(waiter.join().unwrap(), "the waiter woke the nap the entry made");
         assert!(!c.status().napping);
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");

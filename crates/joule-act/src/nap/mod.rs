@@ -1,20 +1,26 @@
-//! The "nap" actuator (issue 10): holds the nap the policy asks for. At start it makes the
-//! class's freezer cgroup, works out the machine-nap writes, refuses what the machine cannot
-//! do (system sleep without `freeze` in /sys/power/state), loads the fast-wake eBPF program and
-//! starts the waiter thread. Entering and leaving a nap are in `core.rs`; this file wires them
-//! to the plan, the class's tasks and the status `joule nap status` reads.
+//! The "nap" actuator (issue 10): holds the nap the policy asks for. It owns the nap's own
+//! knobs (CPUs offline, devices' runtime PM), its fast-wake eBPF program and the waiter thread;
+//! the shared knobs it acts through their owners: the class's own cgroup is frozen by the
+//! freezer actuator (the class mover keeps the class's processes there: nap never moves one)
+//! and the lowest frequency is a request held with the cpufreq owner. At start it works out the
+//! machine-nap writes, refuses what the machine cannot do (system sleep without `freeze` in
+//! /sys/power/state), loads the fast-wake program and starts the waiter. Entering and leaving a
+//! nap are in `core.rs`; this file wires them to the plan and the status `joule nap status`
+//! reads.
 
 pub mod core;
 
-use self::core::{Entered, NapActions, NapCore, Trigger, SLEEP_OWNER};
+use self::core::{Entered, NapActions, NapCore, NapStatus, Trigger, SLEEP_OWNER};
+use crate::cpufreq::FreqRequests;
+use crate::freezer::Freezing;
 use joule_bpf::{NapProbe, NapProto};
 use joule_core::config::{Config, NapConfig};
-use joule_core::control::{ActCx, ActError, Actuator, Plan, Want};
+use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan, Want};
 use joule_core::effects::{Effects, RealEffects};
-use joule_core::journal::Undo;
+use joule_core::metric::{l, Family, MetricDef};
 use joule_core::nap::NapCounters;
-use joule_core::control::owner;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
+use serde::Serialize;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,18 +31,51 @@ use std::time::{Duration, Instant};
 /// The file `joule nap status` reads, next to the journal; removed at shutdown.
 pub const STATUS_FILE: &str = "nap.json";
 
+/// The metric families this actuator reports.
+pub const METRICS: &[MetricDef] = &[
+    MetricDef::gauge("joule_nap_state", "1 while napping (the [nap] class frozen, the machine-nap changes held), 0 while awake."),
+    MetricDef::counter("joule_nap_residency_seconds", "Time spent napping since the agent started."),
+    MetricDef::counter(
+        "joule_nap_wakes",
+        "Naps ended, per reason: the first packet on a watched port (tcp:PORT, udp:PORT, seen by eBPF), a monitor's activity, shutdown.",
+    ),
+];
+
+/// The actuator's state: the nap's status, whether the fast wake is loaded, and notes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NapState {
+    #[serde(flatten)]
+    pub status: NapStatus,
+    pub fast_wake: bool,
+    pub notes: Vec<String>,
+}
+
+impl ActuatorState for NapState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn families(&self) -> Vec<Family> {
+        let s = &self.status;
+        vec![
+            METRICS[0].with(vec![(vec![], f64::from(u8::from(s.napping)))]),
+            METRICS[1].with(vec![(vec![], s.residency_seconds)]),
+            METRICS[2].with(s.wakes_total.iter().map(|(reason, n)| (l(&[("reason", reason)]), *n as f64)).collect()),
+        ]
+    }
+}
+
 pub struct NapActuator {
     cfg: NapConfig,
-    classes: Vec<joule_core::config::ClassConfig>,
-    cgroup_root: PathBuf,
     procfs: PathBuf,
     sysfs: PathBuf,
     bpf: bool,
     counters: Arc<NapCounters>,
     core: Option<Arc<NapCore>>,
     probe: Option<NapProbe>,
-    /// The class's freezer cgroup and the `cgroup.procs` its tasks came from.
-    freezer: Option<(PathBuf, PathBuf)>,
+    /// The freezer owner's handle (with `[nap] class`).
+    freezer: Option<Freezing>,
+    /// The cpufreq owner's handle (with `nap.machine.cpufreq_min`).
+    cpufreq: Option<FreqRequests>,
     stop: Arc<AtomicBool>,
     waiter: Option<JoinHandle<()>>,
     status_file: Option<PathBuf>,
@@ -59,41 +98,25 @@ impl Trigger for ProbeTrigger<'_> {
 
 impl NapActuator {
     /// `bpf`: whether the agent may load eBPF (root, not turned off). Without it a nap is left
-    /// at the next period, when the monitors see the queued connection.
-    pub fn new(cfg: &Config, bpf: bool, counters: Arc<NapCounters>) -> Self {
+    /// at the next period, when the monitors see the queued connection. `freezer` and
+    /// `cpufreq`: the owners' handles the nap acts through.
+    pub fn new(cfg: &Config, bpf: bool, counters: Arc<NapCounters>, freezer: Option<Freezing>, cpufreq: FreqRequests) -> Self {
         let t = &cfg.telemetry;
         Self {
             cfg: cfg.nap.clone(),
-            classes: cfg.classes.clone(),
-            cgroup_root: t.cgroup_root.clone(),
             procfs: t.procfs_root.clone(),
             sysfs: t.sysfs_root.clone(),
             bpf,
             counters,
             core: None,
             probe: None,
-            freezer: None,
+            freezer,
+            cpufreq: cfg.nap.machine.cpufreq_min.then_some(cpufreq),
             stop: Arc::new(AtomicBool::new(false)),
             waiter: None,
             status_file: None,
             notes: Vec::new(),
         }
-    }
-
-    /// The freezer cgroup for `class`: the v1 freezer hierarchy where it is mounted (this
-    /// machine), else a v2 cgroup (`cgroup.freeze`). Returns (dir, the root's cgroup.procs).
-    fn freezer_dir(&self, fx: &dyn Effects, class: &str) -> Result<(PathBuf, PathBuf), String> {
-        let v1 = self.cgroup_root.join("freezer");
-        let name = format!("joule-nap-{class}");
-        if fx.exists(&v1.join("cgroup.procs")) && !fx.exists(&v1.join("cgroup.controllers")) {
-            return Ok((v1.join(&name), v1.join("cgroup.procs")));
-        }
-        for v2 in [self.cgroup_root.join("unified"), self.cgroup_root.clone()] {
-            if fx.exists(&v2.join("cgroup.controllers")) {
-                return Ok((v2.join(&name), v2.join("cgroup.procs")));
-            }
-        }
-        Err(format!("no cgroup freezer under {}: neither a v1 freezer hierarchy nor cgroup v2", self.cgroup_root.display()))
     }
 
     /// The machine-nap writes, each checked against what this machine has.
@@ -108,19 +131,8 @@ impl NapActuator {
             }
             w.push((p, "0".into()));
         }
-        if m.cpufreq_min {
-            let cpus = fx.list_dir(&cpu).unwrap_or_default();
-            let mut any = false;
-            for c in cpus.iter().filter(|c| c.strip_prefix("cpu").is_some_and(|n| n.parse::<u32>().is_ok())) {
-                let f = cpu.join(c).join("cpufreq");
-                if let Ok(min) = fx.read(&f.join("cpuinfo_min_freq")) {
-                    w.push((f.join("scaling_max_freq"), min.trim().to_string()));
-                    any = true;
-                }
-            }
-            if !any {
-                self.note_later(format!("nap.machine.cpufreq_min: no cpufreq under {} (nothing to cap)", cpu.display()));
-            }
+        if m.cpufreq_min && !self.cpufreq.as_ref().is_some_and(FreqRequests::available) {
+            self.note_later(format!("nap.machine.cpufreq_min: no cpufreq under {} (nothing to cap)", cpu.display()));
         }
         let nic = self.cfg.monitors.interface.as_ref().and_then(|i| std::fs::canonicalize(self.sysfs.join("class/net").join(i).join("device")).ok());
         for d in &m.devices {
@@ -141,24 +153,6 @@ impl NapActuator {
         tracing::info!("{note}");
     }
 
-    /// Puts the class's tasks (new ones too) into the freezer cgroup, journalled first.
-    fn gather(&self, cx: &mut ActCx<'_>) -> Result<usize, ActError> {
-        let (Some(class), Some((dir, home))) = (&self.cfg.class, &self.freezer) else { return Ok(0) };
-        let procs = joule_qos::matching::scan(&self.procfs);
-        let assigned = joule_qos::matching::assign(&procs, &self.classes);
-        let inside: Vec<i32> = cx.fx.read(&dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
-        let mut moved = 0;
-        for (pid, _) in assigned.iter().filter(|(pid, c)| *c == class && !inside.contains(pid)) {
-            cx.journal.record(owner::NAP, Undo::move_task(cx.fx, *pid, home.clone()))?;
-            match cx.fx.write(&dir.join("cgroup.procs"), &pid.to_string()) {
-                Ok(()) => moved += 1,
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // exited meanwhile
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(moved)
-    }
-
     /// Rewrites the status file `joule nap status` reads (the waiter does too, after a wake).
     fn write_status(&self) {
         if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
@@ -173,11 +167,8 @@ impl NapActuator {
         serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "pid": std::process::id() })
     }
 
-    fn state(&self) -> serde_json::Value {
-        let mut v = self.core.as_ref().map(|c| serde_json::to_value(c.status()).unwrap_or_default()).unwrap_or_default();
-        v["fast_wake"] = self.probe.is_some().into();
-        v["notes"] = serde_json::to_value(&self.notes).unwrap_or_default();
-        v
+    fn nap_state(&self) -> NapState {
+        NapState { status: self.core.as_ref().map(|c| c.status()).unwrap_or_default(), fast_wake: self.probe.is_some(), notes: self.notes.clone() }
     }
 }
 
@@ -211,17 +202,15 @@ impl Actuator for NapActuator {
             );
         }
         let writes = self.machine_writes(cx.fx)?;
-        let mut freeze = None;
-        if let Some(class) = self.cfg.class.clone() {
-            let (dir, home) = self.freezer_dir(cx.fx, &class)?;
-            if !cx.fx.exists(&dir) {
-                cx.journal.record(owner::NAP, Undo::RemoveDir { path: dir.clone(), evacuate_to: Some(home.clone()) })?;
-                cx.fx.create_dir(&dir)?;
+        let freeze = match (&self.cfg.class, &self.freezer) {
+            (Some(class), Some(f)) => Some((f.clone(), class.clone())),
+            (Some(class), None) => {
+                return Err(format!("nap.class = {class:?} needs the freezer actuator (the class's cgroups are made with agent.apply_classes = true)").into())
             }
-            freeze = Some(dir.clone());
-            self.freezer = Some((dir, home));
-        }
-        let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.clone(), NapActions { freeze, writes }, self.counters.clone()));
+            (None, _) => None,
+        };
+        let actions = NapActions { freeze, writes, cpufreq_min: self.cpufreq.clone() };
+        let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.clone(), actions, self.counters.clone()));
         let ports: Vec<(NapProto, u16)> =
             self.cfg.monitors.tcp_ports.iter().map(|p| (NapProto::Tcp, *p)).chain(self.cfg.monitors.udp_ports.iter().map(|p| (NapProto::Udp, *p))).collect();
         self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
@@ -268,17 +257,13 @@ impl Actuator for NapActuator {
             self.notes.push("eBPF off: a nap is left at the next period, when the monitors see the queued request (no fast wake)".into());
         }
         self.core = Some(core);
-        let moved = self.gather(cx)?;
-        (cx.events)(
-            "nap_ready",
-            serde_json::json!({ "class": self.cfg.class, "moved": moved, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }),
-        );
+        (cx.events)("nap_ready", serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }));
         self.write_status();
         Ok(())
     }
 
-    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
-        let Some(core) = self.core.clone() else { return Ok(self.state()) };
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let Some(core) = self.core.clone() else { return Ok(()) };
         let want = plan.for_actuator(owner::NAP).find_map(|d| match d.want {
             Want::Nap { nap, .. } => Some(nap),
             _ => None,
@@ -288,7 +273,6 @@ impl Actuator for NapActuator {
         let napping = core.status().napping;
         match want {
             Some(true) if !napping => {
-                self.gather(cx)?;
                 let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone() };
                 let udp = UdpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.udp_ports.clone() };
                 let probe = self.probe.as_ref();
@@ -308,7 +292,7 @@ impl Actuator for NapActuator {
                     }
                     Ok(None)
                 };
-                match core.enter(&ProbeTrigger(probe), &mut last_check, cx.journal)? {
+                match core.enter(&ProbeTrigger(probe), &mut last_check)? {
                     Entered::Napping => (cx.events)("nap", serde_json::json!({ "enter_us": core.status().last_enter_us })),
                     Entered::Aborted(why) => (cx.events)("nap_aborted", serde_json::json!({ "why": why })),
                     Entered::AlreadyNapping => {}
@@ -323,7 +307,11 @@ impl Actuator for NapActuator {
             self.counters.port_hits_total.store(p.hits(), Ordering::Release);
         }
         self.write_status();
-        Ok(self.state())
+        Ok(())
+    }
+
+    fn state(&self) -> Arc<dyn ActuatorState> {
+        Arc::new(self.nap_state())
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
@@ -338,11 +326,9 @@ impl Actuator for NapActuator {
         if let Some(p) = self.status_file.take() {
             let _ = std::fs::remove_file(p);
         }
-        for owner in [SLEEP_OWNER, owner::NAP] {
-            let r = cx.journal.restore_owner(owner, cx.fx)?;
-            if !r.failed.is_empty() {
-                return Err(format!("nap: could not undo {:?}", r.failed).into());
-            }
+        let r = cx.journal.restore_owner(SLEEP_OWNER, cx.fx)?;
+        if !r.failed.is_empty() {
+            return Err(format!("nap: could not undo {:?}", r.failed).into());
         }
         Ok(())
     }

@@ -131,3 +131,18 @@ pub(super) fn problems(n: &NapConfig, classes: &[&str]) -> Vec<(String, String, 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    /// The nap freezes the class's own cgroup (the class mover's), so a class nap needs the
+    /// classes applied.
+    #[test]
+    fn a_class_nap_needs_the_classes_applied() {
+        let base = "[[class]]\nname = \"web\"\nmatch = { comm = [\"nginx\"] }\n[nap]\nenabled = true\nclass = \"web\"\nmonitors = { tcp_ports = [80] }\n";
+        assert!(Config::parse(base).is_ok());
+        let e = Config::parse(&format!("[agent]\napply_classes = false\n{base}")).unwrap_err()[0].message.clone();
+        assert!(e.contains("nap.class") && e.contains("apply_classes = true"), "{e}");
+    }
+}

@@ -140,5 +140,12 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     out.extend(cfg.elevate.validate(&names));
     out.extend(super::nap::problems(&cfg.nap, &names));
+    if cfg.nap.enabled && cfg.nap.class.is_some() && !cfg.agent.apply_classes {
+        out.push((
+            "nap.class".into(),
+            "nap.class freezes the class's own cgroup, which joule makes only with agent.apply_classes = true (it is false)".into(),
+            "set agent.apply_classes = true, or nap without a class (machine nap)".into(),
+        ));
+    }
     out
 }

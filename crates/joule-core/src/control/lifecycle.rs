@@ -2,19 +2,38 @@
 //! started, in reverse), reconcile each period, shut down in reverse. What each did last is
 //! kept as its status for the exporters.
 
-use super::{ActCx, ActError, Actuator, Plan};
-use serde::Serialize;
+use super::{ActCx, ActError, Actuator, ActuatorState, NoState, Plan};
+use serde::ser::SerializeStruct;
+use std::sync::Arc;
 
 /// What an actuator did in its last period, as the exporters publish it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ActuatorStatus {
     pub name: String,
     /// Whether its last init or reconcile succeeded.
     pub ok: bool,
     pub last_error: Option<String>,
     pub errors_total: u64,
-    /// What it reported of itself (counts, what it holds).
-    pub state: serde_json::Value,
+    /// What it holds, typed by the actuator.
+    pub state: Arc<dyn ActuatorState>,
+}
+
+impl Default for ActuatorStatus {
+    fn default() -> Self {
+        ActuatorStatus { name: String::new(), ok: false, last_error: None, errors_total: 0, state: Arc::new(NoState) }
+    }
+}
+
+impl serde::Serialize for ActuatorStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("ActuatorStatus", 5)?;
+        st.serialize_field("name", &self.name)?;
+        st.serialize_field("ok", &self.ok)?;
+        st.serialize_field("last_error", &self.last_error)?;
+        st.serialize_field("errors_total", &self.errors_total)?;
+        st.serialize_field("state", &self.state.to_json())?;
+        st.end()
+    }
 }
 
 /// The agent's actuators, in the order they start.
@@ -44,6 +63,7 @@ impl Actuators {
                 return Err((name, e));
             }
             self.status[i].ok = true;
+            self.status[i].state = a.state();
             (cx.events)("actuator_started", serde_json::json!({ "actuator": a.name() }));
         }
         self.started = self.list.len();
@@ -54,11 +74,12 @@ impl Actuators {
     /// in its status, and does not stop the others.
     pub fn reconcile_all(&mut self, plan: &Plan, cx: &mut ActCx<'_>) {
         for (a, st) in self.list.iter_mut().zip(self.status.iter_mut()).take(self.started) {
-            match a.reconcile(plan, cx) {
-                Ok(state) => {
+            let r = a.reconcile(plan, cx);
+            st.state = a.state();
+            match r {
+                Ok(()) => {
                     st.ok = true;
                     st.last_error = None;
-                    st.state = state;
                 }
                 Err(e) => {
                     st.ok = false;
@@ -96,7 +117,7 @@ mod tests {
     use super::*;
     use crate::effects::FakeEffects;
     use crate::journal::Journal;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     /// Records its lifecycle calls into a shared log; fails where told.
     struct Probe {
@@ -118,13 +139,16 @@ mod tests {
                 Ok(())
             }
         }
-        fn reconcile(&mut self, plan: &Plan, _: &mut ActCx<'_>) -> Result<serde_json::Value, ActError> {
+        fn reconcile(&mut self, plan: &Plan, _: &mut ActCx<'_>) -> Result<(), ActError> {
             self.log.lock().unwrap().push(format!("reconcile {} {}", self.name, plan.for_actuator(self.name).count()));
             if self.fail_reconcile {
                 Err("EBUSY".into())
             } else {
-                Ok(serde_json::json!({ "held": 1 }))
+                Ok(())
             }
+        }
+        fn state(&self) -> Arc<dyn ActuatorState> {
+            Arc::new(crate::control::JsonState(serde_json::json!({ "held": 1 })))
         }
         fn shutdown(&mut self, _: &mut ActCx<'_>) -> Result<(), ActError> {
             self.log.lock().unwrap().push(format!("shutdown {}", self.name));
@@ -180,7 +204,7 @@ mod tests {
         assert_eq!(&log[9..], ["shutdown c", "shutdown b", "shutdown a"]);
         let b = &acts.status()[1];
         assert_eq!((b.ok, b.errors_total, b.last_error.as_deref()), (false, 2, Some("EBUSY")));
-        assert_eq!(acts.status()[2].state["held"], 1);
+        assert_eq!(acts.status()[2].state.to_json()["held"], 1);
         assert_eq!(events.iter().filter(|e| *e == "actuator_error").count(), 2);
     }
 }

@@ -30,8 +30,7 @@ impl Facts {
 
     /// These facts with the cpufreq limits of `snap` (its `frequency` readings).
     pub fn with_snapshot(&self, snap: &Snapshot) -> Facts {
-        let cpufreq =
-            snap.frequency.iter().filter(|f| f.cpuinfo_max_khz > 0).map(|f| (f.cpu as usize, (f.cpuinfo_min_khz, f.cpuinfo_max_khz))).collect();
+        let cpufreq = snap.frequency.iter().filter(|f| f.cpuinfo_max_khz > 0).map(|f| (f.cpu as usize, (f.cpuinfo_min_khz, f.cpuinfo_max_khz))).collect();
         Facts { cpufreq, cpusets: self.cpusets.clone() }
     }
 }
@@ -113,7 +112,15 @@ pub fn merge(plan: &mut Plan, facts: &Facts) {
 
 /// The lowest cap holds; the requests stay in order of how tight they are (ties: first asked).
 fn lowest(knob: Knob, mut requests: Vec<Request>) -> Held {
-    requests.sort_by(|a, b| if a.asked.below(&b.asked) { std::cmp::Ordering::Less } else if b.asked.below(&a.asked) { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Equal });
+    requests.sort_by(|a, b| {
+        if a.asked.below(&b.asked) {
+            std::cmp::Ordering::Less
+        } else if b.asked.below(&a.asked) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
     let setting = requests[0].asked.clone();
     Held::new(knob, setting, requests)
 }

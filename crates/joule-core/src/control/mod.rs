@@ -29,6 +29,7 @@ pub trait Policy: Send {
 /// the config's side of what the merge needs; the snapshot gives the machine's).
 pub fn decide(policies: &mut [Box<dyn Policy>], facts: &Facts, snap: &Snapshot) -> Plan {
     let mut plan = Plan::new(snap.taken_at_ms);
+    plan.members = snap.membership.clone();
     for p in policies.iter_mut() {
         p.decide(snap, &mut plan);
     }
@@ -46,6 +47,37 @@ pub struct ActCx<'a> {
 
 pub type ActError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What an actuator holds now, typed by the actuator: its JSON (in `/plan.json`'s actuator
+/// list) and its own metric families. Exporters never read fields out of the JSON.
+pub trait ActuatorState: std::fmt::Debug + Send + Sync {
+    fn to_json(&self) -> serde_json::Value;
+    /// This actuator's metric families (each actuator module lists their definitions in its
+    /// `METRICS`, so `--list-metrics` knows them without a running actuator).
+    fn families(&self) -> Vec<crate::metric::Family> {
+        Vec::new()
+    }
+}
+
+/// The state of an actuator that has reported none yet.
+#[derive(Debug, Default)]
+pub struct NoState;
+
+impl ActuatorState for NoState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// Any serialisable state without metric families of its own.
+#[derive(Debug)]
+pub struct JsonState<T>(pub T);
+
+impl<T: serde::Serialize + std::fmt::Debug + Send + Sync> ActuatorState for JsonState<T> {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.0).unwrap_or_default()
+    }
+}
+
 /// The only code with side effects. Never decides: it makes the machine hold what the Plan's
 /// decisions addressed to it ask for.
 pub trait Actuator: Send {
@@ -54,9 +86,12 @@ pub trait Actuator: Send {
     /// Takes hold at start-up (checks, initial state, journal first). The first failing init
     /// stops the agent: the actuators already started are shut down and the journal replayed.
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError>;
-    /// Brings the machine to what `plan` asks of this actuator. An error is reported (event,
-    /// state, metrics) and the next period tries again.
-    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<serde_json::Value, ActError>;
+    /// Brings the machine to what `plan` asks of this actuator (its knobs, and the decisions
+    /// addressed to it). An error is reported (event, state, metrics) and the next period tries
+    /// again.
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError>;
+    /// What it holds now.
+    fn state(&self) -> std::sync::Arc<dyn ActuatorState>;
     /// Lets go: undoes what it holds (its journal records).
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError>;
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// One period's decisions, made from the snapshot taken at `taken_at_ms`, and what each knob
 /// holds after the merge.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Plan {
     pub taken_at_ms: u64,
     /// What each policy asked for, and why.
@@ -24,6 +24,10 @@ pub struct Plan {
     /// What the merge could not do on this machine (a frequency cap without cpufreq).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The class membership the plan was made from (the snapshot's reading): which process is
+    /// in which class, where each class lives. Actuators act on these processes.
+    #[serde(skip)]
+    pub members: std::sync::Arc<crate::membership::Membership>,
 }
 
 /// What one policy wants one actuator to hold.
@@ -101,6 +105,22 @@ pub enum ThermalPath {
     Cgroup,
 }
 
+impl Want {
+    /// Its kind, as the JSON's `kind` field and the metrics' `kind` label name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Want::HoldClasses { .. } => "hold_classes",
+            Want::ThermalStage { .. } => "thermal_stage",
+            Want::CapClass { .. } => "cap_class",
+            Want::FreqCap { .. } => "freq_cap",
+            Want::Affinity { .. } => "affinity",
+            Want::Elevate { .. } => "elevate",
+            Want::Nap { .. } => "nap",
+            Want::LimitRate { .. } => "limit_rate",
+        }
+    }
+}
+
 impl Plan {
     pub fn new(taken_at_ms: u64) -> Plan {
         Plan { taken_at_ms, ..Plan::default() }
@@ -140,6 +160,7 @@ mod tests {
         assert_eq!(p.for_actuator("thermal").count(), 0, "an informational decision reaches no actuator");
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["decisions"][1]["want"]["kind"], "thermal_stage");
+        assert_eq!(p.decisions[1].want.kind(), "thermal_stage", "kind() says what the JSON says");
         assert_eq!(v["decisions"][1]["actuator"], serde_json::Value::Null);
     }
 }

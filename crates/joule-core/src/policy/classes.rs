@@ -5,7 +5,6 @@ use crate::config::Config;
 use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-
 pub struct ClassPolicy {
     classes: Vec<String>,
 }

@@ -6,7 +6,6 @@ use crate::config::Config;
 use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-
 pub struct ElevatePolicy {
     want: Want,
 }

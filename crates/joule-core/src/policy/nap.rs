@@ -7,7 +7,6 @@ use crate::config::Config;
 use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-
 pub struct NapPolicy {
     idle_ms: u64,
     /// Snapshot time of the last activity; None before the first reading.

@@ -7,7 +7,6 @@ use crate::config::{Config, Direction, NetLimit};
 use crate::control::{owner, Plan, Policy, Want};
 use crate::Snapshot;
 
-
 pub struct NetPolicy {
     limits: Vec<NetLimit>,
 }

@@ -9,7 +9,6 @@ use crate::control::{owner, FreqLimit, Plan, Policy, ThermalPath, Want};
 use crate::snapshot::StageEngine;
 use crate::Snapshot;
 
-
 pub struct ThermalPolicy {
     cfg: ThermalConfig,
     best_effort: Vec<String>,

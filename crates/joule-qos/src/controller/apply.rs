@@ -18,7 +18,8 @@ impl QosController {
         let mut report = ApplyReport::default();
         let mark = self.applied.len();
         let result = self.run_steps(journal, fx, &mut report).and_then(|_| {
-            let (moved, vanished) = self.move_matching(journal, fx)?;
+            let members = self.scan_members(fx);
+            let (moved, vanished) = self.move_members(journal, fx, &members)?;
             report.moved = moved;
             report.vanished = vanished;
             Ok(())

@@ -19,6 +19,7 @@ use crate::QosError;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::journal::{Journal, Undo};
+use joule_core::membership::ClassPlace;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,11 @@ pub struct QosOpts {
     pub enforce_admission: bool,
     /// Name of the top cgroup in each hierarchy.
     pub group_name: String,
+    /// Hierarchies every class also lives in, for grouping only (no knob), where this machine
+    /// has them apart from the CPU ones: the v1 `freezer` (a nap freezes the class's own
+    /// cgroup there) and, on a v1 machine, the v2 `unified` one (a class's sockets carry its v2
+    /// cgroup id, which the traffic classifier and the flow monitor read).
+    pub also_in: Vec<Hier>,
     /// Owner tag of journal records (`release` undoes only these).
     pub owner: String,
 }
@@ -61,6 +67,7 @@ impl Default for QosOpts {
             enforce_admission: true,
             group_name: crate::backend::JOULE_DIR.into(),
             owner: crate::OWNER.into(),
+            also_in: Vec::new(),
         }
     }
 }
@@ -125,7 +132,8 @@ impl QosController {
 
     /// As `new`, reading the machine through `fx` (fixture trees in tests).
     pub fn new_with(classes: &[ClassConfig], opts: QosOpts, fx: &dyn Effects) -> Result<Self, QosError> {
-        let layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
+        let mut layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
+        layout.group_also_in(&opts.cgroup_root, fx, &opts.also_in);
         let env = machine_env(&layout, &opts, fx);
         let mut plan = admit(classes, &env);
         if layout.kind == BackendKind::V2 && !layout.v2_offers("cpu") {
@@ -163,6 +171,21 @@ impl QosController {
     /// Directory of `class` in hierarchy `h` (where its knobs are).
     pub fn class_dir(&self, h: Hier, class: &str) -> Option<PathBuf> {
         Some(self.layout.class_dir(self.layout.mount(h)?, &self.plan, class))
+    }
+
+    /// Where every class lives: its directory and task directory in each hierarchy (for the
+    /// membership reading; their cgroup v2 ids are read there).
+    pub fn places(&self) -> Vec<ClassPlace> {
+        self.plan
+            .classes
+            .iter()
+            .map(|c| ClassPlace {
+                class: c.name.clone(),
+                dirs: self.layout.hiers.iter().map(|(h, m)| (*h, self.layout.class_dir(m, &self.plan, &c.name))).collect(),
+                task_dirs: self.layout.hiers.iter().map(|(h, m)| (*h, self.task_dir(m, &c.name))).collect(),
+                cgroup2_id: None,
+            })
+            .collect()
     }
 
     fn task_dir(&self, m: &Path, class: &str) -> PathBuf {

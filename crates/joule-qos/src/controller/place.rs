@@ -1,52 +1,67 @@
-//! Keeping the classes in place: moving matching tasks in (from the /proc scan or one pid),
-//! and `reconcile`, which also recreates cgroups deleted under joule.
+//! Keeping the classes in place: moving their tasks in (from the membership reading or one
+//! pid), and `hold`/`reconcile`, which also recreate cgroups deleted under joule. The class
+//! mover is the one owner of where a class's process lives, in every hierarchy the class uses
+//! (its CPU hierarchies and, when asked, the freezer and the unified one).
 
 use super::env::hint_for;
 use super::{ApplyReport, Moved, QosController, ReconcileReport};
-use crate::backend::{BackendKind, PlannedWrite, Step};
-use crate::matching::{assign, read_proc, scan, ProcInfo};
+use crate::backend::{BackendKind, Hier, PlannedWrite, Step};
 use crate::QosError;
 use joule_core::effects::Effects;
 use joule_core::journal::{Journal, Undo};
+use joule_core::membership::matching::read_proc;
+use joule_core::membership::Membership;
+use joule_core::procfs::TaskCgroups;
 use std::time::Instant;
 
 impl QosController {
-    /// Moves every process matching a class (and not yet in place) into its class.
-    pub(super) fn move_matching(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<(Moved, Vec<i32>), QosError> {
-        let procs = scan(&self.opts.procfs_root);
-        let me = std::process::id() as i32;
-        let want = assign(&procs, &self.classes);
+    /// Moves every process of a class (and not yet in place) into its class, as `members`
+    /// saw them.
+    pub(super) fn move_members(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<(Moved, Vec<i32>), QosError> {
         let (mut moved, mut vanished) = (Vec::new(), Vec::new());
         // The scan already read each process's cgroups: place from that, not from /proc again.
-        for info in procs.iter().filter(|p| p.pid != me) {
-            let Some(class) = want.get(&info.pid) else { continue };
-            match self.place_info(journal, fx, class, info, false) {
-                Ok(true) => moved.push((info.pid, class.clone())),
+        for m in &members.members {
+            match self.place_read(journal, fx, &m.class, m.pid, &m.cgroups, false) {
+                Ok(true) => moved.push((m.pid, m.class.clone())),
                 Ok(false) => {}
                 Err(Some(e)) => return Err(e),
-                Err(None) => vanished.push(info.pid),
+                Err(None) => vanished.push(m.pid),
             }
         }
         Ok((moved, vanished))
+    }
+
+    /// The membership of this controller's classes, from one scan of /proc.
+    pub(super) fn scan_members(&self, fx: &dyn Effects) -> Membership {
+        Membership::scan(&self.opts.procfs_root, &self.classes, &[], fx)
     }
 
     /// Moves one process (or, with `thread`, one thread) into `class` in every hierarchy,
     /// recording where it came from first. Ok(false): already there. Err(None): it vanished.
     pub fn place(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pid: i32, thread: bool) -> Result<bool, Option<QosError>> {
         let Some(info) = read_proc(&self.opts.procfs_root, pid) else { return Err(None) };
-        self.place_info(journal, fx, class, &info, thread)
+        self.place_read(journal, fx, class, pid, &info.cgroups, thread)
     }
 
-    /// `place` for a process whose /proc entry was just read (by `scan`).
-    fn place_info(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, info: &ProcInfo, thread: bool) -> Result<bool, Option<QosError>> {
-        let pid = info.pid;
+    /// `place` for a process whose cgroups were just read (by the membership scan).
+    fn place_read(
+        &mut self,
+        journal: &Journal,
+        fx: &dyn Effects,
+        class: &str,
+        pid: i32,
+        cgroups: &TaskCgroups,
+        thread: bool,
+    ) -> Result<bool, Option<QosError>> {
         let mut any = false;
-        let file = if thread && self.layout.kind == BackendKind::V1 { "tasks" } else { "cgroup.procs" };
         for i in 0..self.layout.hiers.len() {
-            let (target, old_dir) = {
+            let (target, old_dir, file) = {
                 let (h, m) = &self.layout.hiers[i];
-                let old_rel = info.cgroups.path(h.controller()).unwrap_or("/");
-                (self.task_dir(m, class), m.join(old_rel.trim_start_matches('/')))
+                let old_rel = cgroups.path(h.controller()).unwrap_or("/");
+                // v1 moves one thread through `tasks`; v2 (and a v2 hierarchy beside v1 ones)
+                // has no `tasks` and moves whole processes.
+                let file = if thread && *h != Hier::Unified && self.layout.kind == BackendKind::V1 { "tasks" } else { "cgroup.procs" };
+                (self.task_dir(m, class), m.join(old_rel.trim_start_matches('/')), file)
             };
             if old_dir == target && !thread {
                 continue;
@@ -73,16 +88,23 @@ impl QosController {
         Ok(any)
     }
 
-    /// Keeps the classes in place: recreates cgroups deleted under joule and moves newly
-    /// matching tasks in. Rate-limited to `reconcile_interval`, so it can be called from a
-    /// 100 ms control loop (a /proc scan costs a few ms per thousand processes).
+    /// Keeps the classes in place (`joule qos apply --follow`): as [`hold`](Self::hold) with
+    /// a scan of its own, rate-limited to `reconcile_interval` (a /proc scan costs a few ms
+    /// per thousand processes).
     pub fn reconcile(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ReconcileReport, QosError> {
-        let mut r = ReconcileReport::default();
         if self.last_reconcile.is_some_and(|t| t.elapsed() < self.opts.reconcile_interval) {
-            r.skipped_rate_limit = true;
-            return Ok(r);
+            return Ok(ReconcileReport { skipped_rate_limit: true, ..Default::default() });
         }
         self.last_reconcile = Some(Instant::now());
+        let members = self.scan_members(fx);
+        self.hold(journal, fx, &members)
+    }
+
+    /// Keeps the classes in place: recreates cgroups deleted under joule and moves the
+    /// processes `members` lists that are not in their class yet (the agent's membership
+    /// reading, once per period).
+    pub fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        let mut r = ReconcileReport::default();
         let gone = self.plan.writes.iter().any(|PlannedWrite(s)| matches!(s, Step::Mkdir { path, .. } if !fx.exists(path)));
         if gone {
             let mut rep = ApplyReport::default();
@@ -92,7 +114,7 @@ impl QosController {
             }
             r.recreated = rep.created;
         }
-        let (moved, vanished) = self.move_matching(journal, fx)?;
+        let (moved, vanished) = self.move_members(journal, fx, members)?;
         r.moved = moved;
         r.vanished = vanished;
         Ok(r)

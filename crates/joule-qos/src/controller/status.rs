@@ -59,7 +59,7 @@ impl QosController {
                     }
                 }
                 Hier::Unified => return stat_field(fx, &d.join("cpu.stat"), "usage_usec").map(|u| u * 1000),
-                Hier::Cpuset => {}
+                Hier::Cpuset | Hier::Freezer => {}
             }
         }
         None

@@ -572,4 +572,3 @@ fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
     c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
 }
-

@@ -12,6 +12,7 @@
 //! any journal a crashed agent left; the actuators start in order (the first failure stops
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
+mod acting;
 mod events;
 mod status;
 
@@ -22,16 +23,11 @@ use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
 use joule_core::config::Config;
-use joule_core::config::ThermalScheduler;
-use joule_core::control::{self, ActCx, Actuator, Actuators, Policy};
+use joule_core::control::{self, ActCx, Actuators, Conflict, Facts, Policy};
 use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
 use joule_core::nap::NapCounters;
 use joule_core::policy::{ClassPolicy, ElevatePolicy, NapPolicy, PlacementPolicy, ThermalActions, ThermalPolicy};
-use joule_act::cgroup_cpu::ClassActuator;
-use joule_act::cpufreq::CpufreqActuator;
-use joule_act::{elevate, nap, netlimit, placement, scx};
-use joule_qos::{QosController, QosOpts};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -128,64 +124,6 @@ fn energy_model(cfg: &Config) -> anyhow::Result<Option<joule_core::energy::Energ
     Ok(Some(m))
 }
 
-/// The actuators, in the order they start (and the reverse of the order they stop). One line
-/// per mechanism. Building one checks its config (admission control for the classes), so a
-/// refused config stops the agent before anything is changed. The classes start first: the
-/// scheduler (`scx`) gives their cgroups, made there, their thermal role.
-fn actuators(cfg: &Config, root: bool, stage_map: Option<std::path::PathBuf>, nap: (bool, &Arc<NapCounters>)) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
-    let mut a: Vec<Box<dyn Actuator>> = Vec::new();
-    let mut class_dirs = Vec::new();
-    if !cfg.classes.is_empty() && cfg.agent.apply_classes {
-        if root {
-            let opts = QosOpts { cgroup_root: cfg.telemetry.cgroup_root.clone(), procfs_root: cfg.telemetry.procfs_root.clone(), ..QosOpts::default() };
-            let ctl = QosController::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?;
-            class_dirs = cfg.classes.iter().map(|c| (c.name.clone(), ctl.class_dir(joule_qos::backend::Hier::Unified, &c.name))).collect();
-            a.push(Box::new(ClassActuator::with_controller(ctl)));
-        } else {
-            tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
-        }
-    }
-    // The thermal stage's CPU frequency caps (a note, and nothing else, where cpufreq is
-    // missing). Decisions addressed to an actuator that is not here reach no one.
-    if root {
-        a.push(Box::new(CpufreqActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"))));
-    }
-    if cfg.energy.enabled && !cfg.energy.targets.is_empty() {
-        if root {
-            let (procfs, classes) = (cfg.telemetry.procfs_root.clone(), cfg.classes.clone());
-            let find = Box::new(move |class: &str| placement::class_threads(&procfs, &classes, class));
-            a.push(Box::new(placement::PlacementActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"), find)));
-        } else {
-            tracing::warn!("not root: [energy] placement decisions are published but not applied");
-        }
-    }
-    if cfg.thermal.scheduler == ThermalScheduler::Scx {
-        if root {
-            a.push(Box::new(scx::ScxActuator::new(cfg, stage_map, &class_dirs)));
-        } else {
-            tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
-        }
-    }
-    if cfg.elevate.enabled() && root {
-        a.push(Box::new(elevate::ElevateActuator::new(&cfg.classes, cfg.telemetry.procfs_root.clone())));
-    }
-    if cfg.nap.enabled {
-        anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
-        a.push(Box::new(nap::NapActuator::new(cfg, nap.0, nap.1.clone())));
-    }
-    if !cfg.net.limits.is_empty() {
-        if root {
-            a.push(Box::new(netlimit::NetlimitActuator::new(
-                cfg.net.netns().map(Into::into),
-                class_dirs.iter().filter_map(|(n, d)| Some((n.clone(), d.clone()?))).collect(),
-            )));
-        } else {
-            tracing::warn!("not root: {} [[net.limit]] entries are not applied", cfg.net.limits.len());
-        }
-    }
-    Ok(a)
-}
-
 /// What eBPF the agent loads: on unless the user turned it off, and then it needs root.
 fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) -> anyhow::Result<Bpf<'j>> {
     match BpfOff::reason(no_bpf, cfg, root) {
@@ -205,14 +143,23 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
     }
     let mut policies = policies(cfg)?;
+    let facts = Facts::from_classes(&cfg.classes);
     let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
     let nap_counters = Arc::new(NapCounters::default());
+    let t = &cfg.telemetry;
     if cfg.nap.enabled {
-        let t = &cfg.telemetry;
         let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root);
         sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
     }
-    let mut actuators = Actuators::new(actuators(cfg, root, stage_map, (sense.bpf_status().enabled, &nap_counters))?);
+    // Class membership, the one reading of which process is in which class and where each
+    // class lives (its cgroups, made by the cgroup_cpu actuator).
+    let ctl = acting::class_controller(cfg, root)?;
+    let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
+    if !cfg.classes.is_empty() {
+        sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone())));
+    }
+    let inputs = acting::Inputs { root, ctl, places, stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
+    let mut actuators = Actuators::new(acting::actuators(cfg, inputs)?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
     let mut cx = ActCx { journal, fx: &fx, events: &mut emit };
@@ -230,12 +177,19 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let mut last_status = Instant::now() - status_every;
     let mut last_stage = None;
     let mut last_actions: Option<ThermalActions> = None;
+    let mut last_conflicts: Vec<Conflict> = Vec::new();
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
         let snap = sense.sample();
-        let plan = control::decide(&mut policies, &snap);
+        let plan = control::decide(&mut policies, &facts, &snap);
         actuators.reconcile_all(&plan, &mut cx);
+        for c in plan.conflicts.iter().filter(|c| !last_conflicts.contains(c)) {
+            tracing::warn!("{}: {} won over {}: {}", c.knob, c.won, c.lost, c.why);
+            (cx.events)("conflict", serde_json::to_value(c).unwrap_or_default());
+            stats.conflicts_total += 1;
+        }
+        last_conflicts.clone_from(&plan.conflicts);
 
         if last_stage != Some(snap.stage.value) {
             let st = &snap.stage;

@@ -113,14 +113,3 @@ pub fn wait_ready(
     }
     Ok(())
 }
-
-/// A bench's arguments as clap parses `joule bench <name> <extra>`, for the unit tests.
-#[cfg(test)]
-pub fn parse_args<A: clap::Args>(name: &str, extra: &[&str]) -> A {
-    #[derive(clap::Parser)]
-    struct Cli<A: clap::Args> {
-        #[command(flatten)]
-        a: A,
-    }
-    <Cli<A> as clap::Parser>::parse_from(std::iter::once(name).chain(extra.iter().copied())).a
-}

@@ -277,7 +277,7 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
 /// `OverheadArgs` as clap parses `joule bench overhead <extra>`, for the unit tests.
 #[cfg(test)]
 fn parse_args(extra: &[&str]) -> OverheadArgs {
-    crate::bench::parse_args("overhead", extra)
+    crate::test_args::parse_args("overhead", extra)
 }
 
 #[cfg(test)]

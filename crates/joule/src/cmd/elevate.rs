@@ -281,7 +281,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> ElevateArgs {
-        crate::bench::parse_args::<ElevateArgs>("elevate", extra)
+        crate::test_args::parse_args::<ElevateArgs>("elevate", extra)
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! the time spent napping, wakes by reason and the last one — read from the status file the
 //! actuator rewrites every period next to its journal.
 
-use joule_act::nap::STATUS_FILE;
 use anyhow::Context;
+use joule_act::nap::STATUS_FILE;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]

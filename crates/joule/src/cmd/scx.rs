@@ -5,7 +5,7 @@
 use anyhow::{bail, Context};
 use joule_bpf::scx::{probe_sched_ext, ExitInfo, KernelState, Scx, ScxOpts, ScxStats, SYSFS_SCHED_EXT};
 use joule_bpf::thermal::PIN_STAGE;
-use std::os::unix::fs::MetadataExt;
+use joule_core::effects::{Files, RealEffects};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -127,12 +127,11 @@ pub fn run(a: ScxArgs) -> anyhow::Result<()> {
 /// side reads the task's cgroup in the v2 default hierarchy, so a v1 directory would never
 /// match).
 pub fn cgroup_id(p: &Path) -> anyhow::Result<u64> {
-    let m = std::fs::metadata(p).with_context(|| format!("while reading the cgroup {}", p.display()))?;
-    let fs = nix::sys::statfs::statfs(p).with_context(|| format!("while reading the file system of {}", p.display()))?;
-    if !m.is_dir() || fs.filesystem_type() != nix::sys::statfs::CGROUP2_SUPER_MAGIC {
-        bail!(crate::UsageError(format!("{}: not a cgroup v2 directory", p.display())));
+    match RealEffects.cgroup_id(p) {
+        Ok(id) => Ok(id),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => bail!(crate::UsageError(e.to_string())),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("while reading the cgroup {}", p.display()))),
     }
-    Ok(m.ino())
 }
 
 /// The kernel's state once it has let go of the scheduler (or after `limit`).

@@ -327,7 +327,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> ThermalArgs {
-        crate::bench::parse_args("thermal", extra)
+        crate::test_args::parse_args("thermal", extra)
     }
 
     #[test]

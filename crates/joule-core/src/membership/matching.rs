@@ -1,12 +1,12 @@
 //! Task matching on /proc: which process belongs to which class. A process matching any rule
 //! of a class belongs to it (the first class in config order wins); a process matching none
 //! follows its nearest matching ancestor ("children follow their parent"). Kernel threads are
-//! never matched. The /proc files are parsed by `joule_core::procfs`; the procfs root is a
+//! never matched. The /proc files are parsed by `crate::procfs`; the procfs root is a
 //! parameter so tests run on fixture trees.
 
-use joule_core::config::ClassConfig;
-use joule_core::effects::RealEffects;
-use joule_core::procfs::{task_dir, Stat, Status, TaskCgroups};
+use crate::config::ClassConfig;
+use crate::effects::RealEffects;
+use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,8 @@ pub struct ProcInfo {
     /// Its cgroup in each hierarchy.
     pub cgroups: TaskCgroups,
     pub kthread: bool,
+    /// Start time, clock ticks after boot (/proc/PID/stat field 22).
+    pub started: Option<u64>,
 }
 
 /// Reads one process; `None` when it vanished (or is not a process directory). Reads the
@@ -33,6 +35,7 @@ pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
         pid,
         ppid: stat.ppid,
         kthread: stat.is_kernel_thread(),
+        started: stat.start_time_ticks,
         // stat's comm is /proc/PID/comm (the kernel prints both with proc_task_name).
         comm: stat.comm,
         exe: std::fs::read_link(task_dir(procfs, pid).join("exe")).ok(),
@@ -93,8 +96,8 @@ pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig]) -> BTreeMap<i32, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joule_core::config::MatchRules;
-    use joule_core::procfs::PF_KTHREAD;
+    use crate::config::MatchRules;
+    use crate::procfs::PF_KTHREAD;
 
     fn fixture(dir: &Path, pid: i32, ppid: i32, comm: &str, uid: u32, cg: &str, flags: u64) {
         let d = dir.join(pid.to_string());

@@ -1,0 +1,80 @@
+//! The class cgroups' actuator on a fake cgroupfs (v2 here; tests/one_owner.rs has v1 with
+//! the freezer): init applies, reconcile moves the processes the membership reading lists
+//! while the plan holds the classes, holds the merged cap, shutdown releases.
+
+use super::*;
+use crate::testkit::{cgroup_v2, proc_fixture};
+use joule_core::control::{merge, Actuators, Facts};
+use joule_core::effects::Files;
+use joule_core::journal;
+use joule_qos::QosOpts;
+
+#[test]
+fn applies_holds_the_members_and_the_merged_cap_then_releases() {
+    let fx = cgroup_v2("0-3");
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let cfg = joule_core::config::Config::parse("[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"thirdparty\"] }\n").unwrap();
+    let ctl =
+        QosController::new_with(&cfg.classes, QosOpts { cgroup_root: "/cg".into(), procfs_root: pd.path().into(), ..Default::default() }, fx.as_ref()).unwrap();
+    let places = ctl.places();
+    let mut acts = Actuators::new(vec![Box::new(CgroupCpuActuator::new(Box::new(ctl)))]);
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut events = Vec::new();
+    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
+    let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
+    acts.init_all(&mut cx).unwrap();
+    assert!(fx.exists(std::path::Path::new("/cg/joule/batch")));
+
+    // A process starts matching. Without a decision to hold the classes, nothing moves.
+    proc_fixture(pd.path(), 600, "thirdparty", "/");
+    let plan_of = |wants: Vec<Want>| {
+        let mut plan = Plan::default();
+        for w in wants {
+            plan.push("thermal", Some(owner::CGROUP_CPU), w, "test");
+        }
+        merge(&mut plan, &Facts::default());
+        plan.members = Arc::new(Membership::scan(pd.path(), &cfg.classes, &places, fx.as_ref()));
+        plan
+    };
+    acts.reconcile_all(&plan_of(vec![]), &mut cx);
+    assert_eq!(acts.status()[0].state.to_json()["holding"], false);
+    assert_eq!(fx.file("/cg/joule/batch/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
+
+    let hold = Want::HoldClasses { classes: vec!["batch".into()] };
+    acts.reconcile_all(&plan_of(vec![hold.clone(), Want::CapClass { class: "batch".into(), cpu_pct: 15.0 }]), &mut cx);
+    let st = &acts.status()[0];
+    assert!(st.ok, "{:?}", st.last_error);
+    assert_eq!(fx.file("/cg/joule/batch/cgroup.procs").as_deref(), Some("600"));
+    assert_eq!(fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
+    let fams = st.state.families();
+    assert_eq!(fams[0].samples, vec![(l(&[("class", "batch")]), joule_core::metric::Value::Number(0.15))]);
+    // The stage cools: the cap lifts.
+    acts.reconcile_all(&plan_of(vec![hold, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 }]), &mut cx);
+    assert_eq!(fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("max 100000"));
+
+    assert!(acts.shutdown_all(&mut cx).is_empty());
+    assert!(!fx.exists(std::path::Path::new("/cg/joule")), "released");
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
+    assert_eq!(&events[..2], ["qos_applied", "actuator_started"]);
+    assert!(events.contains(&"qos_reconciled".to_string()) && events.contains(&"class_caps".to_string()), "{events:?}");
+}
+
+#[test]
+fn an_unmanaged_tree_is_left_alone_and_says_who_owns_it() {
+    let fx = cgroup_v2("0-1");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut events = Vec::new();
+    let mut sink = |e: &str, v: serde_json::Value| events.push((e.to_string(), v));
+    let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
+    let mut a = CgroupCpuActuator::new(Box::new(Unmanaged { manager: "kubelet".into() }));
+    a.init(&mut cx).unwrap();
+    let mut plan = Plan::default();
+    plan.push("thermal", Some(owner::CGROUP_CPU), Want::CapClass { class: "batch".into(), cpu_pct: 15.0 }, "stage 3");
+    merge(&mut plan, &Facts::default());
+    a.reconcile(&plan, &mut cx).unwrap();
+    assert!(fx.calls().is_empty(), "nothing written: {:?}", fx.calls());
+    assert!(a.state().to_json()["backend"].as_str().unwrap().contains("kubelet"));
+    assert!(events[0].1["notes"][0].as_str().unwrap().contains("belong to kubelet"), "{events:?}");
+}

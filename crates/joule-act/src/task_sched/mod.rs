@@ -1,0 +1,173 @@
+//! The task-scheduling actuator: the only writer of class threads' scheduling policy, priority
+//! and CPU affinity. It holds the Plan's merged `ClassAffinity` knobs: a class whose affinity
+//! placement won gets every thread pinned there (sched_setaffinity, each thread's old affinity
+//! journalled before its first change, pinned to the thread's start time); a class whose
+//! affinity the user-space scheduler won runs under joule-elevate's engine (elevate.rs), which
+//! binds and elevates the same threads itself. The merge decides which: one writer per thread.
+//! Threads come from the membership reading every period, so a thread the app starts later is
+//! placed too.
+
+mod elevate;
+
+pub use elevate::{class_slots, ElevateState};
+
+use elevate::ElevateRunner;
+use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob, Plan, Setting, Want};
+use joule_core::journal::Undo;
+use joule_core::metric::{l, Family, MetricDef};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The metric families this actuator reports.
+pub const METRICS: &[MetricDef] = &[
+    MetricDef::gauge("joule_task_sched_pinned_threads", "Threads of the class the task-scheduling actuator holds on the CPUs placement decided."),
+    MetricDef::gauge("joule_elevate_running", "1 while the user-space scheduler runs the [elevate] class's threads."),
+];
+
+/// One class's affinity as held.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassPin {
+    pub class: String,
+    pub cpus: Vec<usize>,
+    pub threads: usize,
+    /// The merged knob's line (`class ftp affinity CPUs 0-1: placement (CPUs 0-1)`).
+    pub why: String,
+}
+
+/// The actuator's state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TaskSchedState {
+    pub pinned: Vec<ClassPin>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elevate: Option<ElevateState>,
+}
+
+impl ActuatorState for TaskSchedState {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn families(&self) -> Vec<Family> {
+        let mut out = vec![METRICS[0].with(self.pinned.iter().map(|p| (l(&[("class", &p.class)]), p.threads as f64)).collect())];
+        if let Some(e) = &self.elevate {
+            out.push(METRICS[1].with(vec![(l(&[("class", &e.class)]), f64::from(u8::from(e.running)))]));
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+pub struct TaskSchedActuator {
+    /// Threads whose original affinity is in the journal.
+    pinned: BTreeSet<i32>,
+    elevate: ElevateRunner,
+    state: TaskSchedState,
+}
+
+impl TaskSchedActuator {
+    pub fn new() -> TaskSchedActuator {
+        TaskSchedActuator::default()
+    }
+
+    /// Pins `tid` to `cpus`, journalling its old affinity before its first change. Ok(false)
+    /// when it was there already or is gone.
+    fn pin(&mut self, tid: i32, cpus: &[usize], cx: &mut ActCx<'_>) -> Result<bool, ActError> {
+        let Ok(old) = cx.fx.get_affinity(tid) else { return Ok(false) }; // gone since it was listed
+        if old == cpus {
+            return Ok(false);
+        }
+        if !self.pinned.contains(&tid) {
+            cx.journal.record(owner::TASK_SCHED, Undo::affinity(cx.fx, tid, old))?;
+            self.pinned.insert(tid);
+        }
+        match cx.fx.set_affinity(tid, cpus) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            Err(e) => Err(format!("pinning thread {tid} to CPUs {cpus:?}: {e}").into()),
+        }
+    }
+
+    /// Runs (or stops) the user-space scheduler for the plan's `Want::Elevate`, when the merge
+    /// gave it the class's affinity.
+    fn hold_elevate(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let want = plan.for_actuator(owner::TASK_SCHED).map(|d| &d.want).find(|w| matches!(w, Want::Elevate { .. }));
+        let Some(want @ Want::Elevate { class, .. }) = want else {
+            if let Some(r) = self.elevate.stop() {
+                (cx.events)("elevate_stopped", serde_json::json!({ "result": format!("{r:?}") }));
+            }
+            self.state.elevate = None;
+            return Ok(());
+        };
+        let knob = Knob::ClassAffinity { class: class.clone() };
+        let won = plan.held(&knob).is_some_and(|h| h.won_by() == "elevate");
+        let mut not_running_because = None;
+        if won {
+            if let Some(tids) = self.elevate.hold(want, cx.fx, &plan.members, cx.journal)? {
+                (cx.events)("elevate_started", serde_json::json!({ "class": class, "threads": tids }));
+            }
+        } else {
+            self.elevate.stop();
+            let why = plan
+                .conflicts
+                .iter()
+                .find(|c| c.knob == knob && c.lost == "elevate")
+                .map_or("the merge gave the class's affinity to another request".into(), |c| c.why.clone());
+            not_running_because = Some(why);
+        }
+        let (running, threads) = self.elevate.state();
+        self.state.elevate = Some(ElevateState { running, class: class.clone(), threads, not_running_because });
+        Ok(())
+    }
+}
+
+impl Actuator for TaskSchedActuator {
+    fn name(&self) -> &'static str {
+        owner::TASK_SCHED
+    }
+
+    fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        Ok(())
+    }
+
+    fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let mut pinned = Vec::new();
+        for h in plan.knobs_of(owner::TASK_SCHED) {
+            let (Knob::ClassAffinity { class }, Setting::Cpus(cpus)) = (&h.knob, &h.setting) else { continue };
+            if h.won_by() == "elevate" {
+                continue; // the user-space scheduler binds these threads itself
+            }
+            let tids = plan.members.threads(class);
+            let mut moved = 0;
+            for &tid in &tids {
+                moved += usize::from(self.pin(tid, cpus, cx)?);
+            }
+            if moved > 0 {
+                (cx.events)("placement", serde_json::json!({ "class": class, "cpus": cpus, "threads_moved": moved, "why": h.why }));
+            }
+            pinned.push(ClassPin { class: class.clone(), cpus: cpus.clone(), threads: tids.len(), why: h.why.clone() });
+        }
+        self.state.pinned = pinned;
+        self.hold_elevate(plan, cx)
+    }
+
+    fn state(&self) -> Arc<dyn ActuatorState> {
+        Arc::new(self.state.clone())
+    }
+
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let stopped = self.elevate.stop();
+        let r = cx.journal.restore_owner(owner::TASK_SCHED, cx.fx)?;
+        self.pinned.clear();
+        if !r.failed.is_empty() {
+            return Err(format!("could not put back {} thread affinity(ies): {:?}", r.failed.len(), r.failed).into());
+        }
+        match stopped {
+            Some(Err(e)) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,95 @@
+//! The task-scheduling actuator on fake affinities and a /proc fixture: placement's pins,
+//! journalled first and put back by the journal alone; the user-space scheduler's precedence.
+
+use super::*;
+use crate::testkit::proc_fixture;
+use joule_core::control::{merge, Actuators, Facts};
+use joule_core::effects::{FakeEffects, Sched};
+use joule_core::journal::{self, Journal};
+use joule_core::membership::Membership;
+
+/// Class `ftp` (process 11 with threads 11 and 12) in a /proc fixture.
+fn procfs() -> (tempfile::TempDir, joule_core::config::Config) {
+    let d = tempfile::tempdir().unwrap();
+    proc_fixture(d.path(), 11, "ftpd", "/");
+    std::fs::create_dir_all(d.path().join("11/task/12")).unwrap();
+    let cfg = joule_core::config::Config::parse("[[class]]\nname = \"ftp\"\nmatch = { comm = [\"ftpd\"] }\n").unwrap();
+    (d, cfg)
+}
+
+fn plan(wants: &[(&str, Want)], members: &Membership) -> Plan {
+    let mut p = Plan::default();
+    for (policy, w) in wants {
+        p.push(policy, Some(owner::TASK_SCHED), w.clone(), "test");
+    }
+    merge(&mut p, &Facts::default());
+    p.members = Arc::new(members.clone());
+    p
+}
+
+#[test]
+fn pins_the_class_threads_journalled_first_and_the_journal_alone_puts_them_back() {
+    let (pd, cfg) = procfs();
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let fx = FakeEffects::default();
+    for tid in [11, 12] {
+        fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
+    }
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut sink = |_: &str, _: serde_json::Value| {};
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    let mut acts = Actuators::new(vec![Box::new(TaskSchedActuator::new())]);
+    acts.init_all(&mut cx).unwrap();
+    let place = |cpus: Vec<usize>| ("placement", Want::Affinity { class: "ftp".into(), cpus });
+    acts.reconcile_all(&plan(&[place(vec![0, 1])], &members), &mut cx);
+    assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
+    assert_eq!((fx.get_affinity(11).unwrap(), fx.get_affinity(12).unwrap()), (vec![0, 1], vec![0, 1]));
+    let recs = journal.entries().unwrap();
+    assert_eq!(recs.len(), 2, "each thread journalled once: {recs:?}");
+    assert!(matches!(&recs[0].undo, Undo::Affinity { tid: 11, old_cpus, .. } if old_cpus == &vec![0, 1, 2, 3]));
+    let calls = fx.calls().len();
+    acts.reconcile_all(&plan(&[place(vec![0, 1])], &members), &mut cx);
+    assert_eq!(fx.calls().len(), calls, "held: nothing rewritten");
+    // The class moves to another domain: pinned again, still one record per thread.
+    acts.reconcile_all(&plan(&[place(vec![2, 3])], &members), &mut cx);
+    assert_eq!(fx.get_affinity(12).unwrap(), vec![2, 3]);
+    assert_eq!(journal.entries().unwrap().len(), 2);
+    let st = acts.status()[0].state.to_json();
+    assert_eq!(st["pinned"][0]["threads"], 2);
+    assert!(st["pinned"][0]["why"].as_str().unwrap().starts_with("class ftp affinity CPUs 2-3"), "{st}");
+    // Killed here: the journal alone puts everything back.
+    journal.restore_all(&fx).unwrap();
+    assert_eq!(fx.get_affinity(12).unwrap(), vec![0, 1, 2, 3]);
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
+}
+
+/// The user-space scheduler ranks before placement for one class's threads: the actuator does
+/// not pin them for placement (the engine binds them), and the state says elevate holds them.
+#[test]
+fn a_class_the_user_space_scheduler_holds_is_not_pinned_for_placement() {
+    let (pd, cfg) = procfs();
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let fx = FakeEffects::default();
+    fx.affinity.lock().unwrap().insert(11, vec![0, 1]);
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut sink = |_: &str, _: serde_json::Value| {};
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    let mut a = TaskSchedActuator::new();
+    // elevate asks for class `lat`, which has no process now (so no engine starts here), and
+    // placement for `lat` as well: elevate ranks first.
+    let wants = [
+        ("placement", Want::Affinity { class: "lat".into(), cpus: vec![1] }),
+        ("elevate", Want::Elevate { class: "lat".into(), cpu: 0, slice_us: 50, pattern: "shared".into() }),
+    ];
+    let p = plan(&wants, &members);
+    assert_eq!(p.conflicts.len(), 1);
+    a.reconcile(&p, &mut cx).unwrap();
+    assert!(fx.calls().is_empty(), "{:?}", fx.calls());
+    let st = a.state().to_json();
+    assert_eq!(st["pinned"], serde_json::json!([]));
+    assert_eq!((st["elevate"]["class"].as_str(), st["elevate"]["running"].as_bool()), (Some("lat"), Some(false)));
+    assert!(st["elevate"].get("not_running_because").is_none(), "it won; it waits for threads");
+    a.shutdown(&mut cx).unwrap();
+}

@@ -1,0 +1,143 @@
+//! Class membership as a reading: which process belongs to which `[[class]]` (pid, start time,
+//! its cgroups) and where each class lives (its cgroup directory in every hierarchy it uses,
+//! and its cgroup v2 id). One scan of /proc per period makes it ([`Membership::scan`], called by
+//! the agent's membership source and by `joule qos apply --follow`); every policy and actuator
+//! reads it, none scans /proc for classes or computes a class's cgroup id itself.
+
+pub mod matching;
+
+use crate::cgroupfs::Hier;
+use crate::config::ClassConfig;
+use crate::effects::Files;
+use crate::procfs::TaskCgroups;
+use std::path::{Path, PathBuf};
+
+/// One process of a class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub pid: i32,
+    pub class: String,
+    /// Start time (clock ticks after boot): with the pid, the process's identity, so a reused
+    /// pid is another process.
+    pub started: Option<u64>,
+    /// Its cgroup in each hierarchy when it was read.
+    pub cgroups: TaskCgroups,
+}
+
+/// Where a class lives: its directory in each hierarchy, where its tasks go (a v2 class with
+/// child classes keeps them in `self/`), and its cgroup v2 id when it has a v2 directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClassPlace {
+    pub class: String,
+    pub dirs: Vec<(Hier, PathBuf)>,
+    pub task_dirs: Vec<(Hier, PathBuf)>,
+    /// Filled by [`Membership::scan`] from the unified directory (None where there is none yet).
+    pub cgroup2_id: Option<u64>,
+}
+
+impl ClassPlace {
+    pub fn dir(&self, h: Hier) -> Option<&Path> {
+        self.dirs.iter().find(|(x, _)| *x == h).map(|(_, d)| d.as_path())
+    }
+    pub fn task_dir(&self, h: Hier) -> Option<&Path> {
+        self.task_dirs.iter().find(|(x, _)| *x == h).map(|(_, d)| d.as_path())
+    }
+}
+
+/// Every class's processes and places, as one scan saw them.
+#[derive(Debug, Clone, Default)]
+pub struct Membership {
+    /// By pid.
+    pub members: Vec<Member>,
+    /// One per class that has cgroups (none when joule does not apply the classes).
+    pub places: Vec<ClassPlace>,
+    /// The procfs root the scan read (threads are listed under it).
+    pub procfs: PathBuf,
+}
+
+impl Membership {
+    /// The one scan of /proc: every process, matched to the classes (first class in config
+    /// order, children following their parent), with the places' cgroup ids read through `fx`.
+    /// joule's own process (`me`) is never a member.
+    pub fn scan(procfs: &Path, classes: &[ClassConfig], places: &[ClassPlace], fx: &dyn Files) -> Membership {
+        let procs = matching::scan(procfs);
+        let assigned = matching::assign(&procs, classes);
+        let me = std::process::id() as i32;
+        let members = procs
+            .into_iter()
+            .filter(|p| p.pid != me)
+            .filter_map(|p| Some(Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups }))
+            .collect();
+        let places = places.iter().map(|p| ClassPlace { cgroup2_id: p.dir(Hier::Unified).and_then(|d| fx.cgroup_id(d).ok()), ..p.clone() }).collect();
+        Membership { members, places, procfs: procfs.to_path_buf() }
+    }
+
+    /// The processes of `class`.
+    pub fn of<'a>(&'a self, class: &'a str) -> impl Iterator<Item = &'a Member> + 'a {
+        self.members.iter().filter(move |m| m.class == class)
+    }
+
+    pub fn place(&self, class: &str) -> Option<&ClassPlace> {
+        self.places.iter().find(|p| p.class == class)
+    }
+
+    /// The class's cgroup v2 id, where it has a v2 directory.
+    pub fn cgroup2_id(&self, class: &str) -> Option<u64> {
+        self.place(class)?.cgroup2_id
+    }
+
+    /// Every thread of every process of `class`, ascending (read from `<procfs>/PID/task` now:
+    /// threads come and go faster than processes).
+    pub fn threads(&self, class: &str) -> Vec<i32> {
+        let mut tids: Vec<i32> = self
+            .of(class)
+            .flat_map(|m| {
+                let dir = crate::procfs::task_dir(&self.procfs, m.pid).join("task");
+                std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            })
+            .collect();
+        tids.sort_unstable();
+        tids
+    }
+
+    /// (class, processes) for every class, in config order.
+    pub fn counts(&self, classes: &[ClassConfig]) -> Vec<(String, usize)> {
+        classes.iter().map(|c| (c.name.clone(), self.of(&c.name).count())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::FakeEffects;
+
+    #[test]
+    fn one_scan_gives_members_with_their_identity_and_places_with_their_ids() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path();
+        for (pid, ppid, comm, tids) in [(100, 1, "web", vec![100, 101]), (102, 100, "worker", vec![102]), (200, 1, "other", vec![200])] {
+            let d = p.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("stat"), format!("{pid} ({comm}) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0", 5000 + pid)).unwrap();
+            std::fs::write(d.join("cgroup"), "0::/\n").unwrap();
+            for tid in tids {
+                std::fs::create_dir_all(d.join(format!("task/{tid}"))).unwrap();
+            }
+        }
+        let cfg = crate::config::Config::parse("[[class]]\nname = \"web\"\nweight = 100\n[class.match]\ncomm = [\"web\"]\n").unwrap();
+        let fx = FakeEffects::default().with_dir("/cg/joule/web");
+        let place = ClassPlace {
+            class: "web".into(),
+            dirs: vec![(Hier::Unified, "/cg/joule/web".into())],
+            task_dirs: vec![(Hier::Unified, "/cg/joule/web".into())],
+            cgroup2_id: None,
+        };
+        let m = Membership::scan(p, &cfg.classes, &[place], &fx);
+        let pids: Vec<(i32, Option<u64>)> = m.of("web").map(|x| (x.pid, x.started)).collect();
+        assert_eq!(pids, [(100, Some(5100)), (102, Some(5102))], "the worker follows its parent");
+        assert_eq!(m.threads("web"), [100, 101, 102]);
+        assert_eq!(m.cgroup2_id("web"), fx.cgroup_id(Path::new("/cg/joule/web")).ok());
+        assert!(m.cgroup2_id("web").is_some());
+        assert_eq!(m.counts(&cfg.classes), [("web".to_string(), 2)]);
+    }
+}

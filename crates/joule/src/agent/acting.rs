@@ -1,0 +1,110 @@
+//! The agent's acting half, wired: one actuator per kernel resource (joule-act), each the only
+//! writer of its knobs, in the order they start (the reverse of the order they stop), and the
+//! class places the membership reading needs. Building them checks the config (admission
+//! control for the classes), so a refused config stops the agent before anything changes.
+
+use joule_act::cgroup_cpu::CgroupCpuActuator;
+use joule_act::cpufreq::CpufreqActuator;
+use joule_act::freezer::{CgroupfsFreezer, FreezerActuator};
+use joule_act::nap::NapActuator;
+use joule_act::scx::ScxActuator;
+use joule_act::task_sched::TaskSchedActuator;
+use joule_act::tc::TcActuator;
+use joule_core::cgroupfs::Hier;
+use joule_core::config::{Config, ThermalScheduler};
+use joule_core::control::Actuator;
+use joule_core::effects::{Effects, RealEffects};
+use joule_core::membership::ClassPlace;
+use joule_core::nap::NapCounters;
+use joule_qos::{QosController, QosOpts};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The class cgroups' controller, when joule applies the classes (root, `apply_classes`):
+/// admission runs here. The hierarchies every class also lives in follow what acts on classes:
+/// the v1 freezer when a nap freezes one, the v2 hierarchy beside v1 ones when a class's
+/// traffic is limited or placed (its sockets carry its v2 cgroup id).
+pub fn class_controller(cfg: &Config, root: bool) -> anyhow::Result<Option<QosController>> {
+    if cfg.classes.is_empty() || !cfg.agent.apply_classes {
+        return Ok(None);
+    }
+    if !root {
+        tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
+        return Ok(None);
+    }
+    let mut also_in = Vec::new();
+    if cfg.nap.enabled && cfg.nap.class.is_some() {
+        also_in.push(Hier::Freezer);
+    }
+    let class_traffic = cfg.net.limits.iter().any(|l| l.class.is_some()) || cfg.energy.enabled && cfg.energy.targets.iter().any(|t| t.bandwidth_mbit.is_some());
+    if class_traffic {
+        also_in.push(Hier::Unified);
+    }
+    let t = &cfg.telemetry;
+    let opts = QosOpts { cgroup_root: t.cgroup_root.clone(), procfs_root: t.procfs_root.clone(), also_in, ..QosOpts::default() };
+    Ok(Some(QosController::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?))
+}
+
+/// What the actuators are built from besides the config.
+pub struct Inputs {
+    pub root: bool,
+    pub ctl: Option<QosController>,
+    pub places: Vec<ClassPlace>,
+    pub stage_map: Option<PathBuf>,
+    /// Whether eBPF may be loaded (the nap's fast wake).
+    pub bpf: bool,
+    pub nap_counters: Arc<NapCounters>,
+}
+
+/// The actuators, in the order they start. The class cgroups come first (everything else acts
+/// on classes that live there); the freezer and cpufreq owners before the nap, which acts
+/// through them (and stops before them).
+pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator>>> {
+    let fx: Arc<dyn Effects + Send + Sync> = Arc::new(RealEffects);
+    let root = i.root;
+    let mut a: Vec<Box<dyn Actuator>> = Vec::new();
+    if let Some(ctl) = i.ctl {
+        a.push(Box::new(CgroupCpuActuator::new(Box::new(ctl))));
+    }
+    let mut freezing = None;
+    if let (true, true, Some(class)) = (cfg.nap.enabled, root, &cfg.nap.class) {
+        let f = FreezerActuator::new(Box::new(CgroupfsFreezer::new(fx.clone(), i.places.clone())), fx.clone(), vec![class.clone()]);
+        freezing = Some(f.handle());
+        a.push(Box::new(f));
+    }
+    // The thermal stage's and placement's frequency caps, and the nap's (a note, and nothing
+    // else, where cpufreq is missing). Knobs of an actuator that is not here reach no one.
+    let cpufreq = CpufreqActuator::new(cfg.telemetry.sysfs_root.join("devices/system/cpu"), fx.clone());
+    let freq_requests = cpufreq.requests();
+    if root {
+        a.push(Box::new(cpufreq));
+    }
+    let placing = cfg.energy.enabled && !cfg.energy.targets.is_empty();
+    if placing || cfg.elevate.enabled() {
+        if root {
+            a.push(Box::new(TaskSchedActuator::new()));
+        } else {
+            tracing::warn!("not root: [energy] placement and [elevate] decisions are published but not applied");
+        }
+    }
+    if cfg.thermal.scheduler == ThermalScheduler::Scx {
+        if root {
+            a.push(Box::new(ScxActuator::new(cfg, i.stage_map)));
+        } else {
+            tracing::warn!("not root: thermal.scheduler = \"scx\" needs root to load the scheduler; the cgroup path acts");
+        }
+    }
+    if cfg.nap.enabled {
+        anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
+        a.push(Box::new(NapActuator::new(cfg, i.bpf, i.nap_counters.clone(), freezing, freq_requests)));
+    }
+    let placed_traffic = placing && cfg.energy.targets.iter().any(|t| t.interface.is_some());
+    if !cfg.net.limits.is_empty() || placed_traffic {
+        if root {
+            a.push(Box::new(TcActuator::new(cfg.net.netns().map(Into::into))));
+        } else {
+            tracing::warn!("not root: traffic limits ([[net.limit]], placement's bandwidth) are not applied");
+        }
+    }
+    Ok(a)
+}
