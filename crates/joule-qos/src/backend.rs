@@ -169,6 +169,18 @@ impl std::fmt::Display for PlannedWrite {
     }
 }
 
+/// The writes as `joule qos plan` lists them (made, or that would be made if `admitted`).
+pub fn render_writes(writes: &[PlannedWrite], admitted: bool) -> String {
+    let mut s = String::new();
+    if !writes.is_empty() {
+        s.push_str(if admitted { "writes, in order:\n" } else { "writes it would make if admitted (none made):\n" });
+        for w in writes.iter().filter(|w| !matches!(w.0, Step::Barrier { .. })) {
+            s.push_str(&format!("  {w}\n"));
+        }
+    }
+    s
+}
+
 /// v1 `cpu.shares` from a v2-style weight (100 ↔ 1024).
 pub fn shares_from_weight(w: u64) -> u64 {
     (w * 1024 / 100).clamp(2, 262_144)

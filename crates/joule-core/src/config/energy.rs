@@ -83,7 +83,8 @@ pub struct EnergyTarget {
     pub mean_packet_bytes: Option<f64>,
     /// Network app: the interface its traffic leaves by (in the `[net]` namespace). With it the
     /// bandwidth placement decides is held there, by the traffic-control actuator (an HTB class
-    /// for the class's sockets); without it the limit is only published.
+    /// for the class's sockets); without it no limit is held (the model still counts on the
+    /// target's bandwidth).
     #[serde(default)]
     pub interface: Option<String>,
     /// CPU app: the fraction (0–1] of the performance it has alone on the biggest CPU at the
@@ -101,6 +102,25 @@ pub struct EnergyTarget {
     /// Threads of the app that run at once (CPU apps; default 1).
     #[serde(default)]
     pub threads: Option<u32>,
+}
+
+impl EnergyConfig {
+    /// The model this section asks for: the kernel's (roots under `telemetry.sysfs_root`,
+    /// power fallback `telemetry.power_model.cpu_dynamic_watts`), the config's
+    /// `[[energy.domain]]`, or `model_file`. (The config reads the energy model, never the
+    /// other way round.)
+    pub fn load_model(
+        &self,
+        telemetry: &super::TelemetryConfig,
+        fx: &dyn crate::effects::Effects,
+    ) -> Result<crate::energy::EnergyModel, crate::energy::EnergyError> {
+        use crate::energy::{build, read_kernel, KernelRoots, ModelFile};
+        match self.model {
+            ModelSource::Kernel => read_kernel(fx, &KernelRoots::under(&telemetry.sysfs_root), telemetry.power_model.cpu_dynamic_watts * 1000.0),
+            ModelSource::Inline => build(&self.domains, "config [[energy.domain]]", vec![]),
+            ModelSource::File => ModelFile::load(self.model_file.as_deref().unwrap_or(std::path::Path::new(""))),
+        }
+    }
 }
 
 /// (key, message, hint) for each problem, as `validate` collects them.

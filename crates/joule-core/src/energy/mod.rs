@@ -147,19 +147,6 @@ impl EnergyModel {
     }
 }
 
-/// The model `[energy]` asks for: the kernel's (roots under `telemetry.sysfs_root`, power
-/// fallback `telemetry.power_model.cpu_dynamic_watts`), the config's `[[energy.domain]]`, or
-/// `model_file`.
-pub fn load(cfg: &crate::config::Config, fx: &dyn crate::effects::Effects) -> Result<EnergyModel, EnergyError> {
-    use crate::config::ModelSource;
-    let e = &cfg.energy;
-    match e.model {
-        ModelSource::Kernel => read_kernel(fx, &KernelRoots::under(&cfg.telemetry.sysfs_root), cfg.telemetry.power_model.cpu_dynamic_watts * 1000.0),
-        ModelSource::Inline => build(&e.domains, "config [[energy.domain]]", vec![]),
-        ModelSource::File => ModelFile::load(e.model_file.as_deref().unwrap_or(std::path::Path::new(""))),
-    }
-}
-
 /// The text of `deploy/energy/odroid-xu4.toml`.
 pub const ODROID_XU4_TOML: &str = include_str!("../../../../deploy/energy/odroid-xu4.toml");
 

@@ -101,13 +101,12 @@ pub struct Plan {
     pub arithmetic: Vec<String>,
     pub refusals: Vec<Refusal>,
     pub notes: Vec<String>,
-    pub writes: Vec<crate::backend::PlannedWrite>,
 }
 
 impl Plan {
     /// A plan with nothing in it yet, for `env`.
     pub(crate) fn empty(env: &AdmissionEnv) -> Plan {
-        Plan { env: env.clone(), classes: Vec::new(), cores: Vec::new(), arithmetic: Vec::new(), refusals: Vec::new(), notes: Vec::new(), writes: Vec::new() }
+        Plan { env: env.clone(), classes: Vec::new(), cores: Vec::new(), arithmetic: Vec::new(), refusals: Vec::new(), notes: Vec::new() }
     }
 
     pub fn admitted(&self) -> bool {

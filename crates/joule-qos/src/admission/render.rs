@@ -1,11 +1,10 @@
 //! The plan as text for `joule qos plan` and for refusals: expected shares, the arithmetic
-//! line by line, notes, the verdict, and the writes (made, or that would be made).
+//! line by line, notes and the verdict (the backend renders the writes).
 
 use super::Plan;
-use crate::backend::Step;
 
 impl Plan {
-    /// The plan as text: arithmetic, per-core sums, verdict, writes.
+    /// The plan as text: arithmetic, per-core sums, verdict.
     pub fn render(&self) -> String {
         let mut s = String::new();
         s.push_str("expected shares (% of each CPU; top-style total, 100 % = one CPU):\n");
@@ -24,12 +23,6 @@ impl Plan {
             s.push_str("verdict: ADMITTED\n");
         } else {
             s.push_str(&format!("verdict: REFUSED\n{}\n", self.refusal_text()));
-        }
-        if !self.writes.is_empty() {
-            s.push_str(if self.admitted() { "writes, in order:\n" } else { "writes it would make if admitted (none made):\n" });
-            for w in self.writes.iter().filter(|w| !matches!(w.0, Step::Barrier { .. })) {
-                s.push_str(&format!("  {}\n", w));
-            }
         }
         s
     }

@@ -40,7 +40,7 @@ impl QosController {
 
     pub(super) fn run_steps(&mut self, journal: &Journal, fx: &dyn Effects, report: &mut ApplyReport) -> Result<(), QosError> {
         let mut made = std::collections::BTreeSet::new();
-        for PlannedWrite(step) in self.plan.writes.clone() {
+        for PlannedWrite(step) in self.writes.clone() {
             match step {
                 Step::Mkdir { path, evacuate_to } => {
                     if fx.exists(&path) {

@@ -107,6 +107,21 @@ pub struct ClassStatus {
     pub present: bool,
 }
 
+/// The admission plan and the writes that realise it.
+#[derive(Debug, Serialize)]
+pub struct PlanReport<'a> {
+    #[serde(flatten)]
+    pub plan: &'a Plan,
+    pub writes: &'a [PlannedWrite],
+}
+
+impl PlanReport<'_> {
+    /// As text: the admission's arithmetic and verdict, then the writes.
+    pub fn render(&self) -> String {
+        self.plan.render() + &crate::backend::render_writes(self.writes, self.plan.admitted())
+    }
+}
+
 /// (pid, class) of processes moved.
 type Moved = Vec<(i32, String)>;
 
@@ -115,6 +130,8 @@ pub struct QosController {
     opts: QosOpts,
     layout: Layout,
     plan: Plan,
+    /// The steps that realise `plan` on this machine, in order.
+    writes: Vec<PlannedWrite>,
     applied: Vec<Undo>,
     last_reconcile: Option<Instant>,
     samples: Mutex<BTreeMap<String, (Instant, u64)>>,
@@ -146,12 +163,13 @@ impl QosController {
         if !plan.admitted() && opts.enforce_admission {
             return Err(QosError::Refused(plan.refusal_text()));
         }
-        plan.writes = steps(&layout, &plan, fx).into_iter().map(PlannedWrite).collect();
+        let writes = steps(&layout, &plan, fx).into_iter().map(PlannedWrite).collect();
         Ok(Self {
             classes: classes.to_vec(),
             opts,
             layout,
             plan,
+            writes,
             applied: Vec::new(),
             last_reconcile: None,
             samples: Mutex::new(BTreeMap::new()),
@@ -162,6 +180,16 @@ impl QosController {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The writes that realise the plan, in order.
+    pub fn writes(&self) -> &[PlannedWrite] {
+        &self.writes
+    }
+
+    /// The plan with its writes, as `joule qos plan` shows it (text and JSON).
+    pub fn report(&self) -> PlanReport<'_> {
+        PlanReport { plan: &self.plan, writes: &self.writes }
     }
 
     pub fn layout(&self) -> &Layout {

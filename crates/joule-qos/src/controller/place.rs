@@ -105,7 +105,7 @@ impl QosController {
     /// reading, once per period).
     pub fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
         let mut r = ReconcileReport::default();
-        let gone = self.plan.writes.iter().any(|PlannedWrite(s)| matches!(s, Step::Mkdir { path, .. } if !fx.exists(path)));
+        let gone = self.writes.iter().any(|PlannedWrite(s)| matches!(s, Step::Mkdir { path, .. } if !fx.exists(path)));
         if gone {
             let mut rep = ApplyReport::default();
             self.run_steps(journal, fx, &mut rep)?;

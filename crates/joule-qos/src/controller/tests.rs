@@ -469,7 +469,7 @@ fn a_custom_group_name_is_used_at_every_depth_and_by_status() {
     ];
     let o = QosOpts { group_name: "joule-bench".into(), ..opts(pd.path()) };
     let mut c = QosController::new_with(&cs, o, &f).unwrap();
-    for PlannedWrite(s) in &c.plan().writes {
+    for PlannedWrite(s) in c.writes() {
         let (Step::Mkdir { path, .. } | Step::Barrier { path, .. } | Step::Write { path, .. }) = s;
         let top = path.components().nth(3).map(|x| x.as_os_str().to_string_lossy().into_owned());
         assert_eq!(top.as_deref(), Some("joule-bench"), "{}", path.display());

@@ -117,7 +117,7 @@ fn energy_model(cfg: &Config) -> anyhow::Result<Option<joule_core::energy::Energ
     if !cfg.energy.enabled {
         return Ok(None);
     }
-    let m = joule_core::energy::load(cfg, &RealEffects).context("while loading the [energy] model")?;
+    let m = cfg.energy.load_model(&cfg.telemetry, &RealEffects).context("while loading the [energy] model")?;
     for n in &m.notes {
         tracing::info!("energy model: {n}");
     }

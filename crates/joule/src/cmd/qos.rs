@@ -112,14 +112,14 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
         QosCmd::Plan { common, json } => {
             let c = controller(cfg, common, false)?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(c.plan())?);
+                println!("{}", serde_json::to_string_pretty(&c.report())?);
             } else {
                 println!(
                     "backend: cgroup {:?} ({})",
                     c.layout().kind,
                     c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ")
                 );
-                print!("{}", c.plan().render());
+                print!("{}", c.report().render());
             }
             if !c.plan().admitted() {
                 return Err(crate::UsageError("admission refused the classes (nothing was written)".into()).into());
