@@ -132,12 +132,15 @@ impl ActuatorState for CgroupCpuState {
 pub struct CgroupCpuActuator {
     backend: Box<dyn CpuBackend>,
     state: CgroupCpuState,
+    /// The membership reading it last held the classes to (a reading is acted on once: its
+    /// cgroups are what they were when /proc was read).
+    held_generation: Option<u64>,
 }
 
 impl CgroupCpuActuator {
     pub fn new(backend: Box<dyn CpuBackend>) -> CgroupCpuActuator {
         let state = CgroupCpuState { backend: backend.kind(), classes: backend.classes(), ..Default::default() };
-        CgroupCpuActuator { backend, state }
+        CgroupCpuActuator { backend, state, held_generation: None }
     }
 }
 
@@ -156,7 +159,8 @@ impl Actuator for CgroupCpuActuator {
 
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         self.state.holding = plan.for_actuator(owner::CGROUP_CPU).any(|d| matches!(d.want, Want::HoldClasses { .. }));
-        if self.state.holding {
+        if self.state.holding && self.held_generation != Some(plan.members.generation) {
+            self.held_generation = Some(plan.members.generation);
             let r = self.backend.hold(cx.journal, cx.fx, &plan.members)?;
             if !r.moved.is_empty() || !r.recreated.is_empty() {
                 self.state.moved_total += r.moved.len() as u64;

@@ -228,10 +228,6 @@ impl Actuator for TcActuator {
         owner::TC
     }
 
-    fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        Ok(())
-    }
-
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         self.notes.clear();
         let wanted = wanted(plan, &plan.members);

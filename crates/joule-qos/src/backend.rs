@@ -44,9 +44,13 @@ impl Layout {
     /// controller can be bound to only one hierarchy); `prefer` forces a kind. `group` names
     /// the top group under each mount.
     pub fn detect(cgroup_root: &Path, fx: &dyn Effects, prefer: Option<BackendKind>, group: &str) -> Result<Layout, crate::QosError> {
-        let found = cgroupfs::Layout::detect(cgroup_root, fx);
-        let v1 = Self::v1(&found, fx, group);
-        let v2 = Self::v2(&found, group);
+        Self::choose(cgroup_root, &cgroupfs::Layout::detect(cgroup_root, fx), fx, prefer, group)
+    }
+
+    /// `detect` among hierarchies already found under `cgroup_root`.
+    pub fn choose(cgroup_root: &Path, found: &cgroupfs::Layout, fx: &dyn Effects, prefer: Option<BackendKind>, group: &str) -> Result<Layout, crate::QosError> {
+        let v1 = Self::v1(found, fx, group);
+        let v2 = Self::v2(found, group);
         let pick = match prefer {
             Some(BackendKind::V1) => v1,
             Some(BackendKind::V2) => v2,
@@ -82,11 +86,10 @@ impl Layout {
     /// Adds the grouping-only hierarchies of `also` that this machine has apart from the
     /// layout's own: a v1 `freezer` hierarchy, and on a v1 layout the v2 unified one. A v2
     /// layout needs neither (its freezer is `cgroup.freeze` in the class's own cgroup).
-    pub fn group_also_in(&mut self, cgroup_root: &Path, fx: &dyn Effects, also: &[Hier]) {
+    pub fn group_also_in(&mut self, found: &cgroupfs::Layout, also: &[Hier]) {
         if also.is_empty() || self.kind == BackendKind::V2 {
             return;
         }
-        let found = cgroupfs::Layout::detect(cgroup_root, fx);
         for h in also {
             let dir = match h {
                 Hier::Freezer => found.v1(Controller::Freezer).map(Path::to_path_buf),

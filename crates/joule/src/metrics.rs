@@ -69,6 +69,16 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         def!("joule_cgroup_cpu_throttled_seconds", Counter, None, "/cgroups", "Time the cgroup was throttled by CPU bandwidth control."),
         num(per_cgroup(|c| c.throttled_us)),
     );
+    push(
+        def!(
+            "joule_class_processes",
+            Gauge,
+            None,
+            "/classes",
+            "Processes of each [[class]] in the last membership reading (the one scan of /proc every mechanism acts on)."
+        ),
+        num(s.classes.iter().map(|c| (l(&[("class", &c.class), src(c.source)]), c.processes as f64)).collect()),
+    );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -340,6 +350,7 @@ mod tests {
         s.psi = Some(Psi { cpu: Some(psi_line.clone()), io: Some(psi_line.clone()), memory: Some(psi_line), source: Origin::Kernel });
         s.cgroups = vec![CgroupCpu { path: "/app".into(), hierarchy: "v2".into(), usage_us: 5, source: Origin::Kernel, ..Default::default() }];
         s.task_wait = vec![TaskWait { pid: 7, comm: "w".into(), wait_us: 10, source: Origin::Ebpf }];
+        s.classes = vec![ClassMembers { class: "web".into(), processes: 3, cgroup2_id: None, source: Origin::Kernel }];
         s.power = Power {
             watts: 12.0,
             source: Origin::Model,
@@ -378,6 +389,7 @@ mod tests {
             "joule_bpf_enabled",
             "joule_net_flow_retransmits",
             "joule_net_cgroup_packets",
+            "joule_class_processes",
             "joule_plan_decisions",
             "joule_plan_knobs",
             "joule_plan_conflicts",

@@ -293,16 +293,18 @@ impl Drop for TestCgroup {
     }
 }
 
+/// Root, a cgroup2 hierarchy and iperf3: what a test of a cgroup's shaped traffic needs.
+fn can_shape_a_cgroup() -> bool {
+    require(is_root(), "root") && require(cgroup2().is_some(), "a cgroup2 hierarchy") && require(Command::new("iperf3").arg("-v").output().is_ok(), "iperf3")
+}
+
 #[test]
 #[ignore]
 fn root_net_class_limit_shapes_only_the_sockets_of_that_cgroup() {
     use joule_core::effects::tc_handle;
     use joule_core::netlimit::HTB_MAJOR;
     use std::os::unix::fs::MetadataExt;
-    if !require(is_root(), "root")
-        || !require(cgroup2().is_some(), "a cgroup2 hierarchy")
-        || !require(Command::new("iperf3").arg("-v").output().is_ok(), "iperf3")
-    {
+    if !can_shape_a_cgroup() {
         return;
     }
     std::env::set_var(joule_core::netlimit::TEST_GUARD_ENV, "1");
@@ -341,6 +343,20 @@ fn root_net_class_limit_shapes_only_the_sockets_of_that_cgroup() {
     assert!(outside > 30.0, "a socket outside the class is not shaped: {outside:.2} Mbit/s");
 }
 
+/// Waits for the agent's `listening` event in the event log `events`: its metrics host:port.
+fn metrics_addr(events: &Path) -> String {
+    let mut addr = String::new();
+    wait_for("the agent's listening event", || {
+        let log = std::fs::read_to_string(events).unwrap_or_default();
+        let v = log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "listening");
+        if let Some(url) = v.and_then(|v| v["metrics"].as_str().map(String::from)) {
+            addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+        }
+        !addr.is_empty()
+    });
+    addr
+}
+
 /// GET `path` from the agent's metrics server; the body.
 fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
@@ -366,15 +382,7 @@ fn root_net_agent_with_the_flow_monitor_exports_bounded_ebpf_flow_metrics() {
     );
     std::fs::write(dir.path().join("joule.toml"), cfg).unwrap();
     let mut agent = Killed(Command::new(JOULE).args(["agent", "--config"]).arg(dir.path().join("joule.toml")).stdin(Stdio::null()).spawn().unwrap());
-    let mut addr = String::new();
-    wait_for("the agent's listening event", || {
-        let log = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap_or_default();
-        let v = log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "listening");
-        if let Some(url) = v.and_then(|v| v["metrics"].as_str().map(String::from)) {
-            addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
-        }
-        !addr.is_empty()
-    });
+    let addr = metrics_addr(&dir.path().join("events.jsonl"));
     // Five UDP flows on loopback: two are named, the other three are summed into `other`.
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = rx.local_addr().unwrap();
@@ -417,10 +425,7 @@ fn root_net_agent_with_the_flow_monitor_exports_bounded_ebpf_flow_metrics() {
 #[test]
 #[ignore]
 fn root_net_placement_bandwidth_is_held_by_htb_and_restore_after_sigkill_leaves_nothing() {
-    if !require(is_root(), "root")
-        || !require(cgroup2().is_some(), "a cgroup2 hierarchy")
-        || !require(Command::new("iperf3").arg("-v").output().is_ok(), "iperf3")
-    {
+    if !can_shape_a_cgroup() {
         return;
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
@@ -464,15 +469,7 @@ fn root_net_placement_bandwidth_is_held_by_htb_and_restore_after_sigkill_leaves_
             .spawn()
             .unwrap(),
     );
-    let mut addr = String::new();
-    wait_for("the agent's listening event", || {
-        let log = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap_or_default();
-        let v = log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "listening");
-        if let Some(url) = v.and_then(|v| v["metrics"].as_str().map(String::from)) {
-            addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
-        }
-        !addr.is_empty()
-    });
+    let addr = metrics_addr(&dir.path().join("events.jsonl"));
     let cgroup = format!("/proc/{}/cgroup", client.0.id());
     wait_for("the class's process in its v2 cgroup", || std::fs::read_to_string(&cgroup).unwrap_or_default().lines().any(|l| l == "0::/joule/app"));
     wait_for("the HTB root on the target's interface", || p.root_qdisc() == "htb");

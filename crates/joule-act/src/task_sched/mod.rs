@@ -125,10 +125,6 @@ impl Actuator for TaskSchedActuator {
         owner::TASK_SCHED
     }
 
-    fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        Ok(())
-    }
-
     fn reconcile(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         let mut pinned = Vec::new();
         for h in plan.knobs_of(owner::TASK_SCHED) {

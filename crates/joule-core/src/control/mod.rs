@@ -85,7 +85,10 @@ pub trait Actuator: Send {
     fn name(&self) -> &'static str;
     /// Takes hold at start-up (checks, initial state, journal first). The first failing init
     /// stops the agent: the actuators already started are shut down and the journal replayed.
-    fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError>;
+    /// Nothing by default: most actuators take hold at their first reconcile.
+    fn init(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        Ok(())
+    }
     /// Brings the machine to what `plan` asks of this actuator (its knobs, and the decisions
     /// addressed to it). An error is reported (event, state, metrics) and the next period tries
     /// again.

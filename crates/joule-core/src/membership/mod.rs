@@ -53,7 +53,13 @@ pub struct Membership {
     pub places: Vec<ClassPlace>,
     /// The procfs root the scan read (threads are listed under it).
     pub procfs: PathBuf,
+    /// Which scan this is (process-wide, increasing; 0: none): an actuator that acts once per
+    /// scan (the class mover) skips a reading it has already acted on.
+    pub generation: u64,
 }
+
+/// The generation of the last scan in this process.
+static SCANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Membership {
     /// The one scan of /proc: every process, matched to the classes (first class in config
@@ -69,7 +75,8 @@ impl Membership {
             .filter_map(|p| Some(Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups }))
             .collect();
         let places = places.iter().map(|p| ClassPlace { cgroup2_id: p.dir(Hier::Unified).and_then(|d| fx.cgroup_id(d).ok()), ..p.clone() }).collect();
-        Membership { members, places, procfs: procfs.to_path_buf() }
+        let generation = SCANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Membership { members, places, procfs: procfs.to_path_buf(), generation }
     }
 
     /// The processes of `class`.

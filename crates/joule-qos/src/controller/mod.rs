@@ -149,8 +149,9 @@ impl QosController {
 
     /// As `new`, reading the machine through `fx` (fixture trees in tests).
     pub fn new_with(classes: &[ClassConfig], opts: QosOpts, fx: &dyn Effects) -> Result<Self, QosError> {
-        let mut layout = Layout::detect(&opts.cgroup_root, fx, opts.backend, &opts.group_name)?;
-        layout.group_also_in(&opts.cgroup_root, fx, &opts.also_in);
+        let found = joule_core::cgroupfs::Layout::detect(&opts.cgroup_root, fx);
+        let mut layout = Layout::choose(&opts.cgroup_root, &found, fx, opts.backend, &opts.group_name)?;
+        layout.group_also_in(&found, &opts.also_in);
         let env = machine_env(&layout, &opts, fx);
         let mut plan = admit(classes, &env);
         if layout.kind == BackendKind::V2 && !layout.v2_offers("cpu") {

@@ -156,7 +156,11 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
     if !cfg.classes.is_empty() {
-        sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone())));
+        // Placement and the user-space scheduler follow a class's threads every period; the
+        // class mover alone needs a scan a second.
+        let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
+        let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
+        sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone(), every)));
     }
     let inputs = acting::Inputs { root, ctl, places, stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
     let mut actuators = Actuators::new(acting::actuators(cfg, inputs)?);
