@@ -11,6 +11,14 @@
 //! Differences from the seed: the dispatcher blocks in the kernel's poll instead of polling a
 //! NIC, and an idle worker sleeps on a futex (an elevation alone cannot wake a sleeping
 //! thread), so handing out a request is one raise plus one wake.
+//!
+//! Resuming a switched-out worker is the switcher's job, not the dispatcher's: the dispatcher
+//! asks (a slot and an immediate timer expiry) and the switcher raises the worker and then arms
+//! its threshold. Were the dispatcher to arm the timer and then raise the worker, a timer
+//! firing between the two (the raise is a syscall; on a VM it can take longer than a 50 µs
+//! threshold) would be undone by the raise: the worker would run at RUNNING priority with no
+//! timer armed, to the end of its request, with every request behind it blocked (seen: a
+//! short request waiting out a 300 ms one about once in ten runs).
 
 use crate::gettid;
 use crate::timing::{arm_abs, arm_rel, now_ns, timerfd};
@@ -54,6 +62,8 @@ struct Shared {
     workers: Vec<Worker>,
     /// The worker the switcher's timer is armed for (-1: none).
     current: AtomicI32,
+    /// The switched-out worker the dispatcher asks the switcher to resume (-1: none).
+    resume: AtomicI32,
     timer: Option<OwnedFd>,
     threshold_ns: u64,
     stop: AtomicBool,
@@ -108,6 +118,7 @@ impl Preempt {
             queue: Mutex::new(VecDeque::new()),
             workers: (0..workers.max(1)).map(|_| Worker { tid: AtomicI32::new(0), state: AtomicU8::new(IDLE), gen: AtomicU32::new(0) }).collect(),
             current: AtomicI32::new(-1),
+            resume: AtomicI32::new(-1),
             timer: if threshold.is_some() { Some(timerfd()?) } else { None },
             threshold_ns: threshold.map_or(0, |t| t.as_nanos() as u64),
             stop: AtomicBool::new(false),
@@ -188,12 +199,17 @@ impl Preempt {
         self.next_resume = (i + 1) % n;
         let w = &self.shared.workers[i];
         w.state.store(RUNNING, Ordering::SeqCst);
-        self.shared.current.store(i as i32, Ordering::SeqCst);
-        if let Some(t) = &self.shared.timer {
-            arm_rel(t, self.shared.threshold_ns);
-        }
         self.shared.resumes.fetch_add(1, Ordering::Relaxed);
-        let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
+        match &self.shared.timer {
+            // The switcher raises it and arms its threshold (module docs: why not here).
+            Some(t) => {
+                self.shared.resume.store(i as i32, Ordering::SeqCst);
+                arm_rel(t, 1);
+            }
+            None => {
+                let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
+            }
+        }
         true
     }
 
@@ -266,6 +282,16 @@ fn switcher_loop(s: &Shared) {
         unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
         if s.stop.load(Ordering::SeqCst) {
             return;
+        }
+        let r = s.resume.swap(-1, Ordering::SeqCst);
+        if r >= 0 {
+            // Raise first, arm after: the switcher runs above the worker, so nothing runs
+            // between the two, and the threshold's expiry always finds the worker raised.
+            let w = &s.workers[r as usize];
+            s.current.store(r, Ordering::SeqCst);
+            let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
+            arm_rel(s.timer.as_ref().expect("the switcher has a timer"), s.threshold_ns);
+            continue;
         }
         let c = s.current.swap(-1, Ordering::SeqCst);
         if c >= 0 {
