@@ -12,13 +12,14 @@
 //! NIC, and an idle worker sleeps on a futex (an elevation alone cannot wake a sleeping
 //! thread), so handing out a request is one raise plus one wake.
 //!
-//! Resuming a switched-out worker is the switcher's job, not the dispatcher's: the dispatcher
-//! asks (a slot and an immediate timer expiry) and the switcher raises the worker and then arms
-//! its threshold. Were the dispatcher to arm the timer and then raise the worker, a timer
-//! firing between the two (the raise is a syscall; on a VM it can take longer than a 50 µs
-//! threshold) would be undone by the raise: the worker would run at RUNNING priority with no
-//! timer armed, to the end of its request, with every request behind it blocked (seen: a
-//! short request waiting out a 300 ms one about once in ten runs).
+//! Resuming a switched-out worker, the dispatcher first lifts itself to the worker's RUNNING
+//! priority (so raising the worker does not preempt it), raises the worker, arms the
+//! threshold, and only then lowers itself back, which lets the worker run. Were it to arm the
+//! timer and then raise the worker, a timer firing between the two (the raise is a syscall; on
+//! a VM it can take longer than the threshold) would be undone by the raise: the worker would
+//! run at RUNNING priority with no timer armed, to the end of its request, every request
+//! behind it blocked (seen: a short request waiting out a 300 ms one about once in ten runs).
+//! In this order a tick before the dispatcher steps down lowers the worker for good.
 
 use crate::gettid;
 use crate::timing::{arm_abs, arm_rel, now_ns, timerfd};
@@ -62,8 +63,6 @@ struct Shared {
     workers: Vec<Worker>,
     /// The worker the switcher's timer is armed for (-1: none).
     current: AtomicI32,
-    /// The switched-out worker the dispatcher asks the switcher to resume (-1: none).
-    resume: AtomicI32,
     timer: Option<OwnedFd>,
     threshold_ns: u64,
     stop: AtomicBool,
@@ -94,8 +93,13 @@ fn fifo(p: i32) -> SchedAttr {
 fn enter(cpu: usize, prio: i32) -> io::Result<()> {
     let me = gettid();
     RealEffects.set_affinity(me, &[cpu])?;
-    // SCHED_RESET_ON_FORK: nothing these threads start inherits an RT policy.
-    RealEffects.set_sched(me, SchedAttr { policy: libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, priority: prio })
+    enter_prio(me, prio)
+}
+
+/// SCHED_FIFO `prio` for thread `tid`, with SCHED_RESET_ON_FORK: nothing these threads start
+/// inherits an RT policy.
+fn enter_prio(tid: i32, prio: i32) -> io::Result<()> {
+    RealEffects.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, priority: prio })
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32) {
@@ -118,7 +122,6 @@ impl Preempt {
             queue: Mutex::new(VecDeque::new()),
             workers: (0..workers.max(1)).map(|_| Worker { tid: AtomicI32::new(0), state: AtomicU8::new(IDLE), gen: AtomicU32::new(0) }).collect(),
             current: AtomicI32::new(-1),
-            resume: AtomicI32::new(-1),
             timer: if threshold.is_some() { Some(timerfd()?) } else { None },
             threshold_ns: threshold.map_or(0, |t| t.as_nanos() as u64),
             stop: AtomicBool::new(false),
@@ -200,16 +203,16 @@ impl Preempt {
         let w = &self.shared.workers[i];
         w.state.store(RUNNING, Ordering::SeqCst);
         self.shared.resumes.fetch_add(1, Ordering::Relaxed);
-        match &self.shared.timer {
-            // The switcher raises it and arms its threshold (module docs: why not here).
-            Some(t) => {
-                self.shared.resume.store(i as i32, Ordering::SeqCst);
-                arm_rel(t, 1);
-            }
-            None => {
-                let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
-            }
+        // Raise the worker and arm its threshold while level with it, then step down (module
+        // docs: why this order).
+        let me = gettid();
+        let _ = enter_prio(me, P_RUNNING);
+        self.shared.current.store(i as i32, Ordering::SeqCst);
+        let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
+        if let Some(t) = &self.shared.timer {
+            arm_rel(t, self.shared.threshold_ns);
         }
+        let _ = enter_prio(me, P_DISPATCHER);
         true
     }
 
@@ -282,16 +285,6 @@ fn switcher_loop(s: &Shared) {
         unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
         if s.stop.load(Ordering::SeqCst) {
             return;
-        }
-        let r = s.resume.swap(-1, Ordering::SeqCst);
-        if r >= 0 {
-            // Raise first, arm after: the switcher runs above the worker, so nothing runs
-            // between the two, and the threshold's expiry always finds the worker raised.
-            let w = &s.workers[r as usize];
-            s.current.store(r, Ordering::SeqCst);
-            let _ = RealEffects.set_sched(w.tid.load(Ordering::SeqCst), fifo(P_RUNNING));
-            arm_rel(s.timer.as_ref().expect("the switcher has a timer"), s.threshold_ns);
-            continue;
         }
         let c = s.current.swap(-1, Ordering::SeqCst);
         if c >= 0 {
