@@ -5,7 +5,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::{env, path::PathBuf};
 
-const PROGS: &[&str] = &["runqlat", "thermal", "scx", "nap", "flow", "netlimit"];
+const PROGS: &[&str] = &["runqlat", "thermal", "scx", "nap", "flow", "netlimit", "procmon"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());

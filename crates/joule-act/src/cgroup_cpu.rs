@@ -135,12 +135,15 @@ pub struct CgroupCpuActuator {
     /// The membership reading it last held the classes to (a reading is acted on once: its
     /// cgroups are what they were when /proc was read).
     held_generation: Option<u64>,
+    /// The last hold failed part-way: the next one looks at every member, not only those the
+    /// reading says changed.
+    retry_all: bool,
 }
 
 impl CgroupCpuActuator {
     pub fn new(backend: Box<dyn CpuBackend>) -> CgroupCpuActuator {
         let state = CgroupCpuState { backend: backend.kind(), classes: backend.classes(), ..Default::default() };
-        CgroupCpuActuator { backend, state, held_generation: None }
+        CgroupCpuActuator { backend, state, held_generation: None, retry_all: false }
     }
 }
 
@@ -161,7 +164,16 @@ impl Actuator for CgroupCpuActuator {
         self.state.holding = plan.for_actuator(owner::CGROUP_CPU).any(|d| matches!(d.want, Want::HoldClasses { .. }));
         if self.state.holding && self.held_generation != Some(plan.members.generation) {
             self.held_generation = Some(plan.members.generation);
-            let r = self.backend.hold(cx.journal, cx.fx, &plan.members)?;
+            let all;
+            let members = if self.retry_all {
+                all = joule_core::membership::Membership { full: true, ..(*plan.members).clone() };
+                &all
+            } else {
+                &*plan.members
+            };
+            self.retry_all = true;
+            let r = self.backend.hold(cx.journal, cx.fx, members)?;
+            self.retry_all = false;
             if !r.moved.is_empty() || !r.recreated.is_empty() {
                 self.state.moved_total += r.moved.len() as u64;
                 self.state.recreated_total += r.recreated.len() as u64;

@@ -1,5 +1,6 @@
 //! joule-bpf: joule's eBPF programs (run-queue latency, in-kernel thermal stage, the
-//! thermal-aware sched_ext scheduler, the flow monitor, the bandwidth limiter's classifier) and
+//! thermal-aware sched_ext scheduler, the flow monitor, the bandwidth limiter's classifier, the
+//! process monitor) and
 //! their loaders.
 //!
 //! Every program has the same shape: its C in `src/bpf/<name>.bpf.c`, compiled against the
@@ -15,6 +16,7 @@ pub mod netlimit;
 mod pins;
 mod pod;
 mod probe;
+pub mod procmon;
 pub mod run_stats;
 pub mod runqlat;
 pub mod scx;
@@ -27,6 +29,7 @@ pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;
 pub use probe::probe;
+pub use procmon::{ProcEvent, ProcMonitor, ProcMonitorOpts};
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};
 pub use scx::{Scx, ScxOpts, ScxStats};
 pub use thermal::{StageReading, TempSource, ThermalStage, ThermalStageOpts, ZoneReading, HWMON_ZONE_BASE, MODEL_ZONE, POWER_ZONE};
@@ -48,5 +51,6 @@ mod tests {
         send::<crate::Scx>();
         send::<crate::NapProbe>();
         send::<crate::NapWaker>();
+        send::<crate::ProcMonitor>();
     }
 }

@@ -565,3 +565,51 @@ fn root_journal_replay_removes_the_pins_of_a_loader_that_never_dropped() {
     assert_eq!((report.undone, report.failed.len()), (4, 0), "{report:?}");
     assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
 }
+
+/// The process monitor sees a process start (fork), exec, rename, move to another cgroup,
+/// setuid and exit, each once, with the process's identity (pid and start time).
+#[test]
+#[ignore = "tier 2: root"]
+fn root_procmon_reports_fork_exec_rename_cgroup_creds_and_exit_of_a_process() {
+    use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
+    require_root!();
+    let mut mon = ProcMonitor::load(&ProcMonitorOpts { creds: true, ..Default::default() }).expect("loading procmon");
+    let cg = TempCgroup::new(Path::new(V1_CPU));
+    // The child renames itself, drops to uid 65534 and sleeps; the test moves it meanwhile.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "printf jproc-renamed > /proc/self/comm; exec setpriv --reuid=65534 --regid=65534 --clear-groups sleep 0.5"])
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(150));
+    std::fs::write(cg.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let events: Vec<ProcEvent> = mon.drain().unwrap().into_iter().filter(|e| e.pid() == pid).collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            ProcEvent::Fork { .. } => "fork",
+            ProcEvent::Exec { .. } => "exec",
+            ProcEvent::Exit { .. } => "exit",
+            ProcEvent::Rename { .. } => "rename",
+            ProcEvent::Cgroup { .. } => "cgroup",
+            ProcEvent::Creds { .. } => "creds",
+        })
+        .collect();
+    // sh forks, execs sh... then exec setpriv, which setresuid()s and execs sleep.
+    for want in ["fork", "exec", "rename", "creds", "cgroup", "exit"] {
+        assert!(kinds.contains(&want), "no {want} event for {pid}: {events:?}");
+    }
+    assert_eq!(kinds.first(), Some(&"fork"), "{events:?}");
+    assert_eq!(kinds.last(), Some(&"exit"), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, ProcEvent::Rename { comm, .. } if comm == "jproc-renamed")), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, ProcEvent::Exec { comm, .. } if comm == "sleep")), "{events:?}");
+    let stat = events.iter().map(|e| match e {
+        ProcEvent::Fork { started, .. } | ProcEvent::Exec { started, .. } | ProcEvent::Exit { started, .. } => *started,
+        ProcEvent::Rename { started, .. } | ProcEvent::Cgroup { started, .. } | ProcEvent::Creds { started, .. } => *started,
+    });
+    let starts: std::collections::BTreeSet<u64> = stat.collect();
+    assert_eq!(starts.len(), 1, "one identity for every event: {events:?}");
+    assert_eq!(mon.lost(), 0);
+}

@@ -36,12 +36,27 @@ pub struct Snapshot {
     /// How many processes each `[[class]]` has (the membership reading, summed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassMembers>,
+    /// The process monitor's counts, when membership is kept from kernel events (eBPF on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_events: Option<ProcessEvents>,
     /// Which process belongs to which class and where each class lives: the one membership
     /// reading every policy and actuator uses (not in the JSON: it lists every member).
     #[serde(skip)]
     pub membership: std::sync::Arc<crate::membership::Membership>,
     /// Human-readable notes about what is missing or estimated on this machine.
     pub notes: Vec<String>,
+}
+
+/// How class membership is kept from the kernel's process events: events applied, events the
+/// ring buffer could not hold (each loss costs a walk of /proc), walks after a loss.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEvents {
+    pub events_total: u64,
+    pub lost_total: u64,
+    pub resyncs_total: u64,
+    /// Processes the cache knows.
+    pub processes: usize,
+    pub source: Origin,
 }
 
 /// One class's size in the membership reading.

@@ -79,6 +79,19 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         ),
         num(s.classes.iter().map(|c| (l(&[("class", &c.class), src(c.source)]), c.processes as f64)).collect()),
     );
+    let pe: Vec<&joule_core::snapshot::ProcessEvents> = s.process_events.iter().collect();
+    push(
+        def!("joule_membership_events", Counter, None, "/process_events", "Process events (fork, exec, exit, rename, cgroup move, setuid) the class membership was kept from since the agent started (eBPF)."),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.events_total as f64)).collect()),
+    );
+    push(
+        def!("joule_membership_lost_events", Counter, None, "/process_events", "Process events the kernel could not hand over (the ring buffer was full); each loss costs a walk of /proc."),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.lost_total as f64)).collect()),
+    );
+    push(
+        def!("joule_membership_resyncs", Counter, None, "/process_events", "Walks of /proc after lost process events (the membership rebuilt from scratch)."),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_total as f64)).collect()),
+    );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -351,6 +364,7 @@ mod tests {
         s.cgroups = vec![CgroupCpu { path: "/app".into(), hierarchy: "v2".into(), usage_us: 5, source: Origin::Kernel, ..Default::default() }];
         s.task_wait = vec![TaskWait { pid: 7, comm: "w".into(), wait_us: 10, source: Origin::Ebpf }];
         s.classes = vec![ClassMembers { class: "web".into(), processes: 3, cgroup2_id: None, source: Origin::Kernel }];
+        s.process_events = Some(ProcessEvents { events_total: 5, lost_total: 1, resyncs_total: 1, processes: 80, source: Origin::Ebpf });
         s.power = Power {
             watts: 12.0,
             source: Origin::Model,
@@ -390,6 +404,9 @@ mod tests {
             "joule_net_flow_retransmits",
             "joule_net_cgroup_packets",
             "joule_class_processes",
+            "joule_membership_events",
+            "joule_membership_lost_events",
+            "joule_membership_resyncs",
             "joule_plan_decisions",
             "joule_plan_knobs",
             "joule_plan_conflicts",

@@ -612,5 +612,7 @@ fn root_agent_with_the_scx_scheduler_on_a_kernel_without_sched_ext_says_so_once_
     assert!(metrics.lines().any(|l| l == "joule_scx_running 0"), "{metrics}");
 }
 
+#[path = "root_agent/membership.rs"]
+mod membership;
 #[path = "root_agent/thermal.rs"]
 mod thermal;

@@ -274,4 +274,33 @@ struct joule_netlimit_rule {
 	__u8 _pad[3];
 };
 
+/* procmon.bpf.c, the process monitor: what changes a process's class, as events through a ring
+ * buffer, so user space keeps class membership without walking /proc every period (the way
+ * Tetragon keeps its process cache). Events for processes only (thread-group leaders), except
+ * JOULE_PROC_CREDS, sent by any thread whose setuid-family syscall succeeded. A reservation that
+ * fails (the buffer full) is counted in proc_lost; user space then walks /proc again. */
+enum joule_proc_kind {
+	JOULE_PROC_FORK = 1,   /* a new process (not a thread): pid, ppid, start */
+	JOULE_PROC_EXEC = 2,   /* pid ran execve: new comm; exe and uid are read from /proc */
+	JOULE_PROC_EXIT = 3,   /* the thread-group leader exited */
+	JOULE_PROC_RENAME = 4, /* the leader's comm changed (prctl, /proc/PID/comm) */
+	JOULE_PROC_CGROUP = 5, /* pid (and its threads) moved to another cgroup, by anyone */
+	JOULE_PROC_CREDS = 6,  /* a setuid/setreuid/setresuid succeeded in pid (its uids may differ) */
+};
+
+enum joule_proc_limits {
+	JOULE_PROC_COMM_LEN = 16,
+	/* Default ring buffer: ~8,000 events, 0.1 s of a 80,000 starts/s storm. */
+	JOULE_PROC_RINGBUF_BYTES = 512 * 1024,
+};
+
+struct joule_proc_event {
+	__u32 kind;        /* enum joule_proc_kind */
+	__u32 pid;         /* the process (tgid) */
+	__u32 ppid;        /* FORK: the parent process */
+	__u32 _pad;
+	__u64 start_ns;    /* the process's start_boottime (ns since boot, as /proc/PID/stat's field 22 before its division) */
+	char comm[JOULE_PROC_COMM_LEN];
+};
+
 #endif /* __JOULE_INTF_H */

@@ -1,10 +1,18 @@
 //! Class membership as a reading: which process belongs to which `[[class]]` (pid, start time,
 //! its cgroups) and where each class lives (its cgroup directory in every hierarchy it uses,
-//! and its cgroup v2 id). One scan of /proc per period makes it ([`Membership::scan`], called by
-//! the agent's membership source and by `joule qos apply --follow`); every policy and actuator
-//! reads it, none scans /proc for classes or computes a class's cgroup id itself.
+//! and its cgroup v2 id). Every policy and actuator reads it; none scans /proc for classes or
+//! computes a class's cgroup id itself.
+//!
+//! Two ways make it: [`ProcessCache`] (cache.rs), kept from the kernel's process events with
+//! one walk of /proc at start (the agent with eBPF: cost follows the churn), and
+//! [`Membership::scan`], a walk each time (without eBPF, and `joule qos apply --follow`). A
+//! reading says what changed since the previous one (`changed`, or `full` after a walk), so the
+//! class mover looks only at those.
 
+mod cache;
 pub mod matching;
+
+pub use cache::{ProcChange, ProcessCache};
 
 use crate::cgroupfs::Hier;
 use crate::config::ClassConfig;
@@ -44,22 +52,35 @@ impl ClassPlace {
     }
 }
 
-/// Every class's processes and places, as one scan saw them.
+/// Every class's processes and places, as one reading saw them.
 #[derive(Debug, Clone, Default)]
 pub struct Membership {
-    /// By pid.
-    pub members: Vec<Member>,
+    /// By pid. A persistent map: a reading is an O(1) copy of the cache's, not of every entry.
+    pub members: imbl::OrdMap<i32, Member>,
+    /// Members new or changed (class, cgroups, identity) since the previous reading.
+    pub changed: Vec<i32>,
+    /// This reading follows a walk of /proc: every member counts as changed.
+    pub full: bool,
     /// One per class that has cgroups (none when joule does not apply the classes).
     pub places: Vec<ClassPlace>,
     /// The procfs root the scan read (threads are listed under it).
     pub procfs: PathBuf,
-    /// Which scan this is (process-wide, increasing; 0: none): an actuator that acts once per
-    /// scan (the class mover) skips a reading it has already acted on.
+    /// Which reading this is (process-wide, increasing; 0: none): an actuator that acts once
+    /// per reading (the class mover) skips one it has already acted on.
     pub generation: u64,
 }
 
-/// The generation of the last scan in this process.
-static SCANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// The generation of the last reading in this process.
+static READINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn next_generation() -> u64 {
+    READINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
+/// `places` with their cgroup v2 ids read now through `fx`.
+fn with_ids(places: &[ClassPlace], fx: &dyn Files) -> Vec<ClassPlace> {
+    places.iter().map(|p| ClassPlace { cgroup2_id: p.dir(Hier::Unified).and_then(|d| fx.cgroup_id(d).ok()), ..p.clone() }).collect()
+}
 
 impl Membership {
     /// The one scan of /proc: every process, matched to the classes (first class in config
@@ -72,16 +93,24 @@ impl Membership {
         let members = procs
             .into_iter()
             .filter(|p| p.pid != me)
-            .filter_map(|p| Some(Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups }))
+            .filter_map(|p| Some((p.pid, Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups })))
             .collect();
-        let places = places.iter().map(|p| ClassPlace { cgroup2_id: p.dir(Hier::Unified).and_then(|d| fx.cgroup_id(d).ok()), ..p.clone() }).collect();
-        let generation = SCANS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        Membership { members, places, procfs: procfs.to_path_buf(), generation }
+        Membership { members, changed: Vec::new(), full: true, places: with_ids(places, fx), procfs: procfs.to_path_buf(), generation: next_generation() }
     }
 
     /// The processes of `class`.
     pub fn of<'a>(&'a self, class: &'a str) -> impl Iterator<Item = &'a Member> + 'a {
-        self.members.iter().filter(move |m| m.class == class)
+        self.members.values().filter(move |m| m.class == class)
+    }
+
+    /// The members a mover acts on in this reading: every one after a walk, else those new or
+    /// changed since the previous reading.
+    pub fn to_place(&self) -> Box<dyn Iterator<Item = &Member> + '_> {
+        if self.full {
+            Box::new(self.members.values())
+        } else {
+            Box::new(self.changed.iter().filter_map(|pid| self.members.get(pid)))
+        }
     }
 
     pub fn place(&self, class: &str) -> Option<&ClassPlace> {

@@ -20,7 +20,7 @@ impl QosController {
     pub(super) fn move_members(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<(Moved, Vec<i32>), QosError> {
         let (mut moved, mut vanished) = (Vec::new(), Vec::new());
         // The scan already read each process's cgroups: place from that, not from /proc again.
-        for m in &members.members {
+        for m in members.to_place() {
             match self.place_read(journal, fx, &m.class, m.pid, &m.cgroups, false) {
                 Ok(true) => moved.push((m.pid, m.class.clone())),
                 Ok(false) => {}

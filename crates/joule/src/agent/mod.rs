@@ -156,11 +156,17 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
     if !cfg.classes.is_empty() {
-        // Placement and the user-space scheduler follow a class's threads every period; the
-        // class mover alone needs a scan a second.
-        let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
-        let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
-        sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone(), every)));
+        if sense.bpf_status().enabled {
+            // Kept from the kernel's process events: one walk now, then only what changes.
+            let m = crate::sense::membership::EventMembership::new(&t.procfs_root, &cfg.classes, places.clone())?;
+            sense.push_source(Box::new(m));
+        } else {
+            // Without eBPF, a walk of /proc: every period when placement or the user-space
+            // scheduler follow a class's threads, else once a second.
+            let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
+            let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
+            sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone(), every)));
+        }
     }
     let inputs = acting::Inputs { root, ctl, places, stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
     let mut actuators = Actuators::new(acting::actuators(cfg, inputs)?);

@@ -1,0 +1,260 @@
+//! The process cache: class membership kept from the kernel's process events instead of a walk
+//! of /proc every period, the way Tetragon keeps its process cache. One walk at start (and
+//! again when events were lost); then each event costs what it changes: a new process inherits
+//! its parent's exe, uid and cgroups (nothing read), an exec reads the new exe link, a cgroup
+//! move re-reads /proc/PID/cgroup, a setuid re-reads /proc/PID/status, an exit drops the process
+//! and re-reads its children's parent. A process is known by pid and start time, so an event
+//! for a pid that was reused by a new process is never taken for the old one. Classes follow
+//! the walk's rules exactly (first class in config order, else the nearest matching ancestor),
+//! and a process whose class changed takes the descendants that follow it along.
+
+use super::matching::{direct_match, read_proc, ProcInfo};
+use super::{next_generation, with_ids, ClassPlace, Member, Membership};
+use crate::config::ClassConfig;
+use crate::effects::{Files, RealEffects};
+use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// One change the kernel reported about process `pid` (`started`: its start time, clock ticks
+/// after boot). The agent turns joule-bpf's process monitor's events into these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcChange {
+    Fork { pid: i32, ppid: i32, started: u64, comm: String },
+    Exec { pid: i32, started: u64, comm: String },
+    Exit { pid: i32, started: u64 },
+    Rename { pid: i32, started: u64, comm: String },
+    Cgroup { pid: i32, started: u64 },
+    Creds { pid: i32, started: u64 },
+}
+
+/// How deep "children follow their parent" looks (as the walk's `assign`).
+const MAX_HOPS: usize = 64;
+
+pub struct ProcessCache {
+    procfs: PathBuf,
+    classes: Vec<ClassConfig>,
+    places: Vec<ClassPlace>,
+    /// Every process, by pid.
+    procs: HashMap<i32, ProcInfo>,
+    /// ppid → children.
+    children: HashMap<i32, BTreeSet<i32>>,
+    members: imbl::OrdMap<i32, Member>,
+    /// Members new or changed, and pids that left a class, since the last reading.
+    changed: BTreeSet<i32>,
+    /// The next reading follows a walk.
+    full: bool,
+    /// joule's own process, never a member.
+    me: i32,
+}
+
+impl ProcessCache {
+    /// An empty cache; [`walk`](Self::walk) fills it.
+    pub fn new(procfs: impl Into<PathBuf>, classes: &[ClassConfig], places: Vec<ClassPlace>) -> ProcessCache {
+        ProcessCache {
+            procfs: procfs.into(),
+            classes: classes.to_vec(),
+            places,
+            procs: HashMap::new(),
+            children: HashMap::new(),
+            members: imbl::OrdMap::new(),
+            changed: BTreeSet::new(),
+            full: true,
+            me: std::process::id() as i32,
+        }
+    }
+
+    /// Walks /proc and rebuilds everything (at start, and when events were lost).
+    pub fn walk(&mut self) {
+        self.procs = super::matching::scan(&self.procfs).into_iter().map(|p| (p.pid, p)).collect();
+        self.children.clear();
+        for p in self.procs.values() {
+            self.children.entry(p.ppid).or_default().insert(p.pid);
+        }
+        let pids: Vec<i32> = self.procs.keys().copied().collect();
+        self.members = pids.into_iter().filter_map(|pid| Some((pid, self.member_of(pid)?))).collect();
+        self.changed.clear();
+        self.full = true;
+    }
+
+    /// How many processes it knows.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// The class of `pid` as the walk's rules give it: its own match, else its nearest
+    /// ancestor's.
+    fn class_of(&self, pid: i32) -> Option<String> {
+        let mut cur = self.procs.get(&pid)?;
+        if cur.kthread || pid == self.me {
+            return None;
+        }
+        for _ in 0..MAX_HOPS {
+            if let Some(c) = direct_match(cur, &self.classes) {
+                return Some(c.to_string());
+            }
+            if cur.ppid <= 1 {
+                return None;
+            }
+            cur = self.procs.get(&cur.ppid)?;
+        }
+        None
+    }
+
+    fn member_of(&self, pid: i32) -> Option<Member> {
+        let class = self.class_of(pid)?;
+        let p = &self.procs[&pid];
+        Some(Member { pid, class, started: p.started, cgroups: p.cgroups.clone() })
+    }
+
+    /// Recomputes `pid`'s membership and, when its class changed, its descendants'.
+    fn reclassify(&mut self, pid: i32) {
+        let mut todo = vec![pid];
+        while let Some(p) = todo.pop() {
+            let now = self.member_of(p);
+            let before = self.members.get(&p).cloned();
+            if now == before {
+                continue;
+            }
+            let class_moved = now.as_ref().map(|m| &m.class) != before.as_ref().map(|m| &m.class);
+            match now {
+                Some(m) => self.members.insert(p, m),
+                None => self.members.remove(&p),
+            };
+            self.changed.insert(p);
+            if class_moved {
+                todo.extend(self.children.get(&p).into_iter().flatten().copied());
+            }
+        }
+    }
+
+    /// The cached process `pid` if it is the one started at `started`; else reads it from /proc
+    /// (a pid reused by a process the cache missed).
+    fn known(&mut self, pid: i32, started: u64) -> bool {
+        if self.procs.get(&pid).is_some_and(|p| p.started == Some(started)) {
+            return true;
+        }
+        self.forget(pid);
+        match read_proc(&self.procfs, pid).filter(|p| p.started == Some(started)) {
+            Some(p) => {
+                self.children.entry(p.ppid).or_default().insert(pid);
+                self.procs.insert(pid, p);
+                true
+            }
+            None => false, // gone already
+        }
+    }
+
+    /// Drops `pid` (it exited, or the pid is another process now).
+    fn forget(&mut self, pid: i32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            if let Some(siblings) = self.children.get_mut(&p.ppid) {
+                siblings.remove(&pid);
+            }
+        }
+        if self.members.remove(&pid).is_some() {
+            self.changed.insert(pid);
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, change: &ProcChange) {
+        let fx = &RealEffects;
+        match change {
+            ProcChange::Fork { pid, ppid, started, comm } => {
+                self.forget(*pid);
+                // A child starts with its parent's exe, uids and cgroups: nothing to read.
+                let p = match self.procs.get(ppid) {
+                    Some(parent) => ProcInfo { pid: *pid, ppid: *ppid, comm: comm.clone(), started: Some(*started), ..parent.clone() },
+                    None => match read_proc(&self.procfs, *pid) {
+                        Some(p) => p,
+                        None => return,
+                    },
+                };
+                self.children.entry(p.ppid).or_default().insert(*pid);
+                self.procs.insert(*pid, p);
+                self.reclassify(*pid);
+            }
+            ProcChange::Exec { pid, started, comm } => {
+                if !self.known(*pid, *started) {
+                    return;
+                }
+                let exe = std::fs::read_link(task_dir(&self.procfs, *pid).join("exe")).ok();
+                if let Some(p) = self.procs.get_mut(pid) {
+                    p.comm.clone_from(comm);
+                    p.exe = exe;
+                }
+                self.reclassify(*pid);
+            }
+            ProcChange::Rename { pid, started, comm } => {
+                if !self.known(*pid, *started) {
+                    return;
+                }
+                if let Some(p) = self.procs.get_mut(pid) {
+                    p.comm.clone_from(comm);
+                }
+                self.reclassify(*pid);
+            }
+            ProcChange::Cgroup { pid, started } => {
+                if !self.known(*pid, *started) {
+                    return;
+                }
+                let cgroups = TaskCgroups::read(fx, &self.procfs, *pid).unwrap_or_default();
+                if let Some(p) = self.procs.get_mut(pid) {
+                    p.cgroups = cgroups;
+                }
+                self.reclassify(*pid);
+            }
+            ProcChange::Creds { pid, started } => {
+                if !self.known(*pid, *started) {
+                    return;
+                }
+                let uid = Status::read(fx, &self.procfs, *pid).and_then(|s| s.uids()).map(|u| u.real);
+                if let Some(p) = self.procs.get_mut(pid) {
+                    p.uid = uid;
+                }
+                self.reclassify(*pid);
+            }
+            ProcChange::Exit { pid, started } => {
+                if !self.procs.get(pid).is_some_and(|p| p.started == Some(*started)) {
+                    return; // a process the cache never knew, or an older one
+                }
+                let orphans: Vec<i32> = self.children.remove(pid).into_iter().flatten().collect();
+                self.forget(*pid);
+                // The kernel gives orphans a new parent (init or a subreaper): read it.
+                for c in orphans {
+                    let ppid = Stat::read(fx, &self.procfs, c).map(|s| s.ppid);
+                    match (ppid, self.procs.get_mut(&c)) {
+                        (Some(ppid), Some(p)) => {
+                            p.ppid = ppid;
+                            self.children.entry(ppid).or_default().insert(c);
+                            self.reclassify(c);
+                        }
+                        _ => self.forget(c),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reading for this period: the members (an O(1) copy), what changed since the last
+    /// reading, the places with their cgroup ids read through `fx`.
+    pub fn reading(&mut self, fx: &dyn Files) -> Membership {
+        Membership {
+            members: self.members.clone(),
+            changed: std::mem::take(&mut self.changed).into_iter().collect(),
+            full: std::mem::take(&mut self.full),
+            places: with_ids(&self.places, fx),
+            procfs: self.procfs.clone(),
+            generation: next_generation(),
+        }
+    }
+
+    pub fn procfs(&self) -> &Path {
+        &self.procfs
+    }
+}
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;

@@ -1,0 +1,150 @@
+//! The process cache on a fixture /proc that the test changes the way the kernel would, event by
+//! event: after every event the cache's members equal what a fresh walk finds, and each event
+//! reads only what it changes.
+
+use super::*;
+use crate::config::Config;
+use crate::effects::FakeEffects;
+
+/// `<dir>/<pid>`: a process with these fields (start time `1000 + pid` unless `started`).
+fn proc(dir: &Path, pid: i32, ppid: i32, comm: &str, uid: u32, cg: &str, started: u64) {
+    let d = dir.join(pid.to_string());
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join(format!("task/{pid}"))).unwrap();
+    std::fs::write(d.join("stat"), format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 {started}\n")).unwrap();
+    std::fs::write(d.join("status"), format!("Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")).unwrap();
+    std::fs::write(d.join("cgroup"), format!("0::{cg}\n")).unwrap();
+    std::os::unix::fs::symlink(format!("/usr/bin/{comm}"), d.join("exe")).unwrap();
+}
+
+fn set_cgroup(dir: &Path, pid: i32, cg: &str) {
+    std::fs::write(dir.join(pid.to_string()).join("cgroup"), format!("0::{cg}\n")).unwrap();
+}
+
+fn classes() -> Vec<ClassConfig> {
+    Config::parse(
+        "[[class]]\nname = \"web\"\nmatch = { comm = [\"nginx\"] }\n\
+         [[class]]\nname = \"batch\"\nmatch = { cgroup = [\"/batch\"], uid = [1001], exe = [\"/usr/bin/render\"] }\n",
+    )
+    .unwrap()
+    .classes
+}
+
+/// (pid, class) of the cache's members, and of a fresh walk of the same tree.
+fn both(c: &mut ProcessCache, dir: &Path) -> (Vec<(i32, String)>, Vec<(i32, String)>) {
+    let fx = FakeEffects::default();
+    let cached = c.reading(&fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
+    let walked = Membership::scan(dir, &classes(), &[], &fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
+    (cached, walked)
+}
+
+fn web(pids: &[i32]) -> Vec<(i32, String)> {
+    pids.iter().map(|p| (*p, "web".to_string())).collect()
+}
+
+#[test]
+fn events_keep_the_members_a_walk_would_find() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 1, 0, "init", 0, "/", 1);
+    proc(d, 100, 1, "nginx", 0, "/", 1100);
+    proc(d, 200, 1, "bash", 1000, "/", 1200);
+    let mut c = ProcessCache::new(d, &classes(), vec![]);
+    c.walk();
+    let first = c.reading(&FakeEffects::default());
+    assert!(first.full && first.changed.is_empty());
+    assert_eq!(first.members.values().map(|m| m.pid).collect::<Vec<_>>(), [100]);
+
+    // nginx forks a worker: it inherits the class (and its parent's cgroups), nothing read.
+    c.apply(&ProcChange::Fork { pid: 101, ppid: 100, started: 1101, comm: "nginx".into() });
+    let r = c.reading(&FakeEffects::default());
+    assert_eq!((r.full, r.changed.clone()), (false, vec![101]));
+    assert_eq!(r.members[&101].class, "web");
+    proc(d, 101, 100, "nginx", 0, "/", 1101); // the kernel's view, for the walk below
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+
+    // bash runs a helper that renames itself nginx: it joins web, and so does its child.
+    c.apply(&ProcChange::Fork { pid: 201, ppid: 200, started: 1201, comm: "bash".into() });
+    proc(d, 201, 200, "bash", 1000, "/", 1201);
+    c.apply(&ProcChange::Fork { pid: 202, ppid: 201, started: 1202, comm: "bash".into() });
+    proc(d, 202, 201, "bash", 1000, "/", 1202);
+    c.apply(&ProcChange::Rename { pid: 201, started: 1201, comm: "nginx".into() });
+    proc(d, 201, 200, "nginx", 1000, "/", 1201);
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+    assert_eq!(cached, web(&[100, 101, 201, 202]));
+
+    // 202 execs the renderer: its own rule (exe) beats its parent's class.
+    proc(d, 202, 201, "render", 1000, "/", 1202);
+    c.apply(&ProcChange::Exec { pid: 202, started: 1202, comm: "render".into() });
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+    assert!(cached.contains(&(202, "batch".into())), "{cached:?}");
+
+    // Someone moves bash (200) into /batch: it joins batch by cgroup.
+    set_cgroup(d, 200, "/batch");
+    c.apply(&ProcChange::Cgroup { pid: 200, started: 1200 });
+    let r = c.reading(&FakeEffects::default());
+    assert!(r.changed.contains(&200) && r.members[&200].class == "batch");
+    assert_eq!(r.members[&200].cgroups.path(None), Some("/batch"));
+
+    // A worker setuid()s to 1001: still web (its own comm matches web first, config order).
+    proc(d, 101, 100, "nginx", 1001, "/", 1101);
+    c.apply(&ProcChange::Creds { pid: 101, started: 1101 });
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+
+    // 201 exits: 202 is reparented to init (the kernel's doing) and keeps its own class.
+    std::fs::remove_dir_all(d.join("201")).unwrap();
+    proc(d, 202, 1, "render", 1000, "/", 1202);
+    c.apply(&ProcChange::Exit { pid: 201, started: 1201 });
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+    assert!(!cached.iter().any(|(p, _)| *p == 201));
+}
+
+/// A reused pid is a new process: an exit the cache missed (lost events) and a new process
+/// with the same pid never inherit the old one's class.
+#[test]
+fn a_reused_pid_never_inherits_the_old_processes_class() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 1, 0, "init", 0, "/", 1);
+    proc(d, 300, 1, "nginx", 0, "/", 1300);
+    proc(d, 400, 1, "sshd", 0, "/", 1400);
+    let mut c = ProcessCache::new(d, &classes(), vec![]);
+    c.walk();
+    c.reading(&FakeEffects::default());
+    // nginx 300 exits without an event reaching us; sshd forks a child that gets pid 300.
+    proc(d, 300, 400, "sshd", 0, "/", 1999);
+    c.apply(&ProcChange::Fork { pid: 300, ppid: 400, started: 1999, comm: "sshd".into() });
+    let r = c.reading(&FakeEffects::default());
+    assert!(r.members.get(&300).is_none(), "the new 300 is not nginx: {:?}", r.members.get(&300));
+    assert!(r.changed.contains(&300), "leaving the class is a change");
+    // An event about the old process (its exit, late) does not touch the new one.
+    c.apply(&ProcChange::Exit { pid: 300, started: 1300 });
+    c.apply(&ProcChange::Rename { pid: 300, started: 1300, comm: "nginx".into() });
+    let (cached, walked) = both(&mut c, d);
+    assert_eq!(cached, walked);
+    assert!(cached.is_empty(), "{cached:?}");
+}
+
+#[test]
+fn a_walk_again_rebuilds_and_the_next_reading_is_full() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 1, 0, "init", 0, "/", 1);
+    proc(d, 100, 1, "nginx", 0, "/", 1100);
+    let mut c = ProcessCache::new(d, &classes(), vec![]);
+    c.walk();
+    c.reading(&FakeEffects::default());
+    proc(d, 101, 100, "nginx", 0, "/", 1101); // started while events were lost
+    c.walk();
+    let r = c.reading(&FakeEffects::default());
+    assert!(r.full);
+    assert_eq!(r.to_place().map(|m| m.pid).collect::<Vec<_>>(), [100, 101]);
+    assert_eq!(c.processes(), 3);
+    let r = c.reading(&FakeEffects::default());
+    assert!(!r.full && r.to_place().count() == 0, "nothing changed since");
+}

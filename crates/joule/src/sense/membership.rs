@@ -1,0 +1,87 @@
+//! Class membership kept from the kernel's process events (joule-bpf's process monitor), for
+//! the agent with eBPF: one walk of /proc at start, then per period only the events since the
+//! last one (`joule_core::membership::ProcessCache`). Events the ring buffer could not hold are
+//! counted by the kernel; any loss costs one walk, counted too (`process_events` in the
+//! snapshot, `joule_membership_*` metrics).
+
+use anyhow::Context;
+use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
+use joule_core::config::ClassConfig;
+use joule_core::effects::RealEffects;
+use joule_core::membership::{ClassPlace, ProcChange, ProcessCache};
+use joule_core::snapshot::{ClassMembers, ProcessEvents};
+use joule_core::{Origin, Snapshot};
+use joule_telemetry::{Source, SourceError};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The process monitor's ring buffer size in bytes (a power of two, ≥ 4096), for tests that
+/// force lost events; the default holds ~8,000 events.
+pub const RINGBUF_ENV: &str = "JOULE_TEST_PROCMON_RINGBUF_BYTES";
+
+pub struct EventMembership {
+    cache: ProcessCache,
+    monitor: ProcMonitor,
+    classes: Vec<ClassConfig>,
+    lost_seen: u64,
+    stats: ProcessEvents,
+}
+
+impl EventMembership {
+    /// Loads the process monitor (its setuid hook only when a class matches by uid), then walks
+    /// /proc once: an event sent during the walk is applied after it, so none is missed.
+    /// [`RINGBUF_ENV`] sizes the ring buffer (tests make it tiny to force losses).
+    pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>) -> anyhow::Result<EventMembership> {
+        let creds = classes.iter().any(|c| !c.matches.uid.is_empty());
+        let ringbuf_bytes = std::env::var(RINGBUF_ENV).ok().and_then(|v| v.parse().ok());
+        let opts = ProcMonitorOpts { creds, ringbuf_bytes };
+        let monitor = ProcMonitor::load(&opts).context("while loading the process monitor")?;
+        let mut cache = ProcessCache::new(procfs, classes, places);
+        cache.walk();
+        let stats = ProcessEvents { processes: cache.processes(), source: Origin::Ebpf, ..Default::default() };
+        Ok(EventMembership { lost_seen: monitor.lost(), cache, monitor, classes: classes.to_vec(), stats })
+    }
+}
+
+fn change(e: ProcEvent) -> ProcChange {
+    match e {
+        ProcEvent::Fork { pid, ppid, started, comm } => ProcChange::Fork { pid, ppid, started, comm },
+        ProcEvent::Exec { pid, started, comm } => ProcChange::Exec { pid, started, comm },
+        ProcEvent::Exit { pid, started } => ProcChange::Exit { pid, started },
+        ProcEvent::Rename { pid, started, comm } => ProcChange::Rename { pid, started, comm },
+        ProcEvent::Cgroup { pid, started } => ProcChange::Cgroup { pid, started },
+        ProcEvent::Creds { pid, started } => ProcChange::Creds { pid, started },
+    }
+}
+
+impl Source for EventMembership {
+    fn name(&self) -> &'static str {
+        "membership"
+    }
+
+    fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
+        let events = self.monitor.drain().map_err(|e| SourceError::Other(e.to_string()))?;
+        self.stats.events_total += events.len() as u64;
+        for e in events {
+            self.cache.apply(&change(e));
+        }
+        let lost = self.monitor.lost();
+        if lost > self.lost_seen {
+            tracing::warn!("the process monitor lost {} event(s): walking /proc again", lost - self.lost_seen);
+            self.cache.walk();
+            self.stats.resyncs_total += 1;
+            self.stats.lost_total = lost;
+            self.lost_seen = lost;
+        }
+        self.stats.processes = self.cache.processes();
+        let m = self.cache.reading(&RealEffects);
+        snap.classes = m
+            .counts(&self.classes)
+            .into_iter()
+            .map(|(class, processes)| ClassMembers { cgroup2_id: m.cgroup2_id(&class), class, processes, source: Origin::Ebpf })
+            .collect();
+        snap.process_events = Some(self.stats.clone());
+        snap.membership = Arc::new(m);
+        Ok(())
+    }
+}
