@@ -9,6 +9,7 @@
 //! the one contract between the C and Rust, for all programs. Loading needs root and kernel
 //! BTF, pinning needs bpffs: see [`probe`].
 
+mod batch;
 mod error;
 pub mod flow;
 pub mod nap;

@@ -81,11 +81,23 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     let pe: Vec<&joule_core::snapshot::ProcessEvents> = s.process_events.iter().collect();
     push(
-        def!("joule_membership_events", Counter, None, "/process_events", "Process events (fork, exec, exit, rename, cgroup move, setuid) the class membership was kept from since the agent started (eBPF)."),
+        def!(
+            "joule_membership_events",
+            Counter,
+            None,
+            "/process_events",
+            "Process events (fork, exec, exit, rename, cgroup move, setuid) the class membership was kept from since the agent started (eBPF)."
+        ),
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.events_total as f64)).collect()),
     );
     push(
-        def!("joule_membership_lost_events", Counter, None, "/process_events", "Process events the kernel could not hand over (the ring buffer was full); each loss costs a walk of /proc."),
+        def!(
+            "joule_membership_lost_events",
+            Counter,
+            None,
+            "/process_events",
+            "Process events the kernel could not hand over (the ring buffer was full); each loss costs a walk of /proc."
+        ),
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.lost_total as f64)).collect()),
     );
     push(

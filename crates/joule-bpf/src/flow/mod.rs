@@ -59,7 +59,7 @@ pub struct SoftirqTime {
 /// The loaded and attached flow monitor. Dropping it detaches everything (links are fds of
 /// this process: a killed agent leaves nothing attached).
 pub struct FlowMonitor {
-    skel: ManuallyDrop<FlowSkel<'static>>,
+    pub(crate) skel: ManuallyDrop<FlowSkel<'static>>,
     links: Vec<Link>,
     names: CgroupNames,
     _storage: ObjectStorage,
@@ -116,11 +116,19 @@ impl FlowMonitor {
     /// and reading is skipped.
     pub fn flows(&self) -> Vec<(FlowKey, FlowCounters)> {
         let map = &self.skel.maps.flows;
+        let counters =
+            |v: &joule_flow_stats| FlowCounters { bytes: v.bytes, packets: v.packets, retransmits: v.retransmits, first_ns: v.first_ns, last_ns: v.last_ns };
+        // In a few batch syscalls (batch.rs), not two per flow; key by key only where the kernel
+        // has no batch ops for LRU hash maps.
+        match crate::batch::lookup_all::<joule_flow_key, joule_flow_stats, _>(map) {
+            Ok(all) => return all.iter().filter_map(|(k, v)| Some((decode_key(k)?, counters(v)))).collect(),
+            Err(e) => tracing::debug!("batch lookup of the flows: {e}; reading them key by key"),
+        }
         map.keys()
             .filter_map(|k| {
                 let key = decode_key(&from_bytes::<joule_flow_key>(&k)?)?;
                 let v = from_bytes::<joule_flow_stats>(&map.lookup(&k, MapFlags::ANY).ok()??)?;
-                Some((key, FlowCounters { bytes: v.bytes, packets: v.packets, retransmits: v.retransmits, first_ns: v.first_ns, last_ns: v.last_ns }))
+                Some((key, counters(&v)))
             })
             .collect()
     }

@@ -25,16 +25,38 @@ const USER_HZ: u64 = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcEvent {
     /// A new process `pid`, child of `ppid`.
-    Fork { pid: i32, ppid: i32, started: u64, comm: String },
+    Fork {
+        pid: i32,
+        ppid: i32,
+        started: u64,
+        comm: String,
+    },
     /// `pid` ran execve; its comm is now `comm`.
-    Exec { pid: i32, started: u64, comm: String },
-    Exit { pid: i32, started: u64 },
+    Exec {
+        pid: i32,
+        started: u64,
+        comm: String,
+    },
+    Exit {
+        pid: i32,
+        started: u64,
+    },
     /// `pid`'s comm changed to `comm`.
-    Rename { pid: i32, started: u64, comm: String },
+    Rename {
+        pid: i32,
+        started: u64,
+        comm: String,
+    },
     /// `pid` was moved to another cgroup (by anyone).
-    Cgroup { pid: i32, started: u64 },
+    Cgroup {
+        pid: i32,
+        started: u64,
+    },
     /// A setuid-family call succeeded in `pid`: its uids may have changed.
-    Creds { pid: i32, started: u64 },
+    Creds {
+        pid: i32,
+        started: u64,
+    },
 }
 
 impl ProcEvent {

@@ -30,7 +30,7 @@ mod skel {
 
 /// The attached run-queue latency probe. Dropping it detaches every program.
 pub struct RunqLat {
-    skel: ManuallyDrop<RunqlatSkel<'static>>,
+    pub(crate) skel: ManuallyDrop<RunqlatSkel<'static>>,
     names: CgroupNames,
     prev: HashMap<u64, Histogram>,
     /// tid → cumulative wait_ns at the previous `task_waits` call.

@@ -216,7 +216,7 @@ impl ProcessCache {
                 self.reclassify(*pid);
             }
             ProcChange::Exit { pid, started } => {
-                if !self.procs.get(pid).is_some_and(|p| p.started == Some(*started)) {
+                if self.procs.get(pid).is_none_or(|p| p.started != Some(*started)) {
                     return; // a process the cache never knew, or an older one
                 }
                 let orphans: Vec<i32> = self.children.remove(pid).into_iter().flatten().collect();

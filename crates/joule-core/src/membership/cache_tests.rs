@@ -30,15 +30,18 @@ fn classes() -> Vec<ClassConfig> {
     .classes
 }
 
+/// (pid, class) of members.
+type Classes = Vec<(i32, String)>;
+
 /// (pid, class) of the cache's members, and of a fresh walk of the same tree.
-fn both(c: &mut ProcessCache, dir: &Path) -> (Vec<(i32, String)>, Vec<(i32, String)>) {
+fn both(c: &mut ProcessCache, dir: &Path) -> (Classes, Classes) {
     let fx = FakeEffects::default();
     let cached = c.reading(&fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
     let walked = Membership::scan(dir, &classes(), &[], &fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
     (cached, walked)
 }
 
-fn web(pids: &[i32]) -> Vec<(i32, String)> {
+fn web(pids: &[i32]) -> Classes {
     pids.iter().map(|p| (*p, "web".to_string())).collect()
 }
 

@@ -55,7 +55,9 @@ fn count(addr: &str) -> u64 {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_membership_follows_starts_renames_moves_and_exits_within_a_period() {
-    if !require(is_root(), "root") || !require(Path::new(CPU_V1).join("cpu.shares").exists(), "a v1 cpu hierarchy") || !require(Path::new("/usr/bin/python3").exists(), "python3")
+    if !require(is_root(), "root")
+        || !require(Path::new(CPU_V1).join("cpu.shares").exists(), "a v1 cpu hierarchy")
+        || !require(Path::new("/usr/bin/python3").exists(), "python3")
     {
         return;
     }
@@ -147,9 +149,12 @@ fn root_membership_lost_events_are_counted_and_a_walk_recovers() {
     let m = KillOnDrop(Command::new(&name).arg("30").spawn().unwrap());
     within(Duration::from_secs(2), "a member started after a lossy burst, in its class", || cpu_cgroup(m.0.id()) == "/joule/jm");
     let (_, metrics) = http_get(&addr, "/metrics", None);
-    let value = |name: &str| -> f64 {
-        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-    };
-    assert!(value("joule_membership_lost_events_total{") > 0.0, "no loss counted:\n{}", metrics.lines().filter(|l| l.contains("membership")).collect::<Vec<_>>().join("\n"));
+    let value =
+        |name: &str| -> f64 { metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+    assert!(
+        value("joule_membership_lost_events_total{") > 0.0,
+        "no loss counted:\n{}",
+        metrics.lines().filter(|l| l.contains("membership")).collect::<Vec<_>>().join("\n")
+    );
     assert!(value("joule_membership_resyncs_total{") >= 1.0, "no walk counted");
 }
