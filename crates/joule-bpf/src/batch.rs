@@ -8,7 +8,7 @@
 use crate::pod::Pod;
 use libbpf_rs::MapCore;
 use std::io;
-use std::mem::size_of;
+use std::mem::{size_of, MaybeUninit};
 use std::os::fd::AsRawFd;
 
 /// Entries fetched per syscall. It must exceed the longest hash bucket (else ENOSPC), which it
@@ -16,29 +16,40 @@ use std::os::fd::AsRawFd;
 pub(crate) const BATCH: u32 = 1024;
 
 /// Every `(key, value)` of `map`, whose key and value must be `K` and `V` exactly (checked).
-pub(crate) fn lookup_all<K: Pod + Default, V: Pod + Default, M: MapCore>(map: &M) -> io::Result<Vec<(K, V)>> {
+pub(crate) fn lookup_all<K: Pod, V: Pod, M: MapCore>(map: &M) -> io::Result<Vec<(K, V)>> {
     check::<K, M>(map, size_of::<V>())?;
-    let mut keys = vec![K::default(); BATCH as usize];
-    let mut values = vec![V::default(); BATCH as usize];
+    // Not zeroed: the kernel writes the first `n` entries of each batch, the only ones read.
+    let mut keys: Vec<MaybeUninit<K>> = Vec::with_capacity(BATCH as usize);
+    let mut values: Vec<MaybeUninit<V>> = Vec::with_capacity(BATCH as usize);
     let mut all = Vec::new();
     batches(map, keys.as_mut_ptr().cast(), values.as_mut_ptr().cast(), |n| {
-        all.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
+        // SAFETY: the kernel wrote `n` (≤ BATCH) entries of exactly K's and V's sizes (checked),
+        // and every byte pattern is a valid Pod.
+        all.extend((0..n).map(|i| unsafe { (keys.as_ptr().add(i).read().assume_init(), values.as_ptr().add(i).read().assume_init()) }));
     })?;
     Ok(all)
 }
 
 /// Every `(key, value of each possible CPU)` of a per-CPU `map` of `V`s (whose size must be a
 /// multiple of 8, as the kernel lays per-CPU values out).
-pub(crate) fn lookup_all_percpu<K: Pod + Default, V: Pod + Default, M: MapCore>(map: &M, ncpus: usize) -> io::Result<Vec<(K, Vec<V>)>> {
+pub(crate) fn lookup_all_percpu<K: Pod, V: Pod, M: MapCore>(map: &M, ncpus: usize) -> io::Result<Vec<(K, Vec<V>)>> {
     if !size_of::<V>().is_multiple_of(8) {
         return Err(io::Error::other("a per-CPU value must be a multiple of 8 bytes"));
     }
     check::<K, M>(map, size_of::<V>())?;
-    let mut keys = vec![K::default(); BATCH as usize];
-    let mut values = vec![V::default(); BATCH as usize * ncpus];
+    let mut keys: Vec<MaybeUninit<K>> = Vec::with_capacity(BATCH as usize);
+    let mut values: Vec<MaybeUninit<V>> = Vec::with_capacity(BATCH as usize * ncpus);
     let mut all = Vec::new();
     batches(map, keys.as_mut_ptr().cast(), values.as_mut_ptr().cast(), |n| {
-        all.extend(keys[..n].iter().copied().zip(values[..n * ncpus].chunks(ncpus).map(<[V]>::to_vec)));
+        for i in 0..n {
+            // SAFETY: as in `lookup_all`; entry i's values are the ncpus Vs from i * ncpus.
+            let key = unsafe { keys.as_ptr().add(i).read().assume_init() };
+            let at = |c: usize| {
+                // SAFETY: c < ncpus, and the kernel wrote all ncpus values of entry i < n.
+                unsafe { values.as_ptr().add(i * ncpus + c).read().assume_init() }
+            };
+            all.push((key, (0..ncpus).map(at).collect()));
+        }
     })?;
     Ok(all)
 }

@@ -613,3 +613,31 @@ fn root_procmon_reports_fork_exec_rename_cgroup_creds_and_exit_of_a_process() {
     assert_eq!(starts.len(), 1, "one identity for every event: {events:?}");
     assert_eq!(mon.lost(), 0);
 }
+
+/// The nap program's count of live TCP sockets on a watched port follows real connections up
+/// and back down to zero when they close (the close is seen by its port although the kernel
+/// has released it by then), and a connection older than the program counts down too.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_nap_counts_live_tcp_sockets_on_a_watched_port_up_and_down() {
+    require_root!();
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let old = (TcpStream::connect(("127.0.0.1", port)).unwrap(), l.accept().unwrap().0);
+    let probe = joule_bpf::NapProbe::load(&[(joule_bpf::NapProto::Tcp, port)]).expect("loading nap.bpf.c");
+    probe.set_conns(1).unwrap(); // what a walk of /proc/net/tcp finds: the accepted end of `old`
+    let conns: Vec<_> = (0..3).map(|_| (TcpStream::connect(("127.0.0.1", port)).unwrap(), l.accept().unwrap().0)).collect();
+    assert_eq!(probe.conns(), 4, "three accepted sockets more (the clients' ends are on other ports)");
+    let wait_for = |want: i64| {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while probe.conns() != want {
+            assert!(Instant::now() < deadline, "conns {} after 3 s, want {want}", probe.conns());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    drop(conns);
+    wait_for(1);
+    drop(old);
+    wait_for(0);
+}

@@ -2,7 +2,7 @@
 //! not, wakes so far, packets the eBPF program saw on the watched ports. Atomics, because the
 //! waiter thread updates them the moment a packet wakes a nap, not at the next period.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,10 @@ pub struct NapCounters {
     pub napping: AtomicBool,
     pub wakes_total: AtomicU64,
     pub port_hits_total: AtomicU64,
+    /// Live TCP sockets on the watched ports as the eBPF program counts them; `None` (the TCP
+    /// monitor walks /proc/net/tcp) until the nap actuator has set it.
+    tcp_conns: AtomicI64,
+    tcp_conns_known: AtomicBool,
     /// Bumped on every wake, so a control loop sleeping through a nap wakes with it.
     wakes: Mutex<u64>,
     woken: Condvar,
@@ -25,6 +29,14 @@ impl NapCounters {
     }
     pub fn port_hits_total(&self) -> u64 {
         self.port_hits_total.load(Ordering::Acquire)
+    }
+    /// Live TCP sockets on the watched ports, counted by eBPF, when known.
+    pub fn tcp_conns(&self) -> Option<u64> {
+        self.tcp_conns_known.load(Ordering::Acquire).then(|| self.tcp_conns.load(Ordering::Acquire).max(0) as u64)
+    }
+    pub fn set_tcp_conns(&self, n: i64) {
+        self.tcp_conns.store(n, Ordering::Release);
+        self.tcp_conns_known.store(true, Ordering::Release);
     }
     /// Records a wake (napping false, one more wake) and wakes a loop in [`Self::sleep_napping`].
     pub fn woke(&self) {

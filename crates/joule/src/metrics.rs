@@ -12,6 +12,8 @@ pub struct AgentStats {
     pub samples_total: u64,
     pub cpu_seconds_total: f64,
     pub last_loop_seconds: f64,
+    /// The longest iteration since the agent started.
+    pub max_loop_seconds: f64,
     pub stage_transitions_total: u64,
     /// Conflicts the plans reported (each counted once, when it first appears).
     pub conflicts_total: u64,
@@ -208,6 +210,16 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     push(def!("joule_agent_cpu_seconds", Counter, None, "", "CPU time (user + system) the agent process has used."), num(vec![(vec![], a.cpu_seconds_total)]));
     push(def!("joule_agent_loop_duration_seconds", Gauge, None, "", "Wall time of the last control-loop iteration."), num(vec![(vec![], a.last_loop_seconds)]));
     push(
+        def!(
+            "joule_agent_loop_duration_max_seconds",
+            Gauge,
+            None,
+            "",
+            "Wall time of the longest control-loop iteration since the agent started (a period should bound it)."
+        ),
+        num(vec![(vec![], a.max_loop_seconds)]),
+    );
+    push(
         def!("joule_agent_conflicts", Counter, None, "", "Conflicts between two wants for one knob, each counted when it first appeared in a plan."),
         num(vec![(vec![], a.conflicts_total as f64)]),
     );
@@ -358,12 +370,13 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 6] = [
+    const NO_SOURCE: [(&str, &str); 7] = [
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
         ("joule_agent_conflicts", "the agent's own bookkeeping"),
+        ("joule_agent_loop_duration_max_seconds", "the agent's own bookkeeping"),
         ("joule_bpf_enabled", "whether joule's own programs run, not a reading of the machine"),
     ];
 

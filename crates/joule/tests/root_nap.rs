@@ -30,7 +30,7 @@ fn root_nap_socket_monitors_see_connections_queues_and_idleness() {
     }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let mut tcp = TcpPorts { procfs: procfs(), ports: vec![port] };
+    let mut tcp = TcpPorts { procfs: procfs(), ports: vec![port], counters: None };
     assert!(!tcp.poll().unwrap().active, "a listener alone is idle");
     let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let a = tcp.poll().unwrap();

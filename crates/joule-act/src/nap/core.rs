@@ -90,8 +90,9 @@ pub struct NapCore {
     counters: Arc<NapCounters>,
     state: Mutex<State>,
     /// One writer of the status file at a time (the loop and the waiter both write it), so a
-    /// status taken before a wake is never renamed over the one written after it.
-    status_write: Mutex<()>,
+    /// status taken before a wake is never renamed over the one written after it; it holds the
+    /// text last written.
+    status_write: Mutex<String>,
 }
 
 fn now_ms() -> u64 {
@@ -115,7 +116,7 @@ impl NapCore {
             actions,
             counters,
             state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
-            status_write: Mutex::new(()),
+            status_write: Mutex::new(String::new()),
         }
     }
 
@@ -133,15 +134,24 @@ impl NapCore {
     }
 
     /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
+    /// Only when the text differs from the last one written: an awake nap's status does not
+    /// change from period to period, and a write and a rename each period were a sixth of the
+    /// agent's own CPU on an idle machine.
     pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
-        let _one = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
         let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
         if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
             v.extend(m.clone());
         }
+        let text = v.to_string();
+        if *last == text {
+            return Ok(());
+        }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, v.to_string())?;
-        std::fs::rename(&tmp, path)
+        std::fs::write(&tmp, &text)?;
+        std::fs::rename(&tmp, path)?;
+        *last = text;
+        Ok(())
     }
 
     /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.

@@ -28,6 +28,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How often the eBPF count of live TCP sockets is set again from a walk of /proc (a socket
+/// older than the program that closes counts down once too often until then).
+const RECOUNT_CONNS: Duration = Duration::from_secs(30);
+
 /// The file `joule nap status` reads, next to the journal; removed at shutdown.
 pub const STATUS_FILE: &str = "nap.json";
 
@@ -76,6 +80,8 @@ pub struct NapActuator {
     freezer: Option<Freezing>,
     /// The cpufreq owner's handle (with `nap.machine.cpufreq_min`).
     cpufreq: Option<FreqRequests>,
+    /// When the eBPF count of live TCP sockets was last set from a walk of /proc.
+    conns_counted_at: Option<Instant>,
     stop: Arc<AtomicBool>,
     waiter: Option<JoinHandle<()>>,
     status_file: Option<PathBuf>,
@@ -112,6 +118,7 @@ impl NapActuator {
             probe: None,
             freezer,
             cpufreq: cfg.nap.machine.cpufreq_min.then_some(cpufreq),
+            conns_counted_at: None,
             stop: Arc::new(AtomicBool::new(false)),
             waiter: None,
             status_file: None,
@@ -147,6 +154,22 @@ impl NapActuator {
             w.push((p, "auto".into()));
         }
         Ok(w)
+    }
+
+    /// Sets the fast-wake program's count of live TCP sockets on the watched ports from one walk
+    /// of /proc/net/tcp{,6} (sockets older than the program never counted up; the count then
+    /// follows state changes, with no walk each period).
+    fn count_conns(&mut self) -> Result<(), ActError> {
+        let Some(p) = &self.probe else { return Ok(()) };
+        if self.cfg.monitors.tcp_ports.is_empty() {
+            return Ok(());
+        }
+        let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone(), counters: None };
+        let (conns, _) = tcp.count()?;
+        p.set_conns(conns as i64)?;
+        self.counters.set_tcp_conns(conns as i64);
+        self.conns_counted_at = Some(Instant::now());
+        Ok(())
     }
 
     fn note_later(&self, note: String) {
@@ -253,6 +276,7 @@ impl Actuator for NapActuator {
                     .map_err(|e| format!("starting the nap waiter thread: {e}"))?,
             );
             self.probe = Some(probe);
+            self.count_conns()?;
         } else if !ports.is_empty() {
             self.notes.push("eBPF off: a nap is left at the next period, when the monitors see the queued request (no fast wake)".into());
         }
@@ -273,7 +297,7 @@ impl Actuator for NapActuator {
         let napping = core.status().napping;
         match want {
             Some(true) if !napping => {
-                let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone() };
+                let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone(), counters: None };
                 let udp = UdpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.udp_ports.clone() };
                 let probe = self.probe.as_ref();
                 let mut last_check = || -> io::Result<Option<String>> {
@@ -303,7 +327,11 @@ impl Actuator for NapActuator {
             }
             _ => {}
         }
+        if self.conns_counted_at.is_some_and(|t| t.elapsed() >= RECOUNT_CONNS) {
+            self.count_conns()?;
+        }
         if let Some(p) = &self.probe {
+            self.counters.set_tcp_conns(p.conns());
             self.counters.port_hits_total.store(p.hits(), Ordering::Release);
         }
         self.write_status();

@@ -49,6 +49,18 @@ struct {
 	__uint(max_entries, JOULE_NAP_RINGBUF_BYTES);
 } nap_wakes SEC(".maps");
 
+/* [0]: TCP sockets on the watched ports in a live state (anything but LISTEN, TIME_WAIT and
+ * CLOSE, as the /proc monitor counts them), kept from state changes instead of a walk of the
+ * whole established hash (262,144 buckets on this machine, 1.5 ms per read of /proc/net/tcp).
+ * User space sets it from one walk after attaching (sockets older than the program never
+ * counted up) and again now and then. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} nap_conns SEC(".maps");
+
 static __always_inline void seen(__u32 proto, __u32 port)
 {
 	__u32 key = proto << 16 | port, zero = 0;
@@ -113,5 +125,35 @@ int BPF_PROG(nap_rx, struct sk_buff *skb)
 			return 0;
 		seen(JOULE_NAP_UDP, (__u32)th[2] << 8 | th[3]);
 	}
+	return 0;
+}
+
+#define TCP_CLOSE_ 7
+#define TCP_LISTEN_ 10
+#define TCP_TIME_WAIT_ 6
+
+static __always_inline int live(int state)
+{
+	return state != TCP_CLOSE_ && state != TCP_LISTEN_ && state != TCP_TIME_WAIT_;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(nap_sock_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP_)
+		return 0;
+	int delta = live(newstate) - live(oldstate);
+	if (!delta)
+		return 0;
+	/* The local port from inet_sport, not skc_num: on the way to CLOSE the kernel releases
+	 * the port (inet_put_port zeroes skc_num) before this tracepoint fires, while inet_sport
+	 * stays, so a close would never count down. */
+	__u16 sport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
+	__u32 key = JOULE_NAP_TCP << 16 | sport, zero = 0;
+	if (!bpf_map_lookup_elem(&nap_ports, &key))
+		return 0;
+	__s64 *conns = bpf_map_lookup_elem(&nap_conns, &zero);
+	if (conns)
+		__sync_fetch_and_add(conns, delta);
 	return 0;
 }

@@ -48,13 +48,15 @@ pub struct NapProbe {
     skel: ManuallyDrop<NapSkel<'static>>,
     armed: MapHandle,
     hits: MapHandle,
+    conns: MapHandle,
     _storage: ObjectStorage,
 }
 
 const ZERO: [u8; 4] = 0u32.to_ne_bytes();
 
 impl NapProbe {
-    /// Loads and attaches to tp_btf/netif_receive_skb, watching `ports`.
+    /// Loads and attaches to tp_btf/netif_receive_skb (first packets) and
+    /// tp_btf/inet_sock_set_state (live TCP sockets), watching `ports`.
     pub fn load(ports: &[(Proto, u16)]) -> Result<NapProbe, BpfError> {
         if ports.len() > intf::JOULE_NAP_MAX_PORTS as usize {
             return Err(BpfError::Unavailable(format!("{} watched ports; nap.bpf.c holds {}", ports.len(), intf::JOULE_NAP_MAX_PORTS)));
@@ -71,7 +73,8 @@ impl NapProbe {
         bpf("attaching to tp_btf/netif_receive_skb", skel.attach())?;
         let armed = bpf("opening nap_armed", MapHandle::try_from(&skel.maps.nap_armed))?;
         let hits = bpf("opening nap_hits", MapHandle::try_from(&skel.maps.nap_hits))?;
-        Ok(NapProbe { skel: ManuallyDrop::new(skel), armed, hits, _storage: storage })
+        let conns = bpf("opening nap_conns", MapHandle::try_from(&skel.maps.nap_conns))?;
+        Ok(NapProbe { skel: ManuallyDrop::new(skel), armed, hits, conns, _storage: storage })
     }
 
     /// Arms the one-shot trigger: the next packet on a watched port sends a wake.
@@ -94,6 +97,21 @@ impl NapProbe {
             Ok(Some(v)) if v.len() >= 8 => u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8])),
             _ => 0,
         }
+    }
+
+    /// Live TCP sockets on the watched ports, as state changes since load counted them from
+    /// the value last [`set`](Self::set_conns) (may dip below 0 when a socket older than that
+    /// closes).
+    pub fn conns(&self) -> i64 {
+        match self.conns.lookup(&ZERO, MapFlags::ANY) {
+            Ok(Some(v)) if v.len() >= 8 => i64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8])),
+            _ => 0,
+        }
+    }
+
+    /// Sets the live-socket count (from a walk of /proc/net/tcp{,6}).
+    pub fn set_conns(&self, n: i64) -> Result<(), BpfError> {
+        bpf("setting nap_conns", self.conns.update(&ZERO, &n.to_ne_bytes(), MapFlags::ANY))
     }
 
     /// The receiving end of the ring buffer, for the waiter thread.

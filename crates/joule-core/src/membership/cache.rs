@@ -13,7 +13,7 @@ use super::{next_generation, with_ids, ClassPlace, Member, Membership};
 use crate::config::ClassConfig;
 use crate::effects::{Files, RealEffects};
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// One change the kernel reported about process `pid` (`started`: its start time, clock ticks
@@ -40,6 +40,8 @@ pub struct ProcessCache {
     /// ppid → children.
     children: HashMap<i32, BTreeSet<i32>>,
     members: imbl::OrdMap<i32, Member>,
+    /// Members per class.
+    sizes: BTreeMap<String, usize>,
     /// Members new or changed, and pids that left a class, since the last reading.
     changed: BTreeSet<i32>,
     /// The next reading follows a walk.
@@ -58,6 +60,7 @@ impl ProcessCache {
             procs: HashMap::new(),
             children: HashMap::new(),
             members: imbl::OrdMap::new(),
+            sizes: BTreeMap::new(),
             changed: BTreeSet::new(),
             full: true,
             me: std::process::id() as i32,
@@ -73,6 +76,10 @@ impl ProcessCache {
         }
         let pids: Vec<i32> = self.procs.keys().copied().collect();
         self.members = pids.into_iter().filter_map(|pid| Some((pid, self.member_of(pid)?))).collect();
+        self.sizes.clear();
+        for m in self.members.values() {
+            *self.sizes.entry(m.class.clone()).or_default() += 1;
+        }
         self.changed.clear();
         self.full = true;
     }
@@ -117,8 +124,14 @@ impl ProcessCache {
                 continue;
             }
             let class_moved = now.as_ref().map(|m| &m.class) != before.as_ref().map(|m| &m.class);
+            if let Some(old) = &before {
+                self.shrink(&old.class);
+            }
             match now {
-                Some(m) => self.members.insert(p, m),
+                Some(m) => {
+                    *self.sizes.entry(m.class.clone()).or_default() += 1;
+                    self.members.insert(p, m)
+                }
                 None => self.members.remove(&p),
             };
             self.changed.insert(p);
@@ -152,8 +165,15 @@ impl ProcessCache {
                 siblings.remove(&pid);
             }
         }
-        if self.members.remove(&pid).is_some() {
+        if let Some(old) = self.members.remove(&pid) {
+            self.shrink(&old.class);
             self.changed.insert(pid);
+        }
+    }
+
+    fn shrink(&mut self, class: &str) {
+        if let Some(n) = self.sizes.get_mut(class) {
+            *n = n.saturating_sub(1);
         }
     }
 
@@ -244,6 +264,7 @@ impl ProcessCache {
             members: self.members.clone(),
             changed: std::mem::take(&mut self.changed).into_iter().collect(),
             full: std::mem::take(&mut self.full),
+            sizes: self.sizes.clone(),
             places: with_ids(&self.places, fx),
             procfs: self.procfs.clone(),
             generation: next_generation(),

@@ -36,7 +36,10 @@ type Classes = Vec<(i32, String)>;
 /// (pid, class) of the cache's members, and of a fresh walk of the same tree.
 fn both(c: &mut ProcessCache, dir: &Path) -> (Classes, Classes) {
     let fx = FakeEffects::default();
-    let cached = c.reading(&fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
+    let r = c.reading(&fx);
+    let cached: Classes = r.members.values().map(|m| (m.pid, m.class.clone())).collect();
+    let sizes = |class: &str| cached.iter().filter(|(_, c)| c == class).count();
+    assert_eq!(r.counts(&classes()), [("web".to_string(), sizes("web")), ("batch".to_string(), sizes("batch"))], "the kept counts");
     let walked = Membership::scan(dir, &classes(), &[], &fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
     (cached, walked)
 }

@@ -61,6 +61,8 @@ pub struct Membership {
     pub changed: Vec<i32>,
     /// This reading follows a walk of /proc: every member counts as changed.
     pub full: bool,
+    /// Members per class (kept as members come and go, not counted each reading).
+    pub sizes: std::collections::BTreeMap<String, usize>,
     /// One per class that has cgroups (none when joule does not apply the classes).
     pub places: Vec<ClassPlace>,
     /// The procfs root the scan read (threads are listed under it).
@@ -90,12 +92,24 @@ impl Membership {
         let procs = matching::scan(procfs);
         let assigned = matching::assign(&procs, classes);
         let me = std::process::id() as i32;
-        let members = procs
+        let members: imbl::OrdMap<i32, Member> = procs
             .into_iter()
             .filter(|p| p.pid != me)
             .filter_map(|p| Some((p.pid, Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups })))
             .collect();
-        Membership { members, changed: Vec::new(), full: true, places: with_ids(places, fx), procfs: procfs.to_path_buf(), generation: next_generation() }
+        let mut sizes = std::collections::BTreeMap::new();
+        for m in members.values() {
+            *sizes.entry(m.class.clone()).or_default() += 1;
+        }
+        Membership {
+            members,
+            changed: Vec::new(),
+            full: true,
+            sizes,
+            places: with_ids(places, fx),
+            procfs: procfs.to_path_buf(),
+            generation: next_generation(),
+        }
     }
 
     /// The processes of `class`.
@@ -138,7 +152,7 @@ impl Membership {
 
     /// (class, processes) for every class, in config order.
     pub fn counts(&self, classes: &[ClassConfig]) -> Vec<(String, usize)> {
-        classes.iter().map(|c| (c.name.clone(), self.of(&c.name).count())).collect()
+        classes.iter().map(|c| (c.name.clone(), self.sizes.get(&c.name).copied().unwrap_or(0))).collect()
     }
 }
 

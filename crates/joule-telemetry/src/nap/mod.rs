@@ -15,10 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Every monitor the config turns on, in a fixed order.
-pub fn monitors(m: &NapMonitors, procfs: &Path, sysfs: &Path) -> Vec<Box<dyn Monitor>> {
+pub fn monitors(m: &NapMonitors, procfs: &Path, sysfs: &Path, counters: &Arc<NapCounters>) -> Vec<Box<dyn Monitor>> {
     let mut out: Vec<Box<dyn Monitor>> = Vec::new();
     if !m.tcp_ports.is_empty() {
-        out.push(Box::new(TcpPorts { procfs: procfs.into(), ports: m.tcp_ports.clone() }));
+        out.push(Box::new(TcpPorts { procfs: procfs.into(), ports: m.tcp_ports.clone(), counters: Some(counters.clone()) }));
     }
     if !m.udp_ports.is_empty() {
         out.push(Box::new(UdpPorts { procfs: procfs.into(), ports: m.udp_ports.clone() }));

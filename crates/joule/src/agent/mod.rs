@@ -148,32 +148,23 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let nap_counters = Arc::new(NapCounters::default());
     let t = &cfg.telemetry;
     if cfg.nap.enabled {
-        let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root);
+        let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root, &nap_counters);
         sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
     }
-    // Class membership, the one reading of which process is in which class and where each
-    // class lives (its cgroups, made by the cgroup_cpu actuator).
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
-    if !cfg.classes.is_empty() {
-        if sense.bpf_status().enabled {
-            // Kept from the kernel's process events: one walk now, then only what changes.
-            let m = crate::sense::membership::EventMembership::new(&t.procfs_root, &cfg.classes, places.clone())?;
-            sense.push_source(Box::new(m));
-        } else {
-            // Without eBPF, a walk of /proc: every period when placement or the user-space
-            // scheduler follow a class's threads, else once a second.
-            let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
-            let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
-            sense.push_source(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places.clone(), every)));
-        }
-    }
-    let inputs = acting::Inputs { root, ctl, places, stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
+    let inputs = acting::Inputs { root, ctl, places: places.clone(), stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
     let mut actuators = Actuators::new(acting::actuators(cfg, inputs)?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);
     let mut cx = ActCx { journal, fx: &fx, events: &mut emit };
     actuators.init_all(&mut cx).map_err(|(name, e)| anyhow::anyhow!("starting the {name} actuator: {e}"))?;
+    // Class membership, the one reading of which process is in which class and where each
+    // class lives, from after the classes were applied: the moves of their start are not
+    // events to read.
+    if let Some(m) = crate::sense::membership::source(cfg, places, sense.bpf_status().enabled)? {
+        sense.push_source(m);
+    }
 
     let shared: Shared = Arc::new(RwLock::new(Published::default()));
     let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone())?;
@@ -224,6 +215,7 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
         stats.samples_total += 1;
         stats.cpu_seconds_total = status::cpu_seconds_self();
         stats.last_loop_seconds = t0.elapsed().as_secs_f64();
+        stats.max_loop_seconds = stats.max_loop_seconds.max(stats.last_loop_seconds);
         if !status_every.is_zero() && last_status.elapsed() >= status_every {
             eprintln!("{}", status::status_line(&snap, last_actions.as_ref(), &addr));
             last_status = Instant::now();

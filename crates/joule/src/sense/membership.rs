@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
-use joule_core::config::ClassConfig;
+use joule_core::config::{ClassConfig, Config};
 use joule_core::effects::RealEffects;
 use joule_core::membership::{ClassPlace, ProcChange, ProcessCache};
 use joule_core::snapshot::{ClassMembers, ProcessEvents};
@@ -14,6 +14,23 @@ use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent's membership source, when the config has classes: kept from process events with
+/// eBPF; else a walk of /proc every period when placement or the user-space scheduler follow a
+/// class's threads, and once a second otherwise.
+pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Result<Option<Box<dyn Source + Send>>> {
+    let t = &cfg.telemetry;
+    if cfg.classes.is_empty() {
+        return Ok(None);
+    }
+    if bpf {
+        return Ok(Some(Box::new(EventMembership::new(&t.procfs_root, &cfg.classes, places)?)));
+    }
+    let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
+    let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
+    Ok(Some(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every))))
+}
 
 /// The process monitor's ring buffer size in bytes (a power of two, ≥ 4096), for tests that
 /// force lost events; the default holds ~8,000 events.
@@ -43,6 +60,24 @@ impl EventMembership {
     }
 }
 
+/// `events` without the cgroup moves and setuids of a process that a later event of the same
+/// kind repeats: each costs a read of the process's *current* state, so the last one alone
+/// gives the same result (a move of a process in three v1 hierarchies is three events).
+fn rereads_once(events: Vec<ProcEvent>) -> Vec<ProcEvent> {
+    let mut seen = std::collections::HashSet::new();
+    let mut keep: Vec<ProcEvent> = events
+        .into_iter()
+        .rev()
+        .filter(|e| match e {
+            ProcEvent::Cgroup { pid, started } => seen.insert((0u8, *pid, *started)),
+            ProcEvent::Creds { pid, started } => seen.insert((1u8, *pid, *started)),
+            _ => true,
+        })
+        .collect();
+    keep.reverse();
+    keep
+}
+
 fn change(e: ProcEvent) -> ProcChange {
     match e {
         ProcEvent::Fork { pid, ppid, started, comm } => ProcChange::Fork { pid, ppid, started, comm },
@@ -62,7 +97,7 @@ impl Source for EventMembership {
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
         let events = self.monitor.drain().map_err(|e| SourceError::Other(e.to_string()))?;
         self.stats.events_total += events.len() as u64;
-        for e in events {
+        for e in rereads_once(events) {
             self.cache.apply(&change(e));
         }
         let lost = self.monitor.lost();
@@ -83,5 +118,32 @@ impl Source for EventMembership {
         snap.process_events = Some(self.stats.clone());
         snap.membership = Arc::new(m);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_moved_in_three_hierarchies_is_read_once_after_its_last_move() {
+        let ev = vec![
+            ProcEvent::Cgroup { pid: 7, started: 1 },
+            ProcEvent::Fork { pid: 8, ppid: 7, started: 2, comm: "x".into() },
+            ProcEvent::Cgroup { pid: 7, started: 1 },
+            ProcEvent::Creds { pid: 7, started: 1 },
+            ProcEvent::Cgroup { pid: 7, started: 1 },
+            ProcEvent::Cgroup { pid: 8, started: 2 },
+        ];
+        let kept = rereads_once(ev);
+        assert_eq!(
+            kept,
+            [
+                ProcEvent::Fork { pid: 8, ppid: 7, started: 2, comm: "x".into() },
+                ProcEvent::Creds { pid: 7, started: 1 },
+                ProcEvent::Cgroup { pid: 7, started: 1 },
+                ProcEvent::Cgroup { pid: 8, started: 2 },
+            ]
+        );
     }
 }
