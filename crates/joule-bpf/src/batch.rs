@@ -30,6 +30,24 @@ pub(crate) fn lookup_all<K: Pod, V: Pod, M: MapCore>(map: &M) -> io::Result<Vec<
     Ok(all)
 }
 
+/// Every `(key, value)` of `map`: [`lookup_all`], or on a kernel without batch ops on this map
+/// type (< 5.6) one key at a time (two syscalls per entry; an entry evicted between listing
+/// and reading is skipped). `what` names the map in the debug message of the fallback.
+pub(crate) fn read_all<K: Pod, V: Pod, M: MapCore>(map: &M, what: &str) -> Vec<(K, V)> {
+    match lookup_all::<K, V, M>(map) {
+        Ok(all) => all,
+        Err(e) => {
+            tracing::debug!("batch lookup of {what}: {e}; reading it key by key");
+            map.keys()
+                .filter_map(|k| {
+                    let v = map.lookup(&k, libbpf_rs::MapFlags::ANY).ok()??;
+                    Some((crate::pod::from_bytes::<K>(&k)?, crate::pod::from_bytes::<V>(&v)?))
+                })
+                .collect()
+        }
+    }
+}
+
 /// Every `(key, value of each possible CPU)` of a per-CPU `map` of `V`s (whose size must be a
 /// multiple of 8, as the kernel lays per-CPU values out).
 pub(crate) fn lookup_all_percpu<K: Pod, V: Pod, M: MapCore>(map: &M, ncpus: usize) -> io::Result<Vec<(K, Vec<V>)>> {

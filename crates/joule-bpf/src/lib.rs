@@ -25,7 +25,7 @@ mod storage;
 pub mod thermal;
 
 pub use error::BpfError;
-pub use flow::{FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
+pub use flow::{CgroupCounters, FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
 pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;

@@ -29,6 +29,8 @@ pod!(
     crate::intf::joule_scx_exit,
     crate::intf::joule_flow_key,
     crate::intf::joule_flow_stats,
+    crate::intf::joule_cgroup_net_key,
+    crate::intf::joule_cgroup_net,
     crate::intf::joule_softirq_time,
     crate::intf::joule_netlimit_rule,
     u32,

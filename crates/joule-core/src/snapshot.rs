@@ -356,7 +356,8 @@ pub struct MonitorReading {
     pub source: Origin,
 }
 
-/// What the flow monitor (flow.bpf.c) saw over the interval. Label cardinality is bounded:
+/// What the flow monitor (flow.bpf.c) saw over the interval (the named flows: over the last
+/// flow interval, `flows_interval_ms`). Label cardinality is bounded:
 /// `flows` has at most `[net] top_n` named flows (most bytes over the interval first) and one
 /// `other` entry summing every other flow.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -368,6 +369,11 @@ pub struct NetFlows {
     pub softirq: Vec<CpuSoftirq>,
     /// Flows the kernel map holds (all of them, not only the top N).
     pub flows_tracked: usize,
+    /// The interval `flows` covers: between the last two reads of the flow table (`[net]
+    /// flow_period_ms`), not the control period, which `cgroups` and `softirq` cover; the
+    /// snapshots in between carry the last top N.
+    #[serde(default)]
+    pub flows_interval_ms: u64,
     pub source: Origin,
 }
 
@@ -404,6 +410,11 @@ pub struct CgroupNet {
     pub bytes_total: u64,
     pub packets_total: u64,
     pub retransmits_total: u64,
+    /// Bytes and packets over the interval (all of the cgroup's flows, not only the top N).
+    #[serde(default)]
+    pub bytes: u64,
+    #[serde(default)]
+    pub packets: u64,
     pub rate_bytes_per_second: f64,
     pub source: Origin,
 }

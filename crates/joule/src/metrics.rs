@@ -413,6 +413,7 @@ mod tests {
             cgroups: vec![joule_core::snapshot::CgroupNet { cgroup: "/".into(), direction: "egress".into(), source: Origin::Ebpf, ..Default::default() }],
             softirq: vec![joule_core::snapshot::CpuSoftirq { cpu: 0, source: Origin::Ebpf, ..Default::default() }],
             flows_tracked: 1,
+            flows_interval_ms: 1000,
             source: Origin::Ebpf,
         });
         s

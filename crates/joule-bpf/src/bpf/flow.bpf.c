@@ -1,4 +1,4 @@
-/* The flow monitor: bytes and packets per flow and cgroup as sockets send and receive them
+/* The flow monitor: bytes and packets per flow and per cgroup as sockets send and receive them
  * (cgroup_skb on the cgroup2 root sees every socket's traffic with the socket's cgroup, in
  * every network namespace), TCP retransmits per flow, and the time each CPU spends in each
  * softirq vector (NET_RX/NET_TX run above every thread). Counters only grow; user space
@@ -27,6 +27,13 @@ struct {
 } flows SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, JOULE_CGROUP_NET_MAX);
+	__type(key, struct joule_cgroup_net_key);
+	__type(value, struct joule_cgroup_net);
+} cgroup_net SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, JOULE_SOFTIRQ_VECS);
 	__type(key, __u32);
@@ -41,9 +48,27 @@ struct {
 	__type(value, __u64);
 } softirq_start SEC(".maps");
 
+static __always_inline void account_cgroup(__u64 cgroup_id, __u8 dir, __u64 bytes, __u64 packets, __u64 retrans)
+{
+	struct joule_cgroup_net_key k = { .cgroup_id = cgroup_id, .dir = dir };
+	struct joule_cgroup_net *c = bpf_map_lookup_elem(&cgroup_net, &k);
+	if (!c) {
+		struct joule_cgroup_net fresh = {};
+		bpf_map_update_elem(&cgroup_net, &k, &fresh, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&cgroup_net, &k);
+		if (!c)
+			return;
+	}
+	__sync_fetch_and_add(&c->bytes, bytes);
+	__sync_fetch_and_add(&c->packets, packets);
+	if (retrans)
+		__sync_fetch_and_add(&c->retransmits, retrans);
+}
+
 static __always_inline void account(struct joule_flow_key *k, __u64 bytes, __u64 packets, __u64 retrans)
 {
 	__u64 now = bpf_ktime_get_ns();
+	account_cgroup(k->cgroup_id, k->dir, bytes, packets, retrans);
 	struct joule_flow_stats *s = bpf_map_lookup_elem(&flows, k);
 	if (!s) {
 		struct joule_flow_stats fresh = { .first_ns = now, .last_ns = now };

@@ -214,6 +214,9 @@ struct joule_nap_wake {
 enum joule_flow_limits {
 	/* Flows tracked at once; LRU beyond (the least recently active make room). */
 	JOULE_FLOW_MAX = 16384,
+	/* (cgroup, direction) pairs in cgroup_net; LRU beyond. Small, because user space reads
+	 * the whole map every control period (a read walks every bucket). */
+	JOULE_CGROUP_NET_MAX = 1024,
 	/* Softirq vectors (NR_SOFTIRQS); NET_TX = 2 and NET_RX = 3 are the network ones. */
 	JOULE_SOFTIRQ_VECS = 10,
 	JOULE_SOFTIRQ_NET_TX = 2,
@@ -248,6 +251,21 @@ struct joule_flow_stats {
 	__u64 retransmits; /* TCP segments retransmitted (egress only) */
 	__u64 first_ns;    /* bpf_ktime_get_ns() of the first packet */
 	__u64 last_ns;     /* of the latest */
+};
+
+/* cgroup_net key: one cgroup2 and direction, the sum of all of its sockets' flows, so that
+ * per-cgroup rates need no read of the flow table. */
+struct joule_cgroup_net_key {
+	__u64 cgroup_id;
+	__u8 dir;          /* enum joule_flow_dir */
+	__u8 _pad[7];
+};
+
+/* cgroup_net value: cumulative, atomic adds, as joule_flow_stats. */
+struct joule_cgroup_net {
+	__u64 bytes;
+	__u64 packets;
+	__u64 retransmits;
 };
 
 /* softirq_time[vec], per CPU: cumulative time and runs of each softirq vector. */

@@ -4,7 +4,7 @@
 //! sums is the telemetry source's job (`joule::sense::flow`).
 
 use crate::error::{bpf, BpfError};
-use crate::intf::{joule_flow_key, joule_flow_stats, joule_softirq_time, JOULE_SOFTIRQ_NET_RX, JOULE_SOFTIRQ_NET_TX};
+use crate::intf::{joule_cgroup_net, joule_cgroup_net_key, joule_flow_key, joule_flow_stats, joule_softirq_time, JOULE_SOFTIRQ_NET_RX, JOULE_SOFTIRQ_NET_TX};
 use crate::pod::from_bytes;
 use crate::runqlat::cgroups::CgroupNames;
 use crate::storage::ObjectStorage;
@@ -44,6 +44,17 @@ pub struct FlowCounters {
     pub retransmits: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+}
+
+/// Cumulative traffic of one cgroup2 in one direction (all of its sockets' flows), kept by
+/// the programs next to the flows, so per-cgroup rates need no read of the flow table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupCounters {
+    pub cgroup_id: u64,
+    pub egress: bool,
+    pub bytes: u64,
+    pub packets: u64,
+    pub retransmits: u64,
 }
 
 /// Cumulative network softirq time of one CPU since load.
@@ -113,24 +124,30 @@ impl FlowMonitor {
     }
 
     /// Every flow in the map with its cumulative counters. An entry evicted between listing
-    /// and reading is skipped.
+    /// and reading is skipped. Its cost follows the flows the table holds (10,000 flows: a few
+    /// ms): read it every flow period, not every control period.
     pub fn flows(&self) -> Vec<(FlowKey, FlowCounters)> {
         let map = &self.skel.maps.flows;
         let counters =
             |v: &joule_flow_stats| FlowCounters { bytes: v.bytes, packets: v.packets, retransmits: v.retransmits, first_ns: v.first_ns, last_ns: v.last_ns };
-        // In a few batch syscalls (batch.rs), not two per flow; key by key only where the kernel
-        // has no batch ops for LRU hash maps.
-        match crate::batch::lookup_all::<joule_flow_key, joule_flow_stats, _>(map) {
-            Ok(all) => return all.iter().filter_map(|(k, v)| Some((decode_key(k)?, counters(v)))).collect(),
-            Err(e) => tracing::debug!("batch lookup of the flows: {e}; reading them key by key"),
-        }
-        map.keys()
-            .filter_map(|k| {
-                let key = decode_key(&from_bytes::<joule_flow_key>(&k)?)?;
-                let v = from_bytes::<joule_flow_stats>(&map.lookup(&k, MapFlags::ANY).ok()??)?;
-                Some((key, counters(&v)))
-            })
-            .collect()
+        // In a few batch syscalls (batch.rs), not two per flow.
+        let all = crate::batch::read_all::<joule_flow_key, joule_flow_stats, _>(map, "the flows");
+        all.iter().filter_map(|(k, v)| Some((decode_key(k)?, counters(v)))).collect()
+    }
+
+    /// Every (cgroup, direction) with its cumulative counters: a read of a map of at most
+    /// JOULE_CGROUP_NET_MAX entries, whatever the number of flows. An entry the LRU map evicted
+    /// (a quiet cgroup, when more than that many send) starts again from 0.
+    pub fn cgroups(&self) -> Vec<CgroupCounters> {
+        let map = &self.skel.maps.cgroup_net;
+        let counters = |k: &joule_cgroup_net_key, v: &joule_cgroup_net| CgroupCounters {
+            cgroup_id: k.cgroup_id,
+            egress: k.dir == crate::intf::JOULE_FLOW_EGRESS as u8,
+            bytes: v.bytes,
+            packets: v.packets,
+            retransmits: v.retransmits,
+        };
+        crate::batch::read_all::<joule_cgroup_net_key, joule_cgroup_net, _>(map, "cgroup_net").iter().map(|(k, v)| counters(k, v)).collect()
     }
 
     /// Cumulative NET_RX/NET_TX softirq time of every possible CPU.

@@ -46,17 +46,5 @@ pub(crate) fn read_hists<M: MapCore>(map: &M) -> HashMap<u64, Histogram> {
 /// kernel without batch ops on LRU maps, < 5.6) it falls back to one key at a time: 2 syscalls
 /// per entry.
 pub(crate) fn read_task_waits<M: MapCore>(map: &M) -> Vec<(u32, joule_task_wait)> {
-    match crate::batch::lookup_all::<u32, joule_task_wait, M>(map) {
-        Ok(all) => all,
-        Err(e) => {
-            tracing::debug!("batch lookup of task_waits: {e}; reading it key by key");
-            let decode = |k: &[u8], v: &[u8]| Some((u32::from_ne_bytes(k.try_into().ok()?), from_bytes::<joule_task_wait>(v)?));
-            map.keys()
-                .filter_map(|k| {
-                    let v = map.lookup(&k, MapFlags::ANY).ok()??; // None: the entry was evicted meanwhile
-                    decode(&k, &v)
-                })
-                .collect()
-        }
-    }
+    crate::batch::read_all::<u32, joule_task_wait, M>(map, "task_waits")
 }

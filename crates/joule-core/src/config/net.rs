@@ -15,6 +15,11 @@ pub struct NetConfig {
     /// Flows reported by name in snapshots and metrics; the rest are summed into one `other`
     /// series, so label cardinality stays bounded whatever the traffic.
     pub top_n: usize,
+    /// How often the flow table is read (ms) for the top-N flows, which are over this
+    /// interval; each period in between carries the last top N. A read costs in proportion
+    /// to the flows in the table, so it is not done every control period; per-cgroup rates
+    /// and softirq shares, summed in the kernel, are read every period.
+    pub flow_period_ms: u64,
     /// The network namespace the limits' interfaces are in (a path such as
     /// `/run/netns/NAME`); empty: the agent's own.
     pub netns: PathBuf,
@@ -25,7 +30,7 @@ pub struct NetConfig {
 
 impl Default for NetConfig {
     fn default() -> Self {
-        Self { flow_monitor: false, top_n: 10, netns: PathBuf::new(), limits: Vec::new() }
+        Self { flow_monitor: false, top_n: 10, flow_period_ms: 10_000, netns: PathBuf::new(), limits: Vec::new() }
     }
 }
 
@@ -92,6 +97,9 @@ pub(super) fn validate(net: &NetConfig, classes: &[super::ClassConfig], out: &mu
     let mut bad = |key: &str, msg: String, hint: &str| out.push((key.to_string(), msg, hint.to_string()));
     if !(1..=1000).contains(&net.top_n) {
         bad("net.top_n", format!("top_n = {} is outside 1..=1000", net.top_n), "10: the rest are summed into `other`");
+    }
+    if !(100..=60_000).contains(&net.flow_period_ms) {
+        bad("net.flow_period_ms", format!("flow_period_ms = {} is outside 100..=60000", net.flow_period_ms), "10000: the flow table read every 10 s");
     }
     for (i, l) in net.limits.iter().enumerate() {
         let key = format!("net.limit[{i}]");
@@ -180,6 +188,7 @@ mod tests {
     fn validation_names_what_is_wrong() {
         let net = NetConfig {
             top_n: 0,
+            flow_period_ms: 50,
             limits: vec![
                 NetLimit { interface: "veth0".into(), rate_mbit: 0.0, ..Default::default() },
                 NetLimit { interface: "veth0".into(), rate_mbit: 1.0, direction: Direction::Ingress, class: Some("nope".into()), ..Default::default() },
@@ -195,7 +204,7 @@ mod tests {
         let mut out = Vec::new();
         validate(&net, &[], &mut out);
         let msgs: Vec<&str> = out.iter().map(|f| f.1.as_str()).collect();
-        for want in ["top_n = 0", "rate_mbit = 0", "ingress limit cannot be for a class", "class \"nope\"", "icmp"] {
+        for want in ["top_n = 0", "flow_period_ms = 50", "rate_mbit = 0", "ingress limit cannot be for a class", "class \"nope\"", "icmp"] {
             assert!(msgs.iter().any(|m| m.contains(want)), "{want}: {msgs:?}");
         }
     }

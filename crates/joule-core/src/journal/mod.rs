@@ -198,17 +198,32 @@ impl Journal {
     /// Appends one record and syncs it to the file before returning, so the change the caller
     /// makes next is always undoable.
     pub fn record(&self, owner: &str, undo: Undo) -> Result<(), JournalError> {
-        let entry = Entry { owner: owner.to_string(), at_ms: now_ms(), undo };
-        let mut line = serde_json::to_string(&entry).expect("journal entries always serialise");
-        line.push('\n');
+        self.record_all(owner, [undo])
+    }
+
+    /// Appends several records in one write and one sync: the changes the caller makes next,
+    /// all undoable, for the cost of one `fdatasync` (a period's worth of class moves under a
+    /// churn of 500 process starts a second was 1,500 syncs a second, two thirds of the
+    /// agent's CPU). Nothing to record: no write.
+    pub fn record_all(&self, owner: &str, undos: impl IntoIterator<Item = Undo>) -> Result<(), JournalError> {
+        let at_ms = now_ms();
+        let mut lines = String::new();
+        for undo in undos {
+            let entry = Entry { owner: owner.to_string(), at_ms, undo };
+            lines.push_str(&serde_json::to_string(&entry).expect("journal entries always serialise"));
+            lines.push('\n');
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
         let werr = |source| JournalError::Write { path: self.inner.path.clone(), source };
         // The same exclusive lock `restore_where` holds while it reads and rewrites the file
         // (in this process or in `joule restore`): without it, a record appended between its
-        // read and its rewrite would be lost — a change with no undo. One write of one line on
-        // an O_APPEND file never interleaves.
+        // read and its rewrite would be lost — a change with no undo. One write on an O_APPEND
+        // file never interleaves.
         let _one = self.inner.writing.lock().unwrap_or_else(|e| e.into_inner());
         let _lock = FileLock::exclusive(&self.inner.file);
-        (&self.inner.file).write_all(line.as_bytes()).map_err(werr)?;
+        (&self.inner.file).write_all(lines.as_bytes()).map_err(werr)?;
         self.inner.file.sync_data().map_err(werr)
     }
 

@@ -205,13 +205,13 @@ pub fn class_flow(flows: &[FlowReading], class: &ClassConfig) -> Option<FlowStat
     (packets > 0).then(|| FlowState { bandwidth_mbit: rate * 8.0 / 1e6, mean_packet_bytes: bytes as f64 / packets as f64 })
 }
 
-/// The flow monitor's readings in this snapshot (`snapshot.net.flows`, both directions: each
-/// packet costs the CPU whichever way it goes), without the aggregated `other` entry, whose
-/// cgroup is `mixed`. None when `[net] flow_monitor` is off: network classes are then modelled
-/// from their targets.
+/// The flow monitor's readings in this snapshot, per cgroup (`snapshot.net.cgroups`: every
+/// flow of the cgroup's sockets, not only the top N by name; both directions: each packet
+/// costs the CPU whichever way it goes). None when `[net] flow_monitor` is off: network
+/// classes are then modelled from their targets.
 fn flow_readings(snap: &Snapshot) -> Vec<FlowReading> {
-    let flows = snap.net.iter().flat_map(|n| &n.flows).filter(|f| f.flow != "other");
-    flows.map(|f| FlowReading { cgroup: f.cgroup.clone(), bytes: f.bytes, packets: f.packets, rate_bytes_per_second: f.rate_bytes_per_second }).collect()
+    let cgroups = snap.net.iter().flat_map(|n| &n.cgroups);
+    cgroups.map(|c| FlowReading { cgroup: c.cgroup.clone(), bytes: c.bytes, packets: c.packets, rate_bytes_per_second: c.rate_bytes_per_second }).collect()
 }
 
 /// The agent's placement policy: `[[energy.target]]` classes → per class `Want::Affinity`, a

@@ -222,8 +222,13 @@ impl QosController {
     }
 
     fn record(&mut self, journal: &Journal, undo: Undo) -> Result<(), QosError> {
-        journal.record(&self.opts.owner, undo.clone())?;
-        self.applied.push(undo);
+        self.record_all(journal, vec![undo])
+    }
+
+    /// Several records in one journal write and sync.
+    fn record_all(&mut self, journal: &Journal, undos: Vec<Undo>) -> Result<(), QosError> {
+        journal.record_all(&self.opts.owner, undos.iter().cloned())?;
+        self.applied.extend(undos);
         Ok(())
     }
 }

@@ -8,9 +8,15 @@
 //! whatever task was running when they fired, not to the agent, so it is measured separately
 //! per program with the kernel's BPF run-time statistics (BPF_ENABLE_STATS: on only while the
 //! bench holds the fd). The wake-up rate the load achieved is measured, not assumed.
+//!
+//! With `--procs`, `--flows` or `--churn-per-s` it measures the cost as the machine fills up
+//! instead (scale.rs): idle processes, loopback flows and process churn, agent off and on.
 
 mod load;
+mod scale;
+mod scale_summary;
 mod summary;
+mod workload;
 
 use super::report;
 use crate::UsageError;
@@ -47,6 +53,17 @@ pub struct OverheadArgs {
     /// Agent period (100 ms = 10 Hz).
     #[arg(long, default_value_t = 100)]
     pub period_ms: u64,
+    /// Scale mode: idle processes to measure at, e.g. 100,2000,10000 (copies of `sleep`, all
+    /// in one class of the bench's config). With --flows and --churn-per-s, one level each.
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    pub procs: Vec<usize>,
+    /// Scale mode: loopback UDP flows to measure at, e.g. 100,2000,10000 (100 B/s each).
+    #[arg(long, value_delimiter = ',', value_name = "M,...")]
+    pub flows: Vec<usize>,
+    /// Scale mode: a level of process churn, starts a second (each a short process matching
+    /// a class), reported as agent CPU per 1,000 starts and the longest iteration.
+    #[arg(long, value_name = "R")]
+    pub churn_per_s: Option<u32>,
     /// Run the agent without eBPF (what a machine without root or bpffs gets); the in-kernel
     /// cost is then reported as absent.
     #[arg(long)]
@@ -68,7 +85,15 @@ fn validate(a: &OverheadArgs) -> Result<(), UsageError> {
         ((1..=20_000).contains(&a.threads), "--threads must be 1 to 20000"),
         ((1..=256).contains(&a.wakers), "--wakers must be 1 to 256"),
         ((100..=1_000_000).contains(&a.wake_period_us), "--wake-period-us must be 100 to 1000000"),
+        (a.procs.iter().all(|n| (1..=50_000).contains(n)), "--procs: each count must be 1 to 50000"),
+        (a.flows.iter().all(|m| (1..=50_000).contains(m)), "--flows: each count must be 1 to 50000"),
+        (a.churn_per_s.is_none_or(|r| (1..=5_000).contains(&r)), "--churn-per-s must be 1 to 5000"),
     ])
+}
+
+/// The scale mode (issue 16) when any of its loads is asked for.
+fn scale_mode(a: &OverheadArgs) -> bool {
+    !a.procs.is_empty() || !a.flows.is_empty() || a.churn_per_s.is_some()
 }
 
 fn bpf_mode(a: &OverheadArgs, root: bool) -> BpfMode {
@@ -238,6 +263,13 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    if scale_mode(&a) {
+        let off_reason = match &bpf {
+            BpfMode::On => None,
+            BpfMode::Off(why) => Some(why.clone()),
+        };
+        return scale::run(&a, on, off_reason);
+    }
     let tmp = tempfile::Builder::new().prefix("joule-bench-").tempdir().context("while creating a temp dir")?;
     let cfg = write_config(tmp.path(), &a, on)?;
     let scenarios = summary::scenarios(&a);
@@ -305,6 +337,28 @@ mod tests {
         assert_eq!(bpf_mode(&args(&["--no-bpf"]), true), BpfMode::Off("--no-bpf".into()));
         assert!(matches!(bpf_mode(&args(&[]), false), BpfMode::Off(why) if why.contains("root")));
         assert_eq!(bpf_mode(&args(&[]), true), BpfMode::On);
+    }
+
+    #[test]
+    fn scale_levels_come_from_the_lists_and_are_bounded() {
+        let a = args(&["--procs", "100,2000,10000", "--flows", "100", "--churn-per-s", "500"]);
+        assert!(validate(&a).is_ok() && scale_mode(&a));
+        let l: Vec<String> = scale::levels(&a).iter().map(ToString::to_string).collect();
+        assert_eq!(l, ["100 idle processes", "2000 idle processes", "10000 idle processes", "100 loopback flows", "churn 500 starts/s"]);
+        assert!(!scale_mode(&args(&[])));
+        let e = validate(&args(&["--procs", "0", "--flows", "60000", "--churn-per-s", "0"])).unwrap_err();
+        for flag in ["--procs", "--flows", "--churn-per-s"] {
+            assert!(e.0.contains(flag), "{flag} missing in: {e}");
+        }
+    }
+
+    #[test]
+    fn the_scale_config_is_one_the_agent_accepts_with_two_classes_nap_and_the_flow_monitor() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = scale::write_config(dir.path(), &args(&["--procs", "10"]), true, 18080).unwrap();
+        let cfg = joule_core::config::Config::load(&p).unwrap();
+        assert_eq!(cfg.classes.len(), 2);
+        assert!(cfg.net.flow_monitor && cfg.nap.enabled && cfg.nap.monitors.tcp_ports == [18080]);
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Snapshotter {
             let cg2 =
                 layout.unified.map(|u| u.dir).with_context(|| format!("[net] flow_monitor needs a cgroup2 hierarchy under {}", t.cgroup_root.display()))?;
             let mon = joule_bpf::FlowMonitor::load(&cg2).context("while loading the flow monitor")?;
-            me.sampler.push(Box::new(flow::FlowSource::new(mon, cfg.net.top_n)));
+            me.sampler.push(Box::new(flow::FlowSource::new(mon, cfg.net.top_n, std::time::Duration::from_millis(cfg.net.flow_period_ms))));
         }
         let opts = joule_bpf::ThermalStageOpts { pin_dir: pin_dir.clone(), thresholds_mc: thresholds_mc.clone(), hysteresis_mc };
         let ts = ThermalStage::load(opts, journal).context("while loading the in-kernel thermal stage")?;

@@ -177,23 +177,30 @@ fn measured_small_packets_move_a_network_class_and_count_past_the_hysteresis() {
 }
 
 #[test]
-fn the_flow_monitors_named_flows_reach_placement_and_its_other_entry_does_not() {
-    use crate::snapshot::{FlowSample, NetFlows};
-    let sample = |flow: &str, cgroup: &str, bytes: u64, packets: u64| FlowSample {
-        flow: flow.into(),
+fn the_flow_monitors_per_cgroup_readings_reach_placement_with_flows_beyond_the_top_n() {
+    use crate::snapshot::{CgroupNet, FlowSample, NetFlows};
+    let cg = |cgroup: &str, bytes: u64, packets: u64| CgroupNet {
         cgroup: cgroup.into(),
         bytes,
         packets,
         rate_bytes_per_second: bytes as f64,
-        ..FlowSample::default()
+        ..CgroupNet::default()
     };
     let mut snap = Snapshot::default();
     assert!(flow_readings(&snap).is_empty(), "no flow monitor, no readings");
     snap.net = Some(NetFlows {
-        flows: vec![sample("tcp 10.0.0.1:21>10.0.0.2:4000", "joule/ftp", 150_000, 100), sample("other", "mixed", 9_000_000, 9000)],
+        // The named flows are only the top N: most of ftp's traffic is in `other` here.
+        flows: vec![FlowSample {
+            flow: "tcp 10.0.0.1:21>10.0.0.2:4000".into(),
+            cgroup: "joule/ftp".into(),
+            bytes: 150_000,
+            packets: 100,
+            ..FlowSample::default()
+        }],
+        cgroups: vec![cg("joule/ftp", 9_150_000, 9100), cg("/", 0, 0)],
         ..NetFlows::default()
     });
     let r = flow_readings(&snap);
-    assert_eq!(r.len(), 1, "{r:?}");
-    assert_eq!((r[0].cgroup.as_str(), r[0].bytes, r[0].packets), ("joule/ftp", 150_000, 100));
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert_eq!((r[0].cgroup.as_str(), r[0].bytes, r[0].packets), ("joule/ftp", 9_150_000, 9100));
 }
