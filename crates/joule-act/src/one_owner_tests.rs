@@ -35,7 +35,7 @@ fn the_class_mover_and_the_nap_agree_on_one_cgroup_per_process() {
     let fx = cgroup_v1();
     let pd = tempfile::tempdir().unwrap();
     let jd = tempfile::tempdir().unwrap();
-    let cfg = joule_core::config::Config::parse("[[class]]\nname = \"web\"\nweight = 200\nmatch = { comm = [\"nginx\"] }\n").unwrap();
+    let cfg = joule_core::config::Config::parse("[[class]]\nname = \"web\"\nweight = 100\nmatch = { comm = [\"nginx\"] }\n").unwrap();
     let opts = QosOpts { cgroup_root: "/cg".into(), procfs_root: pd.path().into(), also_in: vec![Hier::Freezer], ..Default::default() };
     let ctl = QosController::new_with(&cfg.classes, opts, fx.as_ref()).unwrap();
     let places = ctl.places();

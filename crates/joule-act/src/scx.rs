@@ -408,7 +408,7 @@ mod tests {
     #[test]
     fn config_table_becomes_the_schedulers_with_per_mille_shares_and_only_classes_with_a_role() {
         let cfg: Config = Config::parse(
-            "[thermal]\nscheduler = \"scx\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"x\"] }\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = { comm = [\"y\"] }\n[[class]]\nname = \"plain\"\nmatch = { comm = [\"z\"] }\n",
+            "[thermal]\nscheduler = \"scx\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"x\"] }\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = { comm = [\"y\"], uid = [0] }\n[[class]]\nname = \"plain\"\nmatch = { comm = [\"z\"] }\n",
         )
         .unwrap();
         let a = ScxActuator::new(&cfg, Some("/pin/thermal_stage".into()));

@@ -2,8 +2,9 @@
 //! its holder dies, SIGKILL included, so a crashed agent never leaves a stale lock.
 
 use crate::journal::JournalError;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use crate::private_fs::{self, Access};
+use std::fs::File;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -15,10 +16,10 @@ pub struct AgentLock {
     _file: File,
 }
 
+/// The lock file, in the journal directory and as private as the journal (`private_fs`): a
+/// planted symlink or a file of another user's is refused, never truncated.
 fn lock_file(dir: &Path) -> Result<File, JournalError> {
-    let path = dir.join(AGENT_LOCK_FILE);
-    std::fs::create_dir_all(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|source| JournalError::Open { path, source })
+    Ok(private_fs::open_private(&dir.join(AGENT_LOCK_FILE), Access::ReadWrite)?)
 }
 
 fn try_flock(f: &File) -> bool {
@@ -30,7 +31,8 @@ fn try_flock(f: &File) -> bool {
 pub fn lock_agent(dir: &Path) -> Result<Result<AgentLock, Option<u32>>, JournalError> {
     let mut f = lock_file(dir)?;
     if !try_flock(&f) {
-        let pid = std::fs::read_to_string(dir.join(AGENT_LOCK_FILE)).ok().and_then(|s| s.trim().parse().ok());
+        let mut s = String::new();
+        let pid = (&f).take(32).read_to_string(&mut s).ok().and_then(|_| s.trim().parse().ok());
         return Ok(Err(pid));
     }
     let _ = f.set_len(0);

@@ -21,6 +21,7 @@ pub mod nap;
 pub mod netlimit;
 pub mod origin;
 pub mod policy;
+pub mod private_fs;
 pub mod procfs;
 pub mod qdisc;
 pub mod sched_ext;

@@ -36,11 +36,12 @@ fn affinity_is_put_back_on_the_same_thread_only() {
 #[test]
 fn an_exited_thread_counts_as_gone_and_a_refused_affinity_stays_for_a_retry() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default();
+    // Thread 8 started at tick 777 (field 22); 4242 has exited.
+    let fx = FakeEffects::default().with_file("/proc/8/stat", "8 (t) S 1 8 8 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0");
     fx.affinity.lock().unwrap().insert(8, vec![1]);
     let j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::Affinity { tid: 4242, old_cpus: vec![0], started: None }).unwrap();
-    j.record("t", Undo::Affinity { tid: 8, old_cpus: vec![0, 1], started: None }).unwrap();
+    j.record("t", Undo::Affinity { tid: 4242, old_cpus: vec![0], started: Some(1) }).unwrap();
+    j.record("t", Undo::Affinity { tid: 8, old_cpus: vec![0, 1], started: Some(777) }).unwrap();
     fx.fail_calls("affinity 8", libc::EPERM);
     let r = journal::Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 1, 1), "{r:?}");

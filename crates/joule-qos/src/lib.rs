@@ -43,6 +43,8 @@ pub enum QosError {
     Io { what: String, path: PathBuf, source: std::io::Error },
     #[error("no class named {0:?} in the config")]
     UnknownClass(String),
+    #[error("another joule agent holds {path} (its class cgroups); two agents sharing one tree would undo each other's changes: stop the other, or give this one another journal and group")]
+    AnotherAgent { path: PathBuf },
     #[error(transparent)]
     Journal(#[from] joule_core::journal::JournalError),
 }

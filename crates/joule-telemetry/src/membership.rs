@@ -40,7 +40,8 @@ impl Source for MembershipSource {
         let m = match &self.last {
             Some((at, m)) if at.elapsed() < self.every => m.clone(),
             _ => {
-                let m = Arc::new(Membership::scan(&self.procfs, &self.classes, &self.places, &RealEffects));
+                let previous = self.last.as_ref().map(|(_, m)| m.as_ref());
+                let m = Arc::new(Membership::scan_after(&self.procfs, &self.classes, &self.places, &RealEffects, previous));
                 self.last = Some((Instant::now(), m.clone()));
                 m
             }

@@ -1,13 +1,28 @@
 //! Serves what the agent published last: `/metrics` in the format the scraper asks for
 //! (exposition.rs, both rendered from the table in metrics.rs), the snapshot at
-//! `/snapshot.json`, and the plan with the actuators' state at `/plan.json`. The
-//! agent publishes; scrapes never block the control loop for longer than building the table.
+//! `/snapshot.json`, and the plan with the actuators' state at `/plan.json`. The agent
+//! publishes; scrapes never block the control loop for longer than building the table.
+//!
+//! Anyone who can reach the address is a client, so the server is bounded (issue 17,
+//! docs/security.md): hyper's HTTP/1 on a one-thread tokio runtime, at most
+//! [`Limits::max_connections`] connections (a new one evicts the oldest, which is the idle or
+//! slowest), a deadline to send a request's headers (slowloris), a cap on header size and
+//! count, a number of requests per connection and a lifetime per connection (a client that
+//! pipelines without reading its replies holds one connection, not the server), and an
+//! `accept` error (EMFILE) is logged and retried, never fatal.
 
 use crate::exposition::{self, Format};
 use crate::metrics::{self, AgentStats};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use joule_core::control::{ActuatorStatus, Plan};
 use joule_core::Snapshot;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 /// What the agent publishes each period: what it read, what it decided, what its actuators
 /// did, and its own counters.
@@ -21,54 +36,188 @@ pub struct Published {
 
 pub type Shared = Arc<RwLock<Published>>;
 
+/// How much one client may hold of the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections at most; one more evicts the oldest.
+    pub max_connections: usize,
+    /// Time to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// A connection's read buffer (and so its headers' size), bytes.
+    pub max_buf_bytes: usize,
+    /// Header lines per request.
+    pub max_headers: usize,
+    /// Requests per connection; the last reply says `Connection: close`.
+    pub max_requests: usize,
+    /// A connection's whole life.
+    pub lifetime: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 128,
+            header_read_timeout: Duration::from_secs(2),
+            max_buf_bytes: 16 * 1024,
+            max_headers: 32,
+            max_requests: 100,
+            lifetime: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the endpoint may show of other users' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processes {
+    /// pids and names in `/metrics` (`joule_task_wait_seconds`) and `/snapshot.json`.
+    Shown,
+    /// Left out: /proc hides other users' processes (`hidepid`), or the endpoint is not on
+    /// loopback and `agent.metrics_show_processes` is off.
+    Hidden,
+}
+
 /// Renders what is published in `format`.
-pub fn render(shared: &Shared, format: Format) -> String {
+pub fn render(shared: &Shared, format: Format, procs: Processes) -> String {
     let families = {
         let p = shared.read().unwrap_or_else(|e| e.into_inner());
-        let mut f = metrics::families(&p.snapshot, &p.agent);
+        let hidden;
+        let snap = match procs {
+            Processes::Shown => &p.snapshot,
+            Processes::Hidden => {
+                hidden = without_processes(&p.snapshot);
+                &hidden
+            }
+        };
+        let mut f = metrics::families(snap, &p.agent);
         f.extend(metrics::control_families(&p.plan, &p.actuators));
         f
     };
     exposition::render(format, families)
 }
 
+/// The snapshot without per-process names and pids.
+fn without_processes(s: &Snapshot) -> Snapshot {
+    Snapshot { task_wait: Vec::new(), ..s.clone() }
+}
+
 /// The request's `Accept` header, several joined as one list (RFC 9110 allows either).
-fn accept(req: &tiny_http::Request) -> Option<String> {
-    let values: Vec<&str> = req.headers().iter().filter(|h| h.field.equiv("Accept")).map(|h| h.value.as_str()).collect();
+fn accept(req: &Request<Incoming>) -> Option<String> {
+    let values: Vec<&str> = req.headers().get_all(hyper::header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
     (!values.is_empty()).then(|| values.join(","))
 }
 
-/// Starts the HTTP server on its own thread. Returns the bound address (useful with port 0).
-pub fn serve(addr: &str, shared: Shared) -> anyhow::Result<std::net::SocketAddr> {
-    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    let bound = server.server_addr().to_ip().ok_or_else(|| anyhow::anyhow!("{addr} is not an IP address"))?;
-    std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
-        for req in server.incoming_requests() {
-            let (body, ctype, code) = match req.url() {
-                "/metrics" => {
-                    let format = exposition::negotiate(accept(&req).as_deref());
-                    (render(&shared, format), format.content_type(), 200)
-                }
-                "/snapshot.json" => {
-                    let p = shared.read().unwrap_or_else(|e| e.into_inner());
-                    (serde_json::to_string(&p.snapshot).unwrap_or_default(), "application/json", 200)
-                }
-                "/plan.json" => {
-                    let p = shared.read().unwrap_or_else(|e| e.into_inner());
-                    let body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
-                    (body.to_string(), "application/json", 200)
-                }
-                "/" => (
-                    "joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n"
-                        .to_string(),
-                    "text/plain",
-                    200,
-                ),
-                _ => ("not found\n".to_string(), "text/plain", 404),
-            };
-            let header = tiny_http::Header::from_bytes("Content-Type", ctype).expect("static header is valid");
-            let _ = req.respond(tiny_http::Response::from_string(body).with_header(header).with_status_code(code));
+/// (body, content type, status) for one request.
+fn answer(shared: &Shared, req: &Request<Incoming>, procs: Processes) -> (String, &'static str, StatusCode) {
+    match req.uri().path() {
+        "/metrics" => {
+            let format = exposition::negotiate(accept(req).as_deref());
+            (render(shared, format, procs), format.content_type(), StatusCode::OK)
         }
+        "/snapshot.json" => {
+            let p = shared.read().unwrap_or_else(|e| e.into_inner());
+            let body = match procs {
+                Processes::Shown => serde_json::to_string(&p.snapshot),
+                Processes::Hidden => serde_json::to_string(&without_processes(&p.snapshot)),
+            };
+            (body.unwrap_or_default(), "application/json", StatusCode::OK)
+        }
+        "/plan.json" => {
+            let p = shared.read().unwrap_or_else(|e| e.into_inner());
+            let body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
+            (body.to_string(), "application/json", StatusCode::OK)
+        }
+        "/" => (
+            "joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n".to_string(),
+            "text/plain",
+            StatusCode::OK,
+        ),
+        _ => ("not found\n".to_string(), "text/plain", StatusCode::NOT_FOUND),
+    }
+}
+
+/// Whether `procfs` is mounted with `hidepid` (other users' processes hidden from /proc).
+pub fn proc_hides_pids(procfs: &std::path::Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    info.lines().any(|l| {
+        let mut halves = l.splitn(2, " - ");
+        let (Some(left), Some(right)) = (halves.next(), halves.next()) else { return false };
+        let mount_point = left.split_whitespace().nth(4);
+        let mut r = right.split_whitespace();
+        let fstype = r.next();
+        let super_opts = r.nth(1).unwrap_or("");
+        fstype == Some("proc")
+            && mount_point.is_some_and(|m| std::path::Path::new(m) == procfs)
+            && super_opts.split(',').any(|o| o.starts_with("hidepid=") && o != "hidepid=0" && o != "hidepid=off")
+    })
+}
+
+/// Starts the HTTP server on its own thread (one tokio worker). Returns the bound address
+/// (useful with port 0).
+pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
+        rt.block_on(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => accept_loop(l, shared, procs, limits).await,
+                Err(e) => tracing::error!("metrics server: {e}"),
+            }
+        })
     })?;
     Ok(bound)
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, shared: Shared, procs: Processes, limits: Limits) {
+    // Open connections, oldest first: each holds the sender that closes it when dropped.
+    let mut open: VecDeque<tokio::sync::oneshot::Sender<()>> = VecDeque::new();
+    let mut accept_errors = 0u64;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE/ENFILE/ENOBUFS: out of fds or memory for a moment. Drop the oldest
+                // connection to free one, wait a little, and go on.
+                accept_errors += 1;
+                if accept_errors.is_power_of_two() {
+                    tracing::warn!("metrics server: accept failed ({e}); {accept_errors} time(s) so far, retrying");
+                }
+                open.pop_front();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        open.retain(|tx| !tx.is_closed());
+        while open.len() >= limits.max_connections {
+            open.pop_front(); // dropping the sender ends that connection
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        open.push_back(tx);
+        tokio::spawn(connection(stream, shared.clone(), procs, limits, rx));
+    }
+}
+
+async fn connection(stream: tokio::net::TcpStream, shared: Shared, procs: Processes, limits: Limits, evicted: tokio::sync::oneshot::Receiver<()>) {
+    let served = Arc::new(AtomicUsize::new(0));
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (body, ctype, code) = answer(&shared, &req, procs);
+        let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut resp = Response::builder().status(code).header(hyper::header::CONTENT_TYPE, ctype);
+        if n >= limits.max_requests {
+            resp = resp.header(hyper::header::CONNECTION, "close");
+        }
+        std::future::ready(resp.body(Full::new(Bytes::from(body))))
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_buf_bytes)
+        .max_headers(limits.max_headers)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        _ = conn => {}
+        _ = evicted => {}
+        _ = tokio::time::sleep(limits.lifetime) => {}
+    }
 }

@@ -17,6 +17,8 @@ pub struct AgentStats {
     pub stage_transitions_total: u64,
     /// Conflicts the plans reported (each counted once, when it first appears).
     pub conflicts_total: u64,
+    /// Iterations whose wall time exceeded the period.
+    pub loop_overruns_total: u64,
 }
 
 /// The `source` label every measured or estimated value carries.
@@ -220,6 +222,10 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(vec![(vec![], a.max_loop_seconds)]),
     );
     push(
+        def!("joule_agent_loop_overruns", Counter, None, "", "Control-loop iterations whose wall time exceeded the period (each also an `overrun` event)."),
+        num(vec![(vec![], a.loop_overruns_total as f64)]),
+    );
+    push(
         def!("joule_agent_conflicts", Counter, None, "", "Conflicts between two wants for one knob, each counted when it first appeared in a plan."),
         num(vec![(vec![], a.conflicts_total as f64)]),
     );
@@ -370,12 +376,13 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 7] = [
+    const NO_SOURCE: [(&str, &str); 8] = [
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
         ("joule_agent_conflicts", "the agent's own bookkeeping"),
+        ("joule_agent_loop_overruns", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_max_seconds", "the agent's own bookkeeping"),
         ("joule_bpf_enabled", "whether joule's own programs run, not a reading of the machine"),
     ];
@@ -426,6 +433,7 @@ mod tests {
             "joule_runq_wakeups",
             "joule_agent_samples",
             "joule_agent_conflicts",
+            "joule_agent_loop_overruns",
             "joule_bpf_enabled",
             "joule_net_flow_retransmits",
             "joule_net_cgroup_packets",

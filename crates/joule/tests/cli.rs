@@ -136,8 +136,9 @@ fn qos_plan_refuses_runtime_above_period_naming_the_values_and_exits_2() {
     // --config after the subcommand works as well as before it.
     let out = joule(&["qos", "plan", "--config", p.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("REFUSED") && text.contains("2000") && text.contains("1000"), "{text}");
+    // The config's own check refuses it before admission does, with both numbers and the line.
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("exceeds its period") && text.contains("2000") && text.contains("1000") && text.contains("c.toml:3"), "{text}");
 }
 
 #[test]
@@ -222,4 +223,66 @@ fn scx_without_sched_ext_names_what_is_missing_and_exits_1() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no sched_ext") && err.contains("CONFIG_SCHED_CLASS_EXT") && err.contains("kernel/sched_ext is absent"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The broken configs of `testdata/configs/broken` (issue 17), each with the words its first
+/// line expects (`# expect: ...`).
+pub fn broken_configs() -> Vec<(std::path::PathBuf, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/configs/broken");
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let expect =
+                text.lines().next().and_then(|l| l.strip_prefix("# expect: ")).unwrap_or_else(|| panic!("{} lacks # expect:", p.display())).to_string();
+            (p, expect)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn check_config_refuses_every_broken_config_of_the_corpus_with_its_reason() {
+    let corpus = broken_configs();
+    assert!(corpus.len() >= 30, "the corpus has {} configs", corpus.len());
+    for (p, expect) in corpus {
+        let out = joule(&["check-config", p.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {text}", p.display());
+        assert!(text.contains(&expect), "{}: expected {expect:?} in:\n{text}", p.display());
+    }
+}
+
+#[test]
+fn check_config_prints_three_independent_mistakes_with_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("three.toml");
+    std::fs::write(
+        &p,
+        "[agent]\nperiod_ms = \"fast\"\n\n[telemetry]\ntask_wait_top = 100000\n\n[[class]]\nname = \"rt\"\nrt_runtime_us = 5\nmatch = { comm = [\"x\"] }\n",
+    )
+    .unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [2, 5, 10] {
+        assert!(text.contains(&format!("{}:{line}:", p.display())), "line {line} missing:\n{text}");
+    }
+}
+
+#[test]
+fn check_config_refuses_a_device_or_an_oversized_file() {
+    let out = joule(&["check-config", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.toml");
+    let class = "[[class]]\nname = \"c\"\nmatch = { comm = [\"x\"] }\n";
+    std::fs::write(&p, class.repeat(40_000)).unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("joule reads at most"), "{}", String::from_utf8_lossy(&out.stderr));
 }

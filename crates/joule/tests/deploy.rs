@@ -32,4 +32,10 @@ fn systemd_unit_restores_the_journal_dir_the_shipped_config_writes() {
     let dir = post.split("--journal-dir").nth(1).expect("ExecStopPost names --journal-dir").trim();
     assert_eq!(value_after(&deploy("joule.toml"), "journal_dir ="), dir);
     assert!(unit.contains(&format!("RuntimeDirectory={}", dir.trim_start_matches("/run/"))), "{unit}");
+    // Only root reads or writes the journal; the metrics server has its fd room (issue 17).
+    assert_eq!(value_after(&unit, "RuntimeDirectoryMode="), "0700");
+    assert!(value_after(&unit, "LimitNOFILE=").parse::<u32>().is_ok_and(|n| n >= 1024), "{unit}");
+    for hardening in ["NoNewPrivileges=yes", "ProtectHome=read-only", "UMask=0077"] {
+        assert!(unit.lines().any(|l| l == hardening), "{hardening} missing from the unit");
+    }
 }

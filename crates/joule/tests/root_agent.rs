@@ -24,6 +24,17 @@ impl Agent {
         Agent::start_pinning_at(PathBuf::from(format!("/sys/fs/bpf/joule-test-{}", std::process::id())), extra_cfg)
     }
 
+    /// An agent whose fd limit is `nofile` (a unit's `LimitNOFILE`).
+    fn start_limited(extra_cfg: &str, nofile: u64) -> Agent {
+        let mut a = Agent::start(extra_cfg);
+        let _ = a.child.kill();
+        let _ = a.child.wait();
+        // The next agent replays what this one did; its events are not the next one's.
+        let _ = std::fs::remove_file(a.dir.path().join("events.jsonl"));
+        a.child = Self::spawn_limited(a.dir.path(), Some(nofile));
+        a
+    }
+
     fn start_pinning_at(pin_dir: PathBuf, extra_cfg: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let cfg = format!(
@@ -38,7 +49,20 @@ impl Agent {
     }
 
     fn spawn(dir: &Path) -> Child {
-        Command::new(JOULE).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).spawn().unwrap()
+        Self::spawn_limited(dir, None)
+    }
+
+    fn spawn_limited(dir: &Path, nofile: Option<u64>) -> Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(JOULE);
+        cmd.args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null());
+        if let Some(n) = nofile {
+            // SAFETY: setrlimit only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n).map_err(std::io::Error::from));
+            }
+        }
+        cmd.spawn().unwrap()
     }
 
     /// Starts a new agent with the same config, journal, event log and pin dir; the previous
@@ -549,14 +573,21 @@ fn root_agent_without_bpf_only_when_asked_and_says_so() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The journal and event log in directories of the user the agent runs as, private to it
+    // (a journal directory others can write is refused: docs/security.md).
+    for d in ["journal", "log"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+        std::os::unix::fs::chown(dir.path().join(d), Some(65534), Some(65534)).unwrap();
+        std::fs::set_permissions(dir.path().join(d), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
     let cfg = dir.path().join("joule.toml");
     std::fs::write(
         &cfg,
         format!(
             "[agent]\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n",
             j = dir.path().join("journal").display(),
-            e = dir.path().join("events.jsonl").display()
+            e = dir.path().join("log/events.jsonl").display()
         ),
     )
     .unwrap();
@@ -616,3 +647,5 @@ fn root_agent_with_the_scx_scheduler_on_a_kernel_without_sched_ext_says_so_once_
 mod membership;
 #[path = "root_agent/thermal.rs"]
 mod thermal;
+#[path = "root_agent/untrusted.rs"]
+mod untrusted;

@@ -68,8 +68,15 @@ fn root_nap_process_cpu_and_block_monitors_see_real_processes_load_and_io() {
     let name = format!("jnap-{}", std::process::id());
     let exe = dir.path().join(&name);
     std::fs::copy("/bin/sleep", &exe).unwrap();
-    let mut procs = Processes { procfs: procfs(), names: vec![name.clone()] };
+    let mut procs = Processes { procfs: procfs(), names: vec![name.clone()], uids: vec![0] };
     assert!(!procs.poll().unwrap().active);
+    // The same name run by another user is not root's process: it keeps nothing awake.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut other = std::os::unix::process::CommandExt::uid(&mut Command::new(&exe), 64001).arg("30").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!procs.poll().unwrap().active, "uid 64001's {name} counted as root's");
+    other.kill().unwrap();
+    other.wait().unwrap();
     let mut child = Command::new(&exe).arg("30").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let a = procs.poll().unwrap();

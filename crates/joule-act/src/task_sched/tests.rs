@@ -34,6 +34,8 @@ fn pins_the_class_threads_journalled_first_and_the_journal_alone_puts_them_back(
     let fx = FakeEffects::default();
     for tid in [11, 12] {
         fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
+        // The threads as the journal sees them (start time, field 22): records are pinned to it.
+        fx.files.lock().unwrap().insert(format!("/proc/{tid}/stat").into(), format!("{tid} (ftpd) S 1 11 11 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {}", 5000 + tid));
     }
     let jd = tempfile::tempdir().unwrap();
     let journal = Journal::open(jd.path()).unwrap();

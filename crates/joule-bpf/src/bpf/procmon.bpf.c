@@ -5,7 +5,8 @@
  *
  * All hooks are tp_btf (fentry and kprobes do not attach on the development kernel, see
  * nap.bpf.c). The setuid hook (tp_btf/sys_exit, every syscall's exit) is loaded only when a class
- * matches by uid (`want_creds`): it costs every syscall of the machine a few instructions. */
+ * matches by uid or grants something (`want_creds`, see the agent's `watch_creds`): it costs every
+ * syscall of the machine a few instructions. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

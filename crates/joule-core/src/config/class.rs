@@ -7,10 +7,13 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct ClassConfig {
     pub name: String,
-    /// Which tasks belong to the class. A task matching any rule belongs; children follow
-    /// their parent.
+    /// Which tasks belong to the class: every kind of rule given must match (`comm` and `uid`
+    /// both), any one value within a kind. Children of the same user follow their parent.
     #[serde(rename = "match", default)]
     pub matches: MatchRules,
+    /// Let `match` take the whole machine (`cgroup = ["/"]`, `pid = [1]`): refused unless set.
+    #[serde(default)]
+    pub whole_machine: bool,
     /// Name of the enclosing class, for nested guarantees (a child cannot ask more).
     #[serde(default)]
     pub parent: Option<String>,
@@ -56,7 +59,65 @@ pub struct MatchRules {
     pub uid: Vec<u32>,
 }
 
+impl ClassConfig {
+    /// What the class gives its members that other tasks do not have, in words (empty: it
+    /// only takes away, or changes nothing). `elevated`: `[elevate]` schedules this class.
+    /// docs/security.md: a class that grants must be matched by something no user chooses.
+    pub fn grants(&self, elevated: bool) -> Vec<&'static str> {
+        let mut g = Vec::new();
+        if self.rt_runtime_us.is_some_and(|r| r > 0) {
+            g.push("RT runtime");
+        }
+        if self.weight.is_some_and(|w| w > DEFAULT_WEIGHT) {
+            g.push("a CPU weight above the default 100");
+        }
+        if self.cpus.is_some() {
+            g.push("CPUs of its own (a cpuset)");
+        }
+        if self.thermal == ThermalRole::Labelled {
+            g.push("thermal protection (labelled)");
+        }
+        if elevated {
+            g.push("elevate's real-time slices");
+        }
+        g
+    }
+}
+
+/// cgroup v2 `cpu.weight` of a group nobody changed.
+pub const DEFAULT_WEIGHT: u64 = 100;
+
 impl MatchRules {
+    /// Whether a task matches: every kind of rule that is given matches (any one value within
+    /// a kind). `cgroups` are the task's cgroup paths in every hierarchy.
+    pub fn matches(&self, pid: i32, comm: &str, exe: Option<&std::path::Path>, uid: Option<u32>, cgroups: impl IntoIterator<Item = impl AsRef<str>>) -> bool {
+        !self.is_empty()
+            && (self.pid.is_empty() || self.pid.contains(&pid))
+            && (self.comm.is_empty() || self.comm.iter().any(|c| c == comm))
+            && (self.exe.is_empty() || exe.is_some_and(|e| self.exe.iter().any(|x| std::path::Path::new(x) == e)))
+            && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)))
+            && (self.cgroup.is_empty() || cgroups.into_iter().any(|path| self.cgroup_matches(path.as_ref())))
+    }
+
+    /// Whether the rules hold something no unprivileged user can choose for a process: a uid,
+    /// or a cgroup outside every delegated subtree (systemd's `user@UID.service`, where a user
+    /// creates cgroups). `comm` and `exe` are claims: anyone can name a process or exec a copy
+    /// of a binary; a pid can be won by forking until it comes round.
+    pub fn unforgeable(&self) -> bool {
+        !self.uid.is_empty() || (!self.cgroup.is_empty() && self.cgroup.iter().all(|c| !delegated(c)))
+    }
+
+    /// The rules that take the whole machine, in words.
+    pub fn whole_machine(&self) -> Option<String> {
+        if let Some(c) = self.cgroup.iter().find(|c| c.trim_end_matches('/').is_empty()) {
+            return Some(format!("cgroup = {c:?} is every process on the machine"));
+        }
+        if self.pid.contains(&1) {
+            return Some("pid = 1 is init, and the processes that follow it".into());
+        }
+        None
+    }
+
     /// Whether the cgroup `path` is one of the `cgroup` rules or lies below one ("" or "/"
     /// matches everything).
     pub fn cgroup_matches(&self, path: &str) -> bool {
@@ -66,7 +127,64 @@ impl MatchRules {
         })
     }
 
+    /// Whether any rule is given.
     pub fn is_empty(&self) -> bool {
         self.cgroup.is_empty() && self.comm.is_empty() && self.exe.is_empty() && self.pid.is_empty() && self.uid.is_empty()
+    }
+}
+
+/// Whether a cgroup path lies in a subtree delegated to a user (systemd's `user@UID.service`,
+/// or any `*.service` under `user.slice` that a user manager runs), where that user creates
+/// and names cgroups.
+pub fn delegated(path: &str) -> bool {
+    path.split('/').any(|seg| seg.starts_with("user@"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn problems(text: &str) -> String {
+        Config::parse(text).err().map(|e| e.iter().map(|p| format!("{:?}: {}\n", p.line, p.message)).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_class_that_grants_must_match_by_something_no_user_chooses() {
+        for (grant, why) in
+            [("rt_runtime_us = 1000", "RT runtime"), ("weight = 101", "weight above"), ("cpus = \"0\"", "cpuset"), ("thermal = \"labelled\"", "labelled")]
+        {
+            for forgeable in
+                ["comm = [\"nginx\"]", "exe = [\"/usr/sbin/nginx\"]", "pid = [4242]", "cgroup = [\"/user.slice/user-1001.slice/user@1001.service/x\"]"]
+            {
+                let e = problems(&format!("[[class]]\nname = \"c\"\n{grant}\nmatch = {{ {forgeable} }}\n"));
+                assert!(e.contains("any user can meet") && e.contains(why) && e.contains("Some(4)"), "{grant} / {forgeable}: {e}");
+            }
+            for trusted in ["uid = [0]", "comm = [\"nginx\"], uid = [0, 33]", "cgroup = [\"/system.slice/nginx.service\"]"] {
+                assert_eq!(problems(&format!("[[class]]\nname = \"c\"\n{grant}\nmatch = {{ {trusted} }}\n")), "", "{grant} / {trusted}");
+            }
+        }
+        let e = problems("[[class]]\nname = \"p\"\nmatch = { comm = [\"player\"] }\n[elevate]\nclass = \"p\"\n");
+        assert!(e.contains("elevate's real-time slices"), "{e}");
+        assert_eq!(problems("[[class]]\nname = \"be\"\nquota_us = 5000\nweight = 50\nmatch = { comm = [\"miner\"] }\n"), "", "taking away needs no proof");
+    }
+
+    #[test]
+    fn whole_machine_matches_are_refused_unless_asked_for() {
+        for m in ["cgroup = [\"\"]", "cgroup = [\"/\"]", "pid = [1]"] {
+            let e = problems(&format!("[[class]]\nname = \"c\"\nquota_us = 1000\nmatch = {{ {m} }}\n"));
+            assert!(e.contains("whole") || e.contains("every process") || e.contains("init"), "{m}: {e}");
+            assert_eq!(problems(&format!("[[class]]\nname = \"c\"\nquota_us = 1000\nwhole_machine = true\nmatch = {{ {m} }}\n")), "", "{m}");
+        }
+    }
+
+    #[test]
+    fn every_kind_given_must_match_and_any_value_within_one() {
+        let cfg = Config::parse("[[class]]\nname = \"c\"\nmatch = { comm = [\"a\", \"b\"], uid = [0, 33] }\n").unwrap();
+        let m = &cfg.classes[0].matches;
+        let none: [&str; 0] = [];
+        assert!(m.matches(1, "b", None, Some(33), none));
+        assert!(!m.matches(1, "b", None, Some(1001), none), "comm alone is not enough");
+        assert!(!m.matches(1, "c", None, Some(0), none), "uid alone is not enough");
+        assert!(!m.matches(1, "a", None, None, none), "an unknown uid matches no uid rule");
     }
 }

@@ -34,6 +34,54 @@ pub(super) fn from_toml_error(text: &str, e: &toml::de::Error) -> Problem {
     Problem { line: e.span().map(|s| line_of(text, s.start)), key: None, message: e.message().trim().to_string(), hint }
 }
 
+/// The top-level section around byte `at` of `text`: its name (`agent`, `class`, `class.match`;
+/// "" for keys before any header) and the byte range from its header to the next header.
+/// Line-based, so it works on text the parser refused for its syntax.
+pub(super) fn section_around(text: &str, at: usize) -> (String, std::ops::Range<usize>) {
+    let mut start = 0;
+    let mut name = String::new();
+    let mut offset = 0;
+    let mut end = text.len();
+    for line in text.split_inclusive('\n') {
+        let broken_header = line.trim_start().starts_with('[') && header(line).is_none();
+        if offset <= at && at < offset + line.len() && broken_header {
+            // The mistake is a header itself: set aside from it to the next header.
+            start = offset;
+            name = line.trim().to_string();
+        } else if let Some(h) = header(line) {
+            if offset > at {
+                end = offset;
+                break;
+            }
+            start = offset;
+            name = h;
+        }
+        offset += line.len();
+    }
+    if name.is_empty() {
+        // A key before any header: only its own line.
+        let s = text[..at.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+        let e = text[at.min(text.len())..].find('\n').map_or(text.len(), |i| at + i + 1);
+        return (name, s..e);
+    }
+    (name, start..end)
+}
+
+/// The table name of a header line (`[agent]`, `[[class]]`, `[class.match]`), if it is one.
+fn header(line: &str) -> Option<String> {
+    let l = line.trim();
+    let l = l.split_once('#').map_or(l, |(h, _)| h.trim_end());
+    let inner = l.strip_prefix("[[").and_then(|r| r.strip_suffix("]]")).or_else(|| l.strip_prefix('[').and_then(|r| r.strip_suffix(']')))?;
+    let inner = inner.trim();
+    (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_alphanumeric() || "_-.\"' ".contains(c))).then(|| inner.to_string())
+}
+
+/// Replaces `range` of `text` with spaces, keeping its newlines (line numbers stay).
+pub(super) fn blank(text: &mut String, range: std::ops::Range<usize>) {
+    let blanked: String = text[range.clone()].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+    text.replace_range(range, &blanked);
+}
+
 pub(super) fn at_key(text: &str, key: &str, message: String, hint: String) -> Problem {
     Problem { line: span_of(text, key).map(|b| line_of(text, b)), key: Some(key.to_string()), message, hint }
 }
@@ -91,6 +139,23 @@ mod tests {
         let e = Config::parse(text).unwrap_err();
         assert_eq!(e[0].key.as_deref(), Some("class[1].name"));
         assert_eq!(e[0].line, Some(5));
+    }
+
+    #[test]
+    fn three_independent_mistakes_give_three_problems_with_their_lines() {
+        let text = "[agent]\nperiod_ms = \"fast\"\n\n[telemetry]\nbpf_pin_dri = \"/x\"\n\n[[class]]\nname = \"a\"\nweight = 0\n\n[thermal]\nhysteresis_celsius = -1.0\n";
+        let e = Config::parse(text).unwrap_err();
+        let lines: Vec<Option<usize>> = e.iter().map(|p| p.line).collect();
+        assert_eq!(lines, [Some(2), Some(5), Some(9), Some(12)], "{e:#?}");
+        assert!(e[0].message.contains("invalid type") && e[1].message.contains("bpf_pin_dri") && e[2].message.contains("weight = 0"), "{e:#?}");
+    }
+
+    #[test]
+    fn a_syntax_error_in_one_section_leaves_the_others_checked() {
+        let text = "[agent]\nperiod_ms = 5\n\n[nap\nenabled = true\n";
+        let e = Config::parse(text).unwrap_err();
+        assert!(e.iter().any(|p| p.line == Some(4)), "{e:#?}");
+        assert!(e.iter().any(|p| p.key.as_deref() == Some("agent.period_ms") && p.line == Some(2)), "{e:#?}");
     }
 
     #[test]

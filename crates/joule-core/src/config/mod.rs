@@ -48,6 +48,10 @@ pub struct AgentConfig {
     pub period_ms: u64,
     /// Where the Prometheus text endpoint listens; loopback by default.
     pub metrics_addr: String,
+    /// Show other users' pids and process names (`joule_task_wait_seconds`, `/snapshot.json`)
+    /// on an endpoint beyond loopback. On loopback they follow /proc's own policy: hidden when
+    /// /proc is mounted `hidepid`.
+    pub metrics_show_processes: bool,
     /// Undo journal directory (tmpfs, so a reboot forgets it along with the changes).
     pub journal_dir: PathBuf,
     /// JSON-lines event log; "-" writes events to standard output.
@@ -63,6 +67,7 @@ impl Default for AgentConfig {
         Self {
             period_ms: 100,
             metrics_addr: "127.0.0.1:9977".into(),
+            metrics_show_processes: false,
             journal_dir: "/run/joule".into(),
             event_log: "/run/joule/events.jsonl".into(),
             status_interval_ms: 2000,
@@ -135,6 +140,11 @@ impl Default for ThermalModelConfig {
     }
 }
 
+/// The largest config joule reads (the shipped one is ~6 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// The most problems one check reports.
+const MAX_PROBLEMS: usize = 100;
+
 /// The most stages the in-kernel program handles (size of its threshold array).
 pub const MAX_STAGES: usize = 8;
 
@@ -155,19 +165,56 @@ fn render(path: &Path, problems: &[Problem]) -> String {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
+    /// Reads (a regular file of at most [`MAX_CONFIG_BYTES`]), parses and validates a config
+    /// file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = crate::fsread::read_file_capped(path, MAX_CONFIG_BYTES).map_err(|source| ConfigError::Read { path: path.into(), source })?;
         Config::parse(&text).map_err(|problems| ConfigError::Invalid { path: path.into(), problems })
     }
 
+    /// A problem about `key` (`class[2].rt_runtime_us`) located in config `text`, for checks
+    /// made outside this module (admission on this machine, in `joule check-config`).
+    pub fn problem_at(text: &str, key: &str, message: String, hint: String) -> Problem {
+        locate::at_key(text, key, message, hint)
+    }
+
     /// Parses and validates config text; on failure every problem found, each with its line.
+    /// A section the parser refuses (a wrong type, an unknown key, bad syntax) is reported and
+    /// set aside — its lines blanked, so every line number stays — and the rest parsed again,
+    /// so three independent mistakes give three problems, not the first one; the sections that
+    /// parse are then validated.
     pub fn parse(text: &str) -> Result<Config, Vec<Problem>> {
-        let cfg: Config = toml::from_str(text).map_err(|e| vec![locate::from_toml_error(text, &e)])?;
-        let problems = validate::validate(&cfg);
+        let mut problems = Vec::new();
+        let mut work = text.to_string();
+        let mut set_aside = Vec::new();
+        let cfg = loop {
+            match toml::from_str::<Config>(&work) {
+                Ok(c) => break Some(c),
+                Err(e) => {
+                    problems.push(locate::from_toml_error(&work, &e));
+                    match e.span().map(|s| locate::section_around(&work, s.start)) {
+                        Some((name, range)) if problems.len() < MAX_PROBLEMS && !range.is_empty() => {
+                            set_aside.push(name);
+                            locate::blank(&mut work, range);
+                        }
+                        _ => break None,
+                    }
+                }
+            }
+        };
+        let Some(cfg) = cfg else { return Err(problems) };
+        // A check that refers to a section set aside would blame the user for our default.
+        let refers_to_aside = |key: &str, msg: &str| set_aside.iter().any(|s| s == "class" && msg.contains("[[class]]") || key.starts_with(s.as_str()));
+        problems.extend(
+            validate::validate(&cfg)
+                .into_iter()
+                .filter(|(key, msg, _)| set_aside.is_empty() || !refers_to_aside(key, msg))
+                .map(|(key, msg, hint)| locate::at_key(&work, &key, msg, hint)),
+        );
         if problems.is_empty() {
             return Ok(cfg);
         }
-        Err(problems.into_iter().map(|(key, msg, hint)| locate::at_key(text, &key, msg, hint)).collect())
+        problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
+        Err(problems)
     }
 }

@@ -41,9 +41,13 @@ impl Default for NapConfig {
     }
 }
 
+fn root_only() -> Vec<u32> {
+    vec![0]
+}
+
 /// Activity monitors; each key given turns one on. Any one reporting activity keeps the
 /// machine awake.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NapMonitors {
     /// TCP: a connection (any state but LISTEN/TIME_WAIT/CLOSE) or a queued SYN/accept on
@@ -51,8 +55,13 @@ pub struct NapMonitors {
     pub tcp_ports: Vec<u16>,
     /// UDP: datagrams queued on sockets bound to these ports; their first datagram wakes a nap.
     pub udp_ports: Vec<u16>,
-    /// Processes by name (/proc/PID/comm): any one running keeps the machine awake.
+    /// Processes by name (/proc/PID/comm): any one running keeps the machine awake — when
+    /// its real uid is one of `process_uids`. A name is anyone's to choose; without the uid,
+    /// any user could keep the machine out of its nap by naming a process so.
     pub processes: Vec<String>,
+    /// Whose processes `processes` counts (real uid). Default: root's only.
+    #[serde(default = "root_only")]
+    pub process_uids: Vec<u32>,
     /// Whole-machine CPU busy percentage above which the machine is active.
     pub cpu_load_pct: Option<f64>,
     /// Any sectors read or written on a block device (/proc/diskstats, loop/ram excluded).
@@ -62,6 +71,21 @@ pub struct NapMonitors {
     pub console_irqs: Vec<String>,
     /// Packets received on this interface (/sys/class/net/IF/statistics/rx_packets).
     pub interface: Option<String>,
+}
+
+impl Default for NapMonitors {
+    fn default() -> Self {
+        NapMonitors {
+            tcp_ports: Vec::new(),
+            udp_ports: Vec::new(),
+            processes: Vec::new(),
+            process_uids: root_only(),
+            cpu_load_pct: None,
+            block_io: false,
+            console_irqs: Vec::new(),
+            interface: None,
+        }
+    }
 }
 
 impl NapMonitors {

@@ -2,7 +2,13 @@
 //! the key it is about (dotted path, `class[2].name`) so the caller can find its line.
 //! Admission control of class guarantees (shares per core) lives in joule-qos, not here.
 
+use super::class::ClassConfig;
 use super::{Config, MAX_STAGES};
+
+/// Most tasks a top-N list reports.
+const MAX_TOP: usize = 100;
+/// Most `[[class]]` entries (each is a cgroup in every hierarchy, matched against every process).
+pub const MAX_CLASSES: usize = 256;
 
 /// (key path, message, hint)
 pub(super) type Found = (String, String, String);
@@ -17,6 +23,16 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     }
     if a.metrics_addr.parse::<std::net::SocketAddr>().is_err() {
         bad("agent.metrics_addr", format!("metrics_addr = {:?} is not an IP:port", a.metrics_addr), "e.g. \"127.0.0.1:9977\"");
+    }
+
+    if a.status_interval_ms > 3_600_000 {
+        bad("agent.status_interval_ms", format!("status_interval_ms = {} is over an hour", a.status_interval_ms), "2000, or 0 for none");
+    }
+    if cfg.telemetry.task_wait_top > MAX_TOP {
+        bad("telemetry.task_wait_top", format!("task_wait_top = {} is outside 0..={MAX_TOP}", cfg.telemetry.task_wait_top), "5: the tasks that waited longest");
+    }
+    if cfg.classes.len() > MAX_CLASSES {
+        bad("class", format!("{} classes; joule takes at most {MAX_CLASSES}", cfg.classes.len()), "group tasks into fewer classes");
     }
 
     let pm = &cfg.telemetry.power_model;
@@ -129,9 +145,33 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
                 );
             }
         }
+        let grants = c.grants(cfg.elevate.enabled() && cfg.elevate.class == c.name);
+        if !grants.is_empty() && !c.matches.is_empty() && !c.matches.unforgeable() {
+            bad(
+                &format!("class[{i}].match"),
+                format!(
+                    "class {:?} grants {} but is matched only by rules any user can meet (comm, exe, pid, or a cgroup under user@UID.service)",
+                    c.name,
+                    grants.join(", ")
+                ),
+                "add uid = [...] to the match (every kind given must match), or match a cgroup no user can create; docs/security.md",
+            );
+        }
+        if let (false, Some(why)) = (c.whole_machine, c.matches.whole_machine()) {
+            bad(&format!("class[{i}].match"), format!("class {:?}: {why}", c.name), "match what you mean, or set whole_machine = true in the class");
+        }
+        for (key, msg, hint) in bandwidth_problems(c) {
+            bad(&format!("class[{i}].{key}"), format!("class {:?}: {msg}", c.name), hint);
+        }
         if let Some(p) = &c.parent {
             if !cfg.classes.iter().any(|o| &o.name == p) {
                 bad(&format!("class[{i}].parent"), format!("parent {p:?} is not a class in this file"), "name an existing [[class]]");
+            } else if let Some(cycle) = parent_cycle(&cfg.classes, i) {
+                bad(
+                    &format!("class[{i}].parent"),
+                    format!("class {:?} is its own ancestor: {}", c.name, cycle.join(" → ")),
+                    "a class's parents end at a class without one",
+                );
             }
         }
     }
@@ -148,4 +188,74 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         ));
     }
     out
+}
+
+/// The kernel's bounds on a cgroup's CPU period (CFS: 1 ms to 1 s).
+const CFS_PERIOD_US: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+/// RT periods joule accepts (the kernel takes more; nothing sensible does).
+const RT_PERIOD_US: std::ops::RangeInclusive<u64> = 1_000..=10_000_000;
+
+/// A class's bandwidth numbers that no machine accepts, as (key, message, hint).
+fn bandwidth_problems(c: &ClassConfig) -> Vec<(&'static str, String, &'static str)> {
+    let mut out = Vec::new();
+    let rt_period = c.rt_period_us.unwrap_or(1_000_000);
+    if c.rt_period_us.is_some() && !RT_PERIOD_US.contains(&rt_period) {
+        out.push((
+            "rt_period_us",
+            format!("rt_period_us = {rt_period} is outside {}..={}", RT_PERIOD_US.start(), RT_PERIOD_US.end()),
+            "1000000 (1 s) is the kernel's",
+        ));
+    }
+    if let Some(rt) = c.rt_runtime_us {
+        if rt == 0 {
+            out.push(("rt_runtime_us", "rt_runtime_us = 0 grants nothing".to_string(), "leave it out, or give the runtime the class needs per period"));
+        } else if rt > rt_period {
+            out.push(("rt_runtime_us", format!("rt_runtime_us = {rt} exceeds its period ({rt_period} µs)"), "a runtime is a part of its period"));
+        }
+    }
+    if c.quota_us == Some(0) {
+        out.push(("quota_us", "quota_us = 0 would stop the class".to_string(), "a share of period_us, e.g. 50000 of 100000"));
+    }
+    if let Some(p) = c.period_us {
+        if !CFS_PERIOD_US.contains(&p) {
+            out.push((
+                "period_us",
+                format!("period_us = {p} is outside {}..={}", CFS_PERIOD_US.start(), CFS_PERIOD_US.end()),
+                "100000 (100 ms) is the kernel's",
+            ));
+        }
+    }
+    if let Some(b) = c.burst_us {
+        match c.quota_us {
+            None => out.push(("burst_us", format!("burst_us = {b} without a quota_us"), "a burst lets a capped class save unused quota")),
+            Some(q) if b > q => out.push(("burst_us", format!("burst_us = {b} exceeds quota_us = {q}"), "the kernel bounds a burst by the quota")),
+            _ => {}
+        }
+    }
+    if let Some(w) = c.weight {
+        if !(1..=10_000).contains(&w) {
+            out.push(("weight", format!("weight = {w} is outside 1..=10000"), "100 is the default"));
+        }
+    }
+    if let Some(cpus) = &c.cpus {
+        if crate::cpulist::parse(cpus).is_none_or(|v| v.is_empty()) {
+            out.push(("cpus", format!("cpus = {cpus:?} is not a CPU list"), "e.g. \"1\" or \"2-3,6\""));
+        }
+    }
+    out
+}
+
+/// The chain of parents from class `i` back to itself, if it loops.
+fn parent_cycle(classes: &[ClassConfig], i: usize) -> Option<Vec<String>> {
+    let mut chain = vec![classes[i].name.clone()];
+    let mut cur = &classes[i];
+    for _ in 0..=classes.len() {
+        let parent = cur.parent.as_ref()?;
+        chain.push(parent.clone());
+        if parent == &classes[i].name {
+            return Some(chain);
+        }
+        cur = classes.iter().find(|c| &c.name == parent)?;
+    }
+    None
 }

@@ -18,9 +18,24 @@ pub trait Files {
     /// The id of the cgroup v2 directory `dir` (its inode on cgroup2, what `bpf_skb_cgroup_id`
     /// and `bpf_get_current_cgroup_id` return). An error when `dir` is not a cgroup2 directory.
     fn cgroup_id(&self, dir: &Path) -> io::Result<u64>;
+    /// An exclusive flock on directory `dir`, held while the fd lives; `WouldBlock` when
+    /// another process holds it. The fake locks nothing (`Ok(None)`).
+    fn lock_dir(&self, _dir: &Path) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        Ok(None)
+    }
 }
 
 impl Files for RealEffects {
+    fn lock_dir(&self, dir: &Path) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?;
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Some(f.into()))
+    }
     fn read(&self, path: &Path) -> io::Result<String> {
         std::fs::read_to_string(path)
     }

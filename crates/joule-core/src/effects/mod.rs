@@ -16,7 +16,7 @@ mod sched;
 
 pub use files::Files;
 pub use freezer::{FreezeState, Freezer, FREEZE_SETTLE};
-pub use mounts::{Mounts, PseudoFs, BPF_FS_MAGIC, TRACEFS_MAGIC};
+pub use mounts::{Mounts, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC, TRACEFS_MAGIC};
 pub use net::{tc_handle, FakeLink, Net, Qdisc, QdiscOption, TC_H_ROOT};
 pub use sched::{Sched, SchedAttr};
 

@@ -9,6 +9,11 @@ use std::path::Path;
 pub const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// statfs `f_type` of tracefs.
 pub const TRACEFS_MAGIC: i64 = 0x7472_6163;
+/// statfs `f_type` of cgroup v1 and v2, sysfs and procfs: where joule's knobs live.
+pub const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+pub const SYSFS_MAGIC: i64 = 0x6265_6572;
+pub const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 
 /// A pseudo-filesystem joule may mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +58,10 @@ impl PseudoFs {
 pub trait Mounts {
     /// The type of the filesystem `path` is on (statfs `f_type`, e.g. [`BPF_FS_MAGIC`]).
     fn fs_magic(&self, path: &Path) -> io::Result<i64>;
+    /// `path` with every symlink resolved (what a write to it would reach).
+    fn resolve(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        Ok(path.to_path_buf())
+    }
     /// Mounts a fresh, source-less filesystem of `fstype` (`bpf`, `tracefs`) at `target`.
     fn mount(&self, fstype: &str, target: &Path) -> io::Result<()>;
     /// Unmounts whatever is mounted at `target` (not lazily: a busy mount stays and says so).
@@ -63,6 +72,9 @@ impl Mounts for RealEffects {
     fn fs_magic(&self, path: &Path) -> io::Result<i64> {
         let st = nix::sys::statfs::statfs(path)?;
         Ok(st.filesystem_type().0 as i64)
+    }
+    fn resolve(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        std::fs::canonicalize(path)
     }
     fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
         use nix::mount::MsFlags;
@@ -76,6 +88,8 @@ impl Mounts for RealEffects {
     }
 }
 
+/// The fake's filesystems: a path is on its longest mount, and everything else is on cgroup2
+/// (most fake paths are cgroup knobs).
 impl Mounts for FakeEffects {
     fn fs_magic(&self, path: &Path) -> io::Result<i64> {
         use super::Files;
@@ -83,7 +97,7 @@ impl Mounts for FakeEffects {
             return Err(not_found(path.display()));
         }
         let mounts = self.mounts.lock().unwrap();
-        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(0, |(_, t)| *t))
+        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(CGROUP2_SUPER_MAGIC, |(_, t)| *t))
     }
     fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
         self.act(format!("mount {fstype} {}", target.display()), || {
@@ -113,10 +127,10 @@ mod tests {
     #[test]
     fn a_path_is_on_its_longest_mount_and_unmounting_twice_is_einval() {
         let fx = FakeEffects::default().with_dir("/sys").with_dir("/sys/fs/bpf").with_file("/sys/fs/bpf/x", "");
-        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), 0);
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), CGROUP2_SUPER_MAGIC);
         fx.mount("bpf", Path::new("/sys/fs/bpf")).unwrap();
         assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), BPF_FS_MAGIC);
-        assert_eq!(fx.fs_magic(Path::new("/sys")).unwrap(), 0);
+        assert_eq!(fx.fs_magic(Path::new("/sys")).unwrap(), CGROUP2_SUPER_MAGIC);
         assert_eq!(fx.mount("ext4", Path::new("/sys")).unwrap_err().raw_os_error(), Some(libc::ENODEV));
         fx.unmount(Path::new("/sys/fs/bpf")).unwrap();
         assert_eq!(fx.unmount(Path::new("/sys/fs/bpf")).unwrap_err().raw_os_error(), Some(libc::EINVAL));

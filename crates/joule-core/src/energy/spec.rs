@@ -64,7 +64,7 @@ impl ModelFile {
     }
 
     pub fn load(path: &std::path::Path) -> Result<EnergyModel, EnergyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| EnergyError::Invalid(format!("reading {}: {e}", path.display())))?;
+        let text = crate::fsread::read_file_capped(path, 1 << 20).map_err(|e| EnergyError::Invalid(format!("reading {}: {e}", path.display())))?;
         let f = ModelFile::parse(&text)?;
         build(&f.domains, &path.display().to_string(), f.notes)
     }

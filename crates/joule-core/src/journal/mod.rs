@@ -6,8 +6,9 @@
 
 use crate::clock::now_ms;
 use crate::effects::{Effects, SchedAttr};
+use crate::private_fs::{self, Access, PrivateError};
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 mod undo;
 
-use undo::{tally, undo_one};
+use undo::{replay_checked, tally, undo_one};
 
 pub const JOURNAL_FILE: &str = "undo.jsonl";
 
@@ -25,8 +26,8 @@ pub enum JournalError {
     Open { path: PathBuf, source: io::Error },
     #[error("cannot write the undo journal {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
-    #[error("undo journal {path} line {line} is not a record joule understands: {reason}")]
-    Corrupt { path: PathBuf, line: usize, reason: String },
+    #[error("undo journal: {0}")]
+    NotPrivate(#[from] PrivateError),
 }
 
 /// How to undo one change.
@@ -120,7 +121,9 @@ pub fn start_time(fx: &dyn Effects, pid: i32) -> Option<u64> {
     crate::procfs::Stat::read(fx, Path::new("/proc"), pid)?.start_time_ticks
 }
 
-/// Whether `pid` is still the task a record was made for (unknown start time: assume so).
+/// Whether `pid` is still the task a record was made for. A record read from the journal
+/// without a start time is refused before this (`undo::refusal`); an in-memory rollback of
+/// a task whose start time could not be read goes ahead.
 pub(crate) fn same_task(fx: &dyn Effects, pid: i32, started: Option<u64>) -> bool {
     started.is_none() || start_time(fx, pid) == started
 }
@@ -146,6 +149,8 @@ pub struct Journal {
 
 struct Inner {
     path: PathBuf,
+    /// The journal directory, checked private when opened (`private_fs`).
+    dir_fd: std::os::fd::OwnedFd,
     file: File,
     /// One record at a time from this process: flock is per open file description, so threads
     /// sharing the description would not exclude each other by it.
@@ -162,21 +167,22 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
-    /// The journal in `dir` (created with the directory when missing). Every entry point that
-    /// changes the system gets its journal here; a directory this process already has open
-    /// gives back the same journal, never a second open of the file.
+    /// The journal in `dir` (created 0700 with the directory when missing). Every entry point
+    /// that changes the system gets its journal here; a directory this process already has
+    /// open gives back the same journal, never a second open of the file. The directory and
+    /// the file must be private (`private_fs`): a journal another user could write or point
+    /// elsewhere is refused, with the reason.
     pub fn open(dir: &Path) -> Result<Self, JournalError> {
         let path = dir.join(JOURNAL_FILE);
-        let open_err = |source| JournalError::Open { path: path.clone(), source };
-        std::fs::create_dir_all(dir).map_err(open_err)?;
-        let key = std::fs::canonicalize(dir).map_err(open_err)?;
+        let dir_fd = private_fs::private_dir(dir)?;
+        let key = std::fs::canonicalize(dir).map_err(|source| JournalError::Open { path: path.clone(), source })?;
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         open.retain(|(_, w)| w.strong_count() > 0);
         if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
             return Ok(Self { inner });
         }
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(open_err)?;
-        let inner = Arc::new(Inner { path: key.join(JOURNAL_FILE), file, writing: Mutex::new(()) });
+        let file = private_fs::open_in(&dir_fd, dir, JOURNAL_FILE, Access::Append)?;
+        let inner = Arc::new(Inner { path: key.join(JOURNAL_FILE), dir_fd, file, writing: Mutex::new(()) });
         open.push((key, Arc::downgrade(&inner)));
         Ok(Self { inner })
     }
@@ -251,28 +257,67 @@ impl Journal {
         let path = &self.inner.path;
         // A second description of the file: flock is per open file description, so this lock
         // excludes `record` on the shared one as well as other processes.
-        let lock = OpenOptions::new().read(true).write(true).open(path).map_err(|source| JournalError::Open { path: path.clone(), source })?;
+        let lock = private_fs::open_in(&self.inner.dir_fd, self.dir(), JOURNAL_FILE, Access::ReadWrite)?;
         let _held = FileLock::exclusive(&lock);
-        let all = entries(self.dir())?;
-        let mut report = RestoreReport::default();
+        let (all, skipped) = read_entries(&lock, path)?;
+        let mut report = RestoreReport { skipped, ..Default::default() };
         let mut keep = vec![true; all.len()];
         for (i, entry) in all.iter().enumerate().rev().filter(|(_, e)| select(e)) {
-            keep[i] = !tally(&mut report, &entry.undo, undo_one(&entry.undo, fx));
+            keep[i] = !replay_checked(&mut report, &entry.undo, fx);
         }
-        if keep.iter().all(|k| *k) {
+        if keep.iter().all(|k| *k) && report.skipped.is_empty() {
             return Ok(report);
         }
-        let mut body = String::new();
-        for (e, _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
-            body.push_str(&serde_json::to_string(e).expect("serialisable"));
-            body.push('\n');
-        }
-        let werr = |source| JournalError::Write { path: path.clone(), source };
-        lock.set_len(0).map_err(werr)?;
-        (&lock).write_all(body.as_bytes()).map_err(werr)?;
-        lock.sync_data().map_err(werr)?;
+        rewrite(&lock, path, all.iter().zip(&keep).filter(|(_, k)| **k).map(|(e, _)| e))?;
         Ok(report)
     }
+}
+
+impl Journal {
+    /// Drops what a replay would do nothing with, while the agent runs (a class mover under
+    /// churn journals a move per process start, and most of those processes are gone long
+    /// before a replay): records of tasks that have exited (their start time no longer
+    /// matches), and repeats of a record already there (the first stays: replayed last, it
+    /// alone decides). Holds the lock a record and a replay take; returns how many went.
+    pub fn compact(&self, fx: &dyn Effects) -> Result<usize, JournalError> {
+        let path = &self.inner.path;
+        let lock = private_fs::open_in(&self.inner.dir_fd, self.dir(), JOURNAL_FILE, Access::ReadWrite)?;
+        let _held = FileLock::exclusive(&lock);
+        let (all, _) = read_entries(&lock, path)?;
+        let mut alive: std::collections::HashMap<(i32, Option<u64>), bool> = std::collections::HashMap::new();
+        let mut seen = std::collections::HashSet::new();
+        let keep: Vec<&Entry> = all
+            .iter()
+            .filter(|e| match &e.undo {
+                Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. } => {
+                    *alive.entry((*pid, *started)).or_insert_with(|| same_task(fx, *pid, *started))
+                }
+                _ => true,
+            })
+            .filter(|e| seen.insert(serde_json::to_string(&(&e.owner, &e.undo)).unwrap_or_default()))
+            .collect();
+        let dropped = all.len() - keep.len();
+        if dropped > 0 {
+            rewrite(&lock, path, keep)?;
+        }
+        Ok(dropped)
+    }
+}
+
+/// Replaces the journal held by `lock` with `keep`, in order, synced.
+fn rewrite<'a>(lock: &File, path: &Path, keep: impl IntoIterator<Item = &'a Entry>) -> Result<(), JournalError> {
+    let mut body = String::new();
+    for e in keep {
+        body.push_str(&serde_json::to_string(e).expect("journal entries always serialise"));
+        body.push('\n');
+    }
+    let werr = |source| JournalError::Write { path: path.to_path_buf(), source };
+    use std::io::{Seek, SeekFrom};
+    lock.set_len(0).map_err(werr)?;
+    let mut f = lock;
+    f.seek(SeekFrom::Start(0)).map_err(werr)?;
+    f.write_all(body.as_bytes()).map_err(werr)?;
+    lock.sync_data().map_err(werr)
 }
 
 /// An flock held until dropped.
@@ -301,32 +346,79 @@ pub struct RestoreReport {
     pub already_gone: usize,
     /// Records that failed for another reason; kept in the journal for a later retry.
     pub failed: Vec<String>,
+    /// Lines that are not a record joule understands, and records joule cannot have written
+    /// (a target outside what it changes: see `undo::check`): reported, never acted on, and
+    /// dropped from the journal by the replay.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
-/// Reads every entry of the journal in `dir` (empty when there is none), without opening it
-/// for writing (`joule restore --dry-run`, tests).
+/// Reads every record of the journal in `dir` (empty when there is none), without opening it
+/// for writing (`joule restore --dry-run`, tests); lines that are no record are left out (see
+/// [`read_entries`]).
 pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
     let path = dir.join(JOURNAL_FILE);
-    let file = match File::open(&path) {
+    let file = match private_fs::open_private(&path, Access::Read) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(JournalError::Open { path, source }),
+        Err(PrivateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
     };
-    let mut out = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| JournalError::Open { path: path.clone(), source })?;
+    Ok(read_entries(&file, &path)?.0)
+}
+
+/// Every record of an open journal, oldest first, and what could not be read as one: a line
+/// that is not JSON or not a record is reported with its number and skipped, the records
+/// around it kept (one bad line must not block every restore). A torn last line (a crash in
+/// the middle of a write) was never acted on: skipped silently. Lines longer than
+/// `MAX_LINE_BYTES` are skipped unread.
+pub fn read_entries(file: &File, path: &Path) -> Result<(Vec<Entry>, Vec<String>), JournalError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let rerr = |source| JournalError::Open { path: path.to_path_buf(), source };
+    let mut f = file;
+    f.seek(SeekFrom::Start(0)).map_err(rerr)?;
+    let mut reader = BufReader::new(f.take(MAX_JOURNAL_BYTES));
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    let mut buf = Vec::new();
+    let mut n = 0;
+    loop {
+        buf.clear();
+        let read = (&mut reader).take(MAX_LINE_BYTES + 1).read_until(b'\n', &mut buf).map_err(rerr)?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        if buf.len() as u64 > MAX_LINE_BYTES && !buf.ends_with(b"\n") {
+            skipped.push(format!("{} line {n}: longer than {MAX_LINE_BYTES} bytes", path.display()));
+            // Skip the rest of the line, a bounded piece at a time.
+            loop {
+                buf.clear();
+                let r = (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut buf).map_err(rerr)?;
+                if r == 0 || buf.ends_with(b"\n") {
+                    break;
+                }
+            }
+            continue;
+        }
+        let line = String::from_utf8_lossy(&buf);
         if line.trim().is_empty() {
             continue;
         }
-        // A torn last line (crash in the middle of a write) was never acted on: skip it.
-        match serde_json::from_str(&line) {
+        match serde_json::from_str(line.trim_end()) {
             Ok(e) => out.push(e),
-            Err(e) if e.is_eof() => continue,
-            Err(e) => return Err(JournalError::Corrupt { path, line: i + 1, reason: e.to_string() }),
+            Err(e) if e.is_eof() && !buf.ends_with(b"\n") => continue,
+            Err(e) => {
+                tracing::warn!("undo journal {} line {n} is not a record joule understands ({e}); skipped", path.display());
+                skipped.push(format!("{} line {n}: not a record joule understands: {e}", path.display()));
+            }
         }
     }
-    Ok(out)
+    Ok((out, skipped))
 }
+
+/// A journal line longer than this is no record of joule's (the longest, a qdisc, is ~300 B).
+const MAX_LINE_BYTES: u64 = 64 * 1024;
+/// What a replay reads of a journal at most (a running agent compacts its journal).
+const MAX_JOURNAL_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Undoes in-memory records newest first (a failed apply rolling back what it did). Same
 /// semantics as a journal replay: a vanished target counts as already gone.

@@ -3,7 +3,8 @@
 
 use super::undo::CGROUP_BUSY_PATIENCE;
 use super::*;
-use crate::effects::FakeEffects;
+use crate::effects::{FakeEffects, Mounts, Sched};
+use std::fs::OpenOptions;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -24,7 +25,7 @@ fn vanished_targets_count_as_gone_not_failed() {
     let dir = tempfile::tempdir().unwrap();
     let fx = FakeEffects::default();
     let j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER, started: None }).unwrap();
+    j.record("t", Undo::Sched { tid: 4242, old: SchedAttr::OTHER, started: Some(1) }).unwrap();
     j.record("t", Undo::RemoveDir { path: "/cg/joule".into(), evacuate_to: None }).unwrap();
     let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 2, 0));
@@ -219,4 +220,99 @@ fn a_process_holds_one_journal_per_directory_and_its_clones_share_it() {
     drop((a, b));
     // Once every handle is gone, the next open is a fresh one (the records stay in the file).
     assert!(Journal::open(dir.path()).unwrap().entries().unwrap().is_empty());
+}
+
+#[test]
+fn a_corrupt_line_is_reported_and_skipped_and_the_records_around_it_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default().with_file("/k/a", "new").with_file("/k/b", "new");
+    let j = Journal::open(dir.path()).unwrap();
+    j.record("t", Undo::Write { path: "/k/a".into(), old: "old".into() }).unwrap();
+    let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
+    f.write_all(b"{\"owner\":\"t\",\"op\":\"format_disk\"}\nnot json at all\n").unwrap();
+    f.write_all(&vec![b'x'; 70 * 1024]).unwrap();
+    f.write_all(b"\n").unwrap();
+    j.record("t", Undo::Write { path: "/k/b".into(), old: "old".into() }).unwrap();
+    assert_eq!(entries(dir.path()).unwrap().len(), 2, "the valid records are read");
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.failed.len(), r.skipped.len()), (2, 0, 3), "{:?}", r.skipped);
+    assert!(r.skipped[0].contains("line 2") && r.skipped[1].contains("line 3") && r.skipped[2].contains("line 4: longer than"), "{:?}", r.skipped);
+    assert_eq!((fx.file("/k/a").unwrap(), fx.file("/k/b").unwrap()), ("old".to_string(), "old".to_string()));
+    assert_eq!(std::fs::read_to_string(j.path()).unwrap(), "", "the bad lines are gone with the replayed ones");
+}
+
+#[test]
+fn records_joule_cannot_have_written_are_skipped_not_acted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default()
+        .with_dir("/etc")
+        .with_file("/etc/shadow", "root:x")
+        .with_file("/proc/7/stat", &stat("user", 100))
+        .with_file("/cg/cgroup.procs", "");
+    fx.mount("tracefs", Path::new("/etc")).unwrap(); // anything but a cgroup, sysfs or procfs
+    fx.sched.lock().unwrap().insert(7, SchedAttr::OTHER);
+    let j = Journal::open(dir.path()).unwrap();
+    let fifo99 = SchedAttr { policy: libc::SCHED_FIFO, priority: 99 };
+    for u in [
+        Undo::Write { path: "/etc/shadow".into(), old: "root::".into() },
+        Undo::MoveTask { pid: 7, procs_file: "/etc/shadow".into(), started: Some(100) },
+        Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: None },
+        Undo::Sched { tid: 7, old: fifo99, started: Some(100) },
+        Undo::LinkDelete { netns: None, ifname: "eth0".into(), kind: "veth".into() },
+        Undo::RemoveFile { path: "/etc/shadow".into() },
+    ] {
+        j.record("t", u).unwrap();
+    }
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.failed.len(), r.skipped.len()), (0, 0, 6), "{:?}", r.skipped);
+    assert_eq!(fx.file("/etc/shadow").as_deref(), Some("root:x"));
+    assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some(""));
+    assert_eq!(fx.get_sched(7).unwrap(), SchedAttr::OTHER, "undoing never raises a task");
+    assert!(r.skipped.iter().any(|s| s.contains("would raise task 7 from policy 0 priority 0 to policy 1 priority 99")), "{:?}", r.skipped);
+    assert_eq!(fx.calls(), ["mount tracefs /etc"], "nothing acted on");
+    // Lowering what joule raised goes ahead.
+    fx.sched.lock().unwrap().insert(7, fifo99);
+    j.record("t", Undo::Sched { tid: 7, old: SchedAttr::OTHER, started: Some(100) }).unwrap();
+    assert_eq!(j.restore_all(&fx).unwrap().undone, 1);
+    assert_eq!(fx.get_sched(7).unwrap(), SchedAttr::OTHER);
+}
+
+#[test]
+fn compaction_drops_records_of_exited_tasks_and_repeats_and_keeps_the_rest_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("alive", 100)).with_file("/k/knob", "new");
+    let j = Journal::open(dir.path()).unwrap();
+    let knob = Undo::Write { path: "/k/knob".into(), old: "first".into() };
+    j.record("t", knob.clone()).unwrap();
+    j.record("t", Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(100) }).unwrap();
+    j.record("t", Undo::MoveTask { pid: 8, procs_file: "/cg/cgroup.procs".into(), started: Some(5) }).unwrap(); // exited
+    j.record("t", Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(99) }).unwrap(); // an older 7
+    j.record("t", knob.clone()).unwrap(); // a repeat
+    j.record("t", Undo::Write { path: "/k/knob".into(), old: "second".into() }).unwrap();
+    assert_eq!(j.compact(&fx).unwrap(), 3);
+    let left: Vec<Undo> = entries(dir.path()).unwrap().into_iter().map(|e| e.undo).collect();
+    assert_eq!(
+        left,
+        [
+            knob,
+            Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(100) },
+            Undo::Write { path: "/k/knob".into(), old: "second".into() }
+        ]
+    );
+    assert_eq!(j.compact(&fx).unwrap(), 0, "nothing more to drop");
+    j.restore_all(&fx).unwrap();
+    assert_eq!(fx.file("/k/knob").as_deref(), Some("first"), "the replay ends where it would have");
+}
+
+#[test]
+fn an_rt_runtime_the_kernel_still_refuses_is_retried_until_it_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default().with_file("/cg/cpu/joule/cpu.rt_runtime_us", "300000");
+    let j = Journal::open(dir.path()).unwrap();
+    j.record("qos", Undo::Write { path: "/cg/cpu/joule/cpu.rt_runtime_us".into(), old: "0".into() }).unwrap();
+    // A child group removed a moment ago still holds its budget: EINVAL, three times.
+    fx.fail_calls_times("write /cg/cpu/joule/cpu.rt_runtime_us", libc::EINVAL, 3);
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
+    assert_eq!(fx.file("/cg/cpu/joule/cpu.rt_runtime_us").as_deref(), Some("0"));
 }

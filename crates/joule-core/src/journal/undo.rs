@@ -2,7 +2,7 @@
 //! is emptied pass after pass and its removal retried while the kernel calls it busy.
 
 use super::{same_task, RestoreReport, Undo};
-use crate::effects::{Effects, Freezer, PseudoFs, FREEZE_SETTLE};
+use crate::effects::{Effects, Freezer, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, FREEZE_SETTLE, PROC_SUPER_MAGIC, SYSFS_MAGIC};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,9 +21,92 @@ pub(super) fn tally(report: &mut RestoreReport, undo: &Undo, outcome: io::Result
     true
 }
 
+/// Replays one record read from the journal file: refused records (see [`refusal`]) are
+/// reported in `skipped` and not acted on. True when settled (done, gone, refused), false
+/// when it failed and should stay for a retry.
+pub(super) fn replay_checked(report: &mut RestoreReport, undo: &Undo, fx: &dyn Effects) -> bool {
+    match refusal(undo, fx) {
+        Ok(None) => tally(report, undo, undo_one(undo, fx)),
+        Ok(Some(why)) => {
+            tracing::warn!("undo journal: skipping {undo:?}: joule cannot have written it ({why})");
+            report.skipped.push(format!("{undo:?}: joule cannot have written it: {why}"));
+            true
+        }
+        Err(e) => tally(report, undo, gone_ok(Err(e))),
+    }
+}
+
 pub(super) enum Outcome {
     Done,
     Gone,
+}
+
+/// Why joule cannot have written `undo`, if it cannot: the journal is root's alone (see
+/// `private_fs`), and this is the second wall. joule only ever records the undo of its own
+/// changes, so a replay acts only on what those can be:
+/// - file writes to cgroup knobs, sysfs CPU and runtime-PM knobs under `/sys/devices`
+///   (`scaling_max_freq`, `online`, `power/control`) and the `/proc/sys/kernel/sched_*`
+///   sysctls, judged by the filesystem and the real path the write would reach;
+/// - task moves into a `cgroup.procs`/`tasks` file on a cgroup filesystem, cgroups and bpffs
+///   pins removed, cgroups thawed, ifb devices deleted;
+/// - scheduling put back only to a policy no stronger than the one the task has now (joule
+///   raised it: undoing never raises), and every task record pinned to a start time.
+///
+/// `Ok(None)`: fine; `Ok(Some(why))`: refused; Err: the target could not be looked at
+/// (`NotFound`: gone).
+pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String>> {
+    let on = |path: &Path| -> io::Result<(PathBuf, i64)> { Ok((fx.resolve(path)?, fx.fs_magic(path)?)) };
+    let cgroup = |m: i64| m == CGROUP_SUPER_MAGIC || m == CGROUP2_SUPER_MAGIC;
+    let why = match undo {
+        Undo::Write { path, .. } => {
+            let (real, m) = on(path)?;
+            let sysfs_knob = m == SYSFS_MAGIC
+                && real.starts_with("/sys/devices")
+                && (real.ends_with("cpufreq/scaling_max_freq") || real.ends_with("online") || real.ends_with("power/control"));
+            let sysctl = m == PROC_SUPER_MAGIC
+                && real.starts_with("/proc/sys/kernel")
+                && real.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("sched_"));
+            (!(cgroup(m) || sysfs_knob || sysctl)).then(|| format!("{} is no cgroup, CPU or sched knob joule writes", real.display()))
+        }
+        Undo::MoveTask { procs_file, started, .. } => {
+            let (real, m) = on(procs_file)?;
+            let name_ok = real.file_name().is_some_and(|n| n == "cgroup.procs" || n == "tasks");
+            if started.is_none() {
+                Some("a task record without a start time".to_string())
+            } else {
+                (!(cgroup(m) && name_ok)).then(|| format!("{} is no cgroup.procs or tasks file of a cgroup", real.display()))
+            }
+        }
+        Undo::RemoveDir { path, evacuate_to } => {
+            let (real, m) = on(path)?;
+            let dest_ok = match evacuate_to {
+                Some(d) => fx.resolve(d).is_ok_and(|r| r.file_name().is_some_and(|n| n == "cgroup.procs" || n == "tasks")) && fx.fs_magic(d).is_ok_and(cgroup),
+                None => true,
+            };
+            (!((cgroup(m) || m == BPF_FS_MAGIC) && dest_ok))
+                .then(|| format!("{} is no cgroup or bpffs directory (or its tasks would go elsewhere)", real.display()))
+        }
+        Undo::RemoveFile { path } => {
+            let (real, m) = on(path)?;
+            (m != BPF_FS_MAGIC).then(|| format!("{} is not on bpffs", real.display()))
+        }
+        Undo::Thaw { cgroup: dir } => {
+            let (real, m) = on(dir)?;
+            (!cgroup(m)).then(|| format!("{} is not a cgroup", real.display()))
+        }
+        Undo::Sched { started: None, .. } | Undo::Affinity { started: None, .. } => Some("a task record without a start time".to_string()),
+        Undo::Sched { tid, old, .. } => {
+            let now = fx.get_sched(*tid)?;
+            let rt = |a: &crate::effects::SchedAttr| a.policy == libc::SCHED_FIFO || a.policy == libc::SCHED_RR;
+            let raises = rt(old) && (!rt(&now) || old.priority > now.priority);
+            raises.then(|| {
+                format!("it would raise task {tid} from policy {} priority {} to policy {} priority {}", now.policy, now.priority, old.policy, old.priority)
+            })
+        }
+        Undo::LinkDelete { kind, .. } => (kind != "ifb").then(|| format!("joule only creates ifb devices, not {kind:?}")),
+        Undo::Affinity { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
+    };
+    Ok(why)
 }
 
 fn is_gone(e: &io::Error) -> bool {
@@ -40,6 +123,7 @@ fn gone_ok(r: io::Result<()>) -> io::Result<Outcome> {
 
 pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
     match undo {
+        Undo::Write { path, old } if path.file_name().is_some_and(|n| n == "cpu.rt_runtime_us") => gone_ok(write_rt_runtime(path, old, fx)),
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
         Undo::Unmount { path, magic } => Ok(if undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
@@ -65,6 +149,24 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         Undo::RemoveDir { path, .. } if !fx.exists(path) => Ok(Outcome::Gone),
         Undo::RemoveDir { path, evacuate_to: None } => gone_ok(fx.remove_dir(path)),
         Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx)),
+    }
+}
+
+/// Puts an RT runtime back, retrying EINVAL for up to [`CGROUP_BUSY_PATIENCE`]: a child
+/// group removed just before still holds its budget until the kernel returns it to the parent
+/// (after an RCU grace period), and until then lowering the parent's runtime below the sum of
+/// its children's is refused (issue 17: the RT class undo failed at shutdown, 3 of 3 runs).
+fn write_rt_runtime(path: &Path, value: &str, fx: &dyn Effects) -> io::Result<()> {
+    let deadline = Instant::now() + CGROUP_BUSY_PATIENCE;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match fx.write(path, value) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            r => return r,
+        }
     }
 }
 

@@ -5,11 +5,12 @@
 //! move re-reads /proc/PID/cgroup, a setuid re-reads /proc/PID/status, an exit drops the process
 //! and re-reads its children's parent. A process is known by pid and start time, so an event
 //! for a pid that was reused by a new process is never taken for the old one. Classes follow
-//! the walk's rules exactly (first class in config order, else the nearest matching ancestor),
-//! and a process whose class changed takes the descendants that follow it along.
+//! the walk's rules exactly (first class in config order, else the parent's class when it has the same uid),
+//! and a process whose class changed takes the descendants that follow it along. Membership is
+//! sticky (`super::sticky`): a rename, exec or cgroup move keeps a process in its class.
 
-use super::matching::{direct_match, read_proc, ProcInfo};
-use super::{next_generation, with_ids, ClassPlace, Member, Membership};
+use super::matching::{assign, direct_match, may_follow, read_proc, ProcInfo};
+use super::{next_generation, sticky, with_ids, ClassPlace, Member, Membership};
 use crate::config::ClassConfig;
 use crate::effects::{Files, RealEffects};
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
@@ -27,9 +28,6 @@ pub enum ProcChange {
     Cgroup { pid: i32, started: u64 },
     Creds { pid: i32, started: u64 },
 }
-
-/// How deep "children follow their parent" looks (as the walk's `assign`).
-const MAX_HOPS: usize = 64;
 
 pub struct ProcessCache {
     procfs: PathBuf,
@@ -69,13 +67,21 @@ impl ProcessCache {
 
     /// Walks /proc and rebuilds everything (at start, and when events were lost).
     pub fn walk(&mut self) {
-        self.procs = super::matching::scan(&self.procfs).into_iter().map(|p| (p.pid, p)).collect();
+        let procs = super::matching::scan(&self.procfs);
+        let mut assigned = assign(&procs, &self.classes, Some(&self.members));
+        assigned.remove(&self.me);
+        self.procs = procs.into_iter().map(|p| (p.pid, p)).collect();
         self.children.clear();
         for p in self.procs.values() {
             self.children.entry(p.ppid).or_default().insert(p.pid);
         }
-        let pids: Vec<i32> = self.procs.keys().copied().collect();
-        self.members = pids.into_iter().filter_map(|pid| Some((pid, self.member_of(pid)?))).collect();
+        self.members = assigned
+            .into_iter()
+            .map(|(pid, class)| {
+                let p = &self.procs[&pid];
+                (pid, Member { pid, class, started: p.started, cgroups: p.cgroups.clone(), uid: p.uid })
+            })
+            .collect();
         self.sizes.clear();
         for m in self.members.values() {
             *self.sizes.entry(m.class.clone()).or_default() += 1;
@@ -89,37 +95,44 @@ impl ProcessCache {
         self.procs.len()
     }
 
-    /// The class of `pid` as the walk's rules give it: its own match, else its nearest
-    /// ancestor's.
+    /// The class of `pid` as the walk's rules give it: its own match, else its parent's class
+    /// when the parent has the same uid.
     fn class_of(&self, pid: i32) -> Option<String> {
-        let mut cur = self.procs.get(&pid)?;
-        if cur.kthread || pid == self.me {
+        let p = self.procs.get(&pid)?;
+        if p.kthread || pid == self.me {
             return None;
         }
-        for _ in 0..MAX_HOPS {
-            if let Some(c) = direct_match(cur, &self.classes) {
-                return Some(c.to_string());
-            }
-            if cur.ppid <= 1 {
-                return None;
-            }
-            cur = self.procs.get(&cur.ppid)?;
+        if let Some(c) = direct_match(p, &self.classes) {
+            return Some(c.to_string());
         }
-        None
+        let parent = self.procs.get(&p.ppid).filter(|q| p.ppid > 1 && may_follow(p, q))?;
+        self.members.get(&parent.pid).map(|m| m.class.clone())
     }
 
     fn member_of(&self, pid: i32) -> Option<Member> {
         let class = self.class_of(pid)?;
         let p = &self.procs[&pid];
-        Some(Member { pid, class, started: p.started, cgroups: p.cgroups.clone() })
+        Some(Member { pid, class, started: p.started, cgroups: p.cgroups.clone(), uid: p.uid })
+    }
+
+    /// `now` (what the rules give), or `before` with the process's current state where its
+    /// class is [`sticky`].
+    fn kept(&self, before: Option<&Member>, now: Option<Member>, pid: i32) -> Option<Member> {
+        let p = self.procs.get(&pid)?;
+        match before {
+            Some(b) if self.classes.iter().any(|c| c.name == b.class) && sticky(b, now.as_ref().map(|m| m.class.as_str()), p.started, p.uid) => {
+                Some(Member { class: b.class.clone(), pid, started: p.started, cgroups: p.cgroups.clone(), uid: p.uid })
+            }
+            _ => now,
+        }
     }
 
     /// Recomputes `pid`'s membership and, when its class changed, its descendants'.
     fn reclassify(&mut self, pid: i32) {
         let mut todo = vec![pid];
         while let Some(p) = todo.pop() {
-            let now = self.member_of(p);
             let before = self.members.get(&p).cloned();
+            let now = self.kept(before.as_ref(), self.member_of(p), p);
             if now == before {
                 continue;
             }

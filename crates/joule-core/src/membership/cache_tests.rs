@@ -1,6 +1,7 @@
 //! The process cache on a fixture /proc that the test changes the way the kernel would, event by
-//! event: after every event the cache's members equal what a fresh walk finds, and each event
-//! reads only what it changes.
+//! event: after every event the cache's members equal what a walk finds that knows the previous
+//! reading (membership is sticky: a walk without history would forget a class a process keeps
+//! through a rename or exec), and each event reads only what it changes.
 
 use super::*;
 use crate::config::Config;
@@ -24,7 +25,8 @@ fn set_cgroup(dir: &Path, pid: i32, cg: &str) {
 fn classes() -> Vec<ClassConfig> {
     Config::parse(
         "[[class]]\nname = \"web\"\nmatch = { comm = [\"nginx\"] }\n\
-         [[class]]\nname = \"batch\"\nmatch = { cgroup = [\"/batch\"], uid = [1001], exe = [\"/usr/bin/render\"] }\n",
+         [[class]]\nname = \"batch\"\nmatch = { cgroup = [\"/batch\"] }\n\
+         [[class]]\nname = \"render\"\nmatch = { uid = [1001], exe = [\"/usr/bin/render\"] }\n",
     )
     .unwrap()
     .classes
@@ -39,8 +41,12 @@ fn both(c: &mut ProcessCache, dir: &Path) -> (Classes, Classes) {
     let r = c.reading(&fx);
     let cached: Classes = r.members.values().map(|m| (m.pid, m.class.clone())).collect();
     let sizes = |class: &str| cached.iter().filter(|(_, c)| c == class).count();
-    assert_eq!(r.counts(&classes()), [("web".to_string(), sizes("web")), ("batch".to_string(), sizes("batch"))], "the kept counts");
-    let walked = Membership::scan(dir, &classes(), &[], &fx).members.values().map(|m| (m.pid, m.class.clone())).collect();
+    assert_eq!(
+        r.counts(&classes()),
+        [("web".to_string(), sizes("web")), ("batch".to_string(), sizes("batch")), ("render".to_string(), sizes("render"))],
+        "the kept counts"
+    );
+    let walked = Membership::scan_after(dir, &classes(), &[], &fx, Some(&r)).members.values().map(|m| (m.pid, m.class.clone())).collect();
     (cached, walked)
 }
 
@@ -70,7 +76,8 @@ fn events_keep_the_members_a_walk_would_find() {
     let (cached, walked) = both(&mut c, d);
     assert_eq!(cached, walked);
 
-    // bash runs a helper that renames itself nginx: it joins web, and so does its child.
+    // bash runs a helper that renames itself nginx: it joins web, and so does its child (same
+    // uid).
     c.apply(&ProcChange::Fork { pid: 201, ppid: 200, started: 1201, comm: "bash".into() });
     proc(d, 201, 200, "bash", 1000, "/", 1201);
     c.apply(&ProcChange::Fork { pid: 202, ppid: 201, started: 1202, comm: "bash".into() });
@@ -81,12 +88,13 @@ fn events_keep_the_members_a_walk_would_find() {
     assert_eq!(cached, walked);
     assert_eq!(cached, web(&[100, 101, 201, 202]));
 
-    // 202 execs the renderer: its own rule (exe) beats its parent's class.
+    // 202 execs the renderer as uid 1000: `render` wants uid 1001 too (every kind given must
+    // match), so 202 keeps the class it had (sticky).
     proc(d, 202, 201, "render", 1000, "/", 1202);
     c.apply(&ProcChange::Exec { pid: 202, started: 1202, comm: "render".into() });
     let (cached, walked) = both(&mut c, d);
     assert_eq!(cached, walked);
-    assert!(cached.contains(&(202, "batch".into())), "{cached:?}");
+    assert!(cached.contains(&(202, "web".into())), "{cached:?}");
 
     // Someone moves bash (200) into /batch: it joins batch by cgroup.
     set_cgroup(d, 200, "/batch");
@@ -95,19 +103,90 @@ fn events_keep_the_members_a_walk_would_find() {
     assert!(r.changed.contains(&200) && r.members[&200].class == "batch");
     assert_eq!(r.members[&200].cgroups.path(None), Some("/batch"));
 
-    // A worker setuid()s to 1001: still web (its own comm matches web first, config order).
+    // A worker setuid()s to 1001: decided again, and its own comm matches web.
     proc(d, 101, 100, "nginx", 1001, "/", 1101);
     c.apply(&ProcChange::Creds { pid: 101, started: 1101 });
     let (cached, walked) = both(&mut c, d);
     assert_eq!(cached, walked);
+    assert!(cached.contains(&(101, "web".into())), "{cached:?}");
 
-    // 201 exits: 202 is reparented to init (the kernel's doing) and keeps its own class.
+    // 201 exits: 202 is reparented to init (the kernel's doing) and keeps its class.
     std::fs::remove_dir_all(d.join("201")).unwrap();
     proc(d, 202, 1, "render", 1000, "/", 1202);
     c.apply(&ProcChange::Exit { pid: 201, started: 1201 });
     let (cached, walked) = both(&mut c, d);
     assert_eq!(cached, walked);
     assert!(!cached.iter().any(|(p, _)| *p == 201));
+    assert!(cached.contains(&(202, "web".into())), "{cached:?}");
+}
+
+fn capped() -> Vec<ClassConfig> {
+    Config::parse(
+        "[[class]]\nname = \"be\"\nquota_us = 10000\nmatch = { comm = [\"miner\"] }\n\
+         [[class]]\nname = \"free\"\nmatch = { comm = [\"free\"] }\n\
+         [[class]]\nname = \"svc\"\nweight = 500\nmatch = { comm = [\"svc\"], uid = [0] }\n",
+    )
+    .unwrap()
+    .classes
+}
+
+fn class_of(c: &mut ProcessCache, pid: i32) -> Option<String> {
+    c.reading(&FakeEffects::default()).members.get(&pid).map(|m| m.class.clone())
+}
+
+/// Issue 17: a user's job renamed to escape its cap stays capped (and its later children with
+/// it); only a uid change decides again.
+#[test]
+fn a_rename_or_exec_never_moves_a_process_out_of_its_class() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 1, 0, "init", 0, "/", 1);
+    proc(d, 500, 1, "miner", 1001, "/", 1500);
+    let mut c = ProcessCache::new(d, &capped(), vec![]);
+    c.walk();
+    assert_eq!(class_of(&mut c, 500).as_deref(), Some("be"));
+    c.apply(&ProcChange::Rename { pid: 500, started: 1500, comm: "free".into() });
+    assert_eq!(class_of(&mut c, 500).as_deref(), Some("be"), "renamed like an uncapped class");
+    c.apply(&ProcChange::Exec { pid: 500, started: 1500, comm: "bash".into() });
+    assert_eq!(class_of(&mut c, 500).as_deref(), Some("be"), "exec'd something else");
+    c.apply(&ProcChange::Fork { pid: 501, ppid: 500, started: 1501, comm: "bash".into() });
+    assert_eq!(class_of(&mut c, 501).as_deref(), Some("be"), "its child follows it");
+    // A walk after lost events keeps them too.
+    proc(d, 500, 1, "bash", 1001, "/", 1500);
+    proc(d, 501, 500, "bash", 1001, "/", 1501);
+    c.walk();
+    assert_eq!((class_of(&mut c, 500).as_deref(), class_of(&mut c, 501).as_deref()), (Some("be"), Some("be")));
+    // A process that belonged to no class may still join one by a rename.
+    proc(d, 600, 1, "sh", 1001, "/", 1600);
+    c.apply(&ProcChange::Fork { pid: 600, ppid: 1, started: 1600, comm: "sh".into() });
+    c.apply(&ProcChange::Rename { pid: 600, started: 1600, comm: "free".into() });
+    assert_eq!(class_of(&mut c, 600).as_deref(), Some("free"));
+}
+
+/// Issue 17: a name is a claim; a class that grants takes only processes of its uid, and a
+/// child follows its parent only when it has the parent's uid.
+#[test]
+fn a_granting_class_takes_only_its_uid_and_children_follow_within_their_uid() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 1, 0, "init", 0, "/", 1);
+    proc(d, 700, 1, "svc", 0, "/", 1700);
+    proc(d, 800, 1, "svc", 1001, "/", 1800);
+    let mut c = ProcessCache::new(d, &capped(), vec![]);
+    c.walk();
+    assert_eq!((class_of(&mut c, 700).as_deref(), class_of(&mut c, 800)), (Some("svc"), None), "uid 1001's svc is not root's");
+    // root's svc forks a worker that drops to uid 1001: it leaves with its uid.
+    c.apply(&ProcChange::Fork { pid: 701, ppid: 700, started: 1701, comm: "svc".into() });
+    assert_eq!(class_of(&mut c, 701).as_deref(), Some("svc"));
+    proc(d, 701, 700, "svc", 1001, "/", 1701);
+    c.apply(&ProcChange::Creds { pid: 701, started: 1701 });
+    assert_eq!(class_of(&mut c, 701), None, "a child that switched to uid 1001 stays in a class of uid 0");
+    // Its own child (uid 1001) follows nothing either; a walk agrees.
+    c.apply(&ProcChange::Fork { pid: 702, ppid: 701, started: 1702, comm: "sh".into() });
+    proc(d, 702, 701, "sh", 1001, "/", 1702);
+    assert_eq!(class_of(&mut c, 702), None);
+    c.walk();
+    assert_eq!((class_of(&mut c, 701), class_of(&mut c, 702)), (None, None));
 }
 
 /// A reused pid is a new process: an exit the cache missed (lost events) and a new process

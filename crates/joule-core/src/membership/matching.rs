@@ -4,10 +4,11 @@
 //! never matched. The /proc files are parsed by `crate::procfs`; the procfs root is a
 //! parameter so tests run on fixture trees.
 
+use super::Member;
 use crate::config::ClassConfig;
 use crate::effects::RealEffects;
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// What matching needs to know about one process.
@@ -52,42 +53,42 @@ pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
     v
 }
 
-/// The first class (by config order) whose rules the process matches directly.
+/// The first class (by config order) whose rules the process matches directly (every kind of
+/// rule given, see `MatchRules::matches`).
 pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a str> {
     if p.kthread {
         return None;
     }
-    classes
-        .iter()
-        .find(|c| {
-            let m = &c.matches;
-            m.pid.contains(&p.pid)
-                || m.comm.contains(&p.comm)
-                || p.exe.as_ref().is_some_and(|e| m.exe.iter().any(|x| Path::new(x) == e))
-                || p.uid.is_some_and(|u| m.uid.contains(&u))
-                || p.cgroups.paths().any(|path| m.cgroup_matches(path))
-        })
-        .map(|c| c.name.as_str())
+    classes.iter().find(|c| c.matches.matches(p.pid, &p.comm, p.exe.as_deref(), p.uid, p.cgroups.paths())).map(|c| c.name.as_str())
 }
 
-/// pid → class for every process that belongs to a class, directly or through an ancestor.
-pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig]) -> BTreeMap<i32, String> {
-    let by_pid: BTreeMap<i32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
-    let direct: BTreeMap<i32, &str> = procs.iter().filter_map(|p| Some((p.pid, direct_match(p, classes)?))).collect();
-    let mut out = BTreeMap::new();
-    for p in procs.iter().filter(|p| !p.kthread) {
-        let mut cur = Some(p);
-        let mut hops = 0;
-        while let Some(q) = cur {
-            if let Some(c) = direct.get(&q.pid) {
-                out.insert(p.pid, c.to_string());
-                break;
-            }
-            hops += 1;
-            if q.ppid <= 1 || hops > 64 {
-                break;
-            }
-            cur = by_pid.get(&q.ppid).copied();
+/// Whether `child` may follow `parent` into its class: only a child of the same real uid. A
+/// root daemon's child that switched to a user (a login, a worker that dropped privileges)
+/// runs that user's code and earns nothing from its parent's class.
+pub fn may_follow(child: &ProcInfo, parent: &ProcInfo) -> bool {
+    child.uid == parent.uid
+}
+
+/// pid → class for every process that belongs to a class: its own match, else its parent's
+/// class when the parent has the same uid (so a whole tree of one user follows its root). A
+/// member of `previous` keeps its class where it is sticky (`super::sticky`). Processes are
+/// decided in start order, so a parent's class is known before its children's.
+pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig], previous: Option<&imbl::OrdMap<i32, Member>>) -> BTreeMap<i32, String> {
+    let by_pid: HashMap<i32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
+    let mut order: Vec<&ProcInfo> = procs.iter().filter(|p| !p.kthread).collect();
+    order.sort_unstable_by_key(|p| (p.started, p.pid));
+    let exists = |c: &str| classes.iter().any(|k| k.name == c);
+    let mut out: BTreeMap<i32, String> = BTreeMap::new();
+    for p in order {
+        let own = direct_match(p, classes).map(str::to_string);
+        let followed = || {
+            let parent = by_pid.get(&p.ppid).filter(|q| p.ppid > 1 && may_follow(p, q))?;
+            out.get(&parent.pid).cloned()
+        };
+        let now = own.or_else(followed);
+        let kept = previous.and_then(|m| m.get(&p.pid)).filter(|b| exists(&b.class) && super::sticky(b, now.as_deref(), p.started, p.uid));
+        if let Some(class) = kept.map(|b| b.class.clone()).or(now) {
+            out.insert(p.pid, class);
         }
     }
     out
@@ -128,12 +129,16 @@ mod tests {
         let cs = vec![
             class("main", MatchRules { comm: vec!["player".into()], ..Default::default() }),
             class("apps", MatchRules { cgroup: vec!["/apps/store".into()], uid: vec![2000], ..Default::default() }),
-            class("tools", MatchRules { exe: vec!["/usr/bin/byexe".into()], pid: vec![2], ..Default::default() }),
+            class("tools", MatchRules { exe: vec!["/usr/bin/byexe".into()], ..Default::default() }),
+            class("kernel", MatchRules { pid: vec![2], ..Default::default() }),
         ];
+        // First in order, and every kind given must match: comm player with uid 2000 is nobody.
+        let mut cs = cs;
+        cs.insert(0, class("both", MatchRules { comm: vec!["player".into()], uid: vec![2000], ..Default::default() }));
         let procs = scan(p);
         assert_eq!(procs.len(), 8);
         assert_eq!(procs.iter().find(|x| x.pid == 102).unwrap().comm, "helper (x)");
-        let a = assign(&procs, &cs);
+        let a = assign(&procs, &cs, None);
         let want: BTreeMap<i32, String> =
             [(100, "main"), (101, "main"), (102, "main"), (200, "apps"), (400, "tools")].into_iter().map(|(k, v)| (k, v.to_string())).collect();
         assert_eq!(a, want, "kthread 2 never matches even by pid; /apps/storefront is not under /apps/store");
@@ -149,7 +154,7 @@ mod tests {
             class("a", MatchRules { comm: vec!["shell".into()], ..Default::default() }),
             class("b", MatchRules { comm: vec!["game".into()], ..Default::default() }),
         ];
-        let a = assign(&scan(t.path()), &cs);
+        let a = assign(&scan(t.path()), &cs, None);
         assert_eq!(a.get(&11).map(String::as_str), Some("b"));
         assert_eq!(a.len(), 2);
     }

@@ -30,6 +30,18 @@ pub struct Member {
     pub started: Option<u64>,
     /// Its cgroup in each hierarchy when it was read.
     pub cgroups: TaskCgroups,
+    /// Its real uid when it was read.
+    pub uid: Option<u32>,
+}
+
+/// Whether a process that was `before` keeps its class rather than taking the one its rules
+/// give it now (`now`, none: no class): membership is sticky for a process's life while its
+/// uid stays the same. A rename, an exec or a cgroup move never moves a process out of its
+/// class — a best-effort job renamed to escape its cap stays capped — and nothing it does
+/// itself moves it into another. A uid change (setuid) decides again, as a new process would
+/// be decided; so does a class that no longer exists after a reload.
+pub fn sticky(before: &Member, now_class: Option<&str>, started: Option<u64>, uid: Option<u32>) -> bool {
+    before.started == started && before.uid == uid && now_class != Some(before.class.as_str())
 }
 
 /// Where a class lives: its directory in each hierarchy, where its tasks go (a v2 class with
@@ -89,13 +101,19 @@ impl Membership {
     /// order, children following their parent), with the places' cgroup ids read through `fx`.
     /// joule's own process (`me`) is never a member.
     pub fn scan(procfs: &Path, classes: &[ClassConfig], places: &[ClassPlace], fx: &dyn Files) -> Membership {
+        Self::scan_after(procfs, classes, places, fx, None)
+    }
+
+    /// Like [`scan`](Self::scan), keeping the classes of `previous`'s members where they are
+    /// [`sticky`] (a walk each period must not let a rename escape a class either).
+    pub fn scan_after(procfs: &Path, classes: &[ClassConfig], places: &[ClassPlace], fx: &dyn Files, previous: Option<&Membership>) -> Membership {
         let procs = matching::scan(procfs);
-        let assigned = matching::assign(&procs, classes);
+        let assigned = matching::assign(&procs, classes, previous.map(|m| &m.members));
         let me = std::process::id() as i32;
         let members: imbl::OrdMap<i32, Member> = procs
             .into_iter()
             .filter(|p| p.pid != me)
-            .filter_map(|p| Some((p.pid, Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups })))
+            .filter_map(|p| Some((p.pid, Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups, uid: p.uid })))
             .collect();
         let mut sizes = std::collections::BTreeMap::new();
         for m in members.values() {
@@ -125,6 +143,13 @@ impl Membership {
         } else {
             Box::new(self.changed.iter().filter_map(|pid| self.members.get(pid)))
         }
+    }
+
+    /// The pids that left every class since the previous reading (a uid change, an exit): the
+    /// class mover takes a live one out of the class's cgroup, where it would otherwise stay
+    /// (a child forked inside a class cgroup is in it from its first instant).
+    pub fn left(&self) -> impl Iterator<Item = i32> + '_ {
+        self.changed.iter().copied().filter(|pid| !self.members.contains_key(pid))
     }
 
     pub fn place(&self, class: &str) -> Option<&ClassPlace> {

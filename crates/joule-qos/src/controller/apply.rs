@@ -38,17 +38,35 @@ impl QosController {
         Ok(report)
     }
 
+    /// Takes the flock on joule's group directory when `dir` is the first one made or found
+    /// (before anything is written into it): a second agent on the same tree stops here.
+    fn lock_group(&mut self, fx: &dyn Effects, dir: &std::path::Path) -> Result<(), QosError> {
+        if self.group_lock.is_some() || dir.file_name().is_none_or(|n| n != self.opts.group_name.as_str()) {
+            return Ok(());
+        }
+        match fx.lock_dir(dir) {
+            Ok(fd) => {
+                self.group_lock = fd;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(QosError::AnotherAgent { path: dir.to_path_buf() }),
+            Err(e) => Err(QosError::io("lock joule's group", dir, e)),
+        }
+    }
+
     pub(super) fn run_steps(&mut self, journal: &Journal, fx: &dyn Effects, report: &mut ApplyReport) -> Result<(), QosError> {
         let mut made = std::collections::BTreeSet::new();
         for PlannedWrite(step) in self.writes.clone() {
             match step {
                 Step::Mkdir { path, evacuate_to } => {
                     if fx.exists(&path) {
+                        self.lock_group(fx, &path)?;
                         report.adopted.push(path);
                         continue;
                     }
                     self.record(journal, Undo::RemoveDir { path: path.clone(), evacuate_to: Some(evacuate_to) })?;
                     fx.create_dir(&path).map_err(|e| QosError::io("create a cgroup", &path, e))?;
+                    self.lock_group(fx, &path)?;
                     made.insert(path.clone());
                     report.created.push(path);
                 }
@@ -110,7 +128,9 @@ impl QosController {
         self.applied.clear();
         self.caps.clear();
         self.cap_journalled.clear();
-        Ok(journal.restore_owner(&self.opts.owner, fx)?)
+        let r = journal.restore_owner(&self.opts.owner, fx)?;
+        self.group_lock = None;
+        Ok(r)
     }
 }
 

@@ -139,6 +139,12 @@ pub struct QosController {
     caps: BTreeMap<String, ClassCap>,
     /// Knobs whose pre-cap content is already in the journal.
     cap_journalled: std::collections::BTreeSet<PathBuf>,
+    /// Where each process the mover moved came from: per hierarchy mount, the `cgroup.procs`
+    /// it left (place.rs: where a process that leaves its class goes back to).
+    origins: std::collections::HashMap<i32, Vec<(PathBuf, PathBuf)>>,
+    /// The flock on joule's group directory, held while the classes are applied: one agent
+    /// per cgroup tree (apply.rs).
+    group_lock: Option<std::os::fd::OwnedFd>,
 }
 
 impl QosController {
@@ -176,6 +182,8 @@ impl QosController {
             samples: Mutex::new(BTreeMap::new()),
             caps: BTreeMap::new(),
             cap_journalled: Default::default(),
+            origins: Default::default(),
+            group_lock: None,
         })
     }
 

@@ -30,13 +30,72 @@ impl QosController {
             .collect();
         self.record_all(journal, plans.iter().flat_map(|p| p.2.iter().map(|(u, _)| u.clone())).collect())?;
         for (class, pid, moves) in &plans {
-            match write_moves(fx, class, *pid, moves) {
-                Ok(()) => moved.push((*pid, class.to_string())),
+            match write_moves(fx, &members.procfs, class, *pid, moves) {
+                Ok(()) => {
+                    moved.push((*pid, class.to_string()));
+                    if let Some(m) = members.members.get(pid) {
+                        let origin = self.origin_of(&m.cgroups);
+                        self.origins.insert(*pid, origin);
+                    }
+                }
                 Err(Some(e)) => return Err(e),
                 Err(None) => vanished.push(*pid),
             }
         }
+        self.take_out_leavers(fx, members);
         Ok((moved, vanished))
+    }
+
+    /// Per hierarchy, the `cgroup.procs` of the cgroup a process with `cgroups` is in, when that
+    /// is not one of joule's.
+    fn origin_of(&self, cgroups: &TaskCgroups) -> Vec<(PathBuf, PathBuf)> {
+        let ours = |d: &std::path::Path, m: &std::path::Path| d.starts_with(m.join(&self.opts.group_name));
+        self.layout
+            .hiers
+            .iter()
+            .filter_map(|(h, m)| {
+                let dir = m.join(cgroups.path(h.controller()).unwrap_or("/").trim_start_matches('/'));
+                (!ours(&dir, m)).then(|| (m.clone(), dir.join("cgroup.procs")))
+            })
+            .collect()
+    }
+
+    /// Takes the processes that left every class (a uid change; a child that switched to
+    /// another user under a member) out of joule's cgroups, back to where their nearest moved
+    /// ancestor came from (the hierarchy's root when none is known). A process that exited is
+    /// forgotten. Best effort: a process that vanishes meanwhile is simply gone.
+    fn take_out_leavers(&mut self, fx: &dyn Effects, members: &Membership) {
+        const MAX_HOPS: usize = 64;
+        for pid in members.left().collect::<Vec<_>>() {
+            let Some(info) = read_proc(&members.procfs, pid) else {
+                self.origins.remove(&pid);
+                continue;
+            };
+            let mut origin = None;
+            let mut cur = Some(info.clone());
+            for _ in 0..MAX_HOPS {
+                let Some(p) = cur.filter(|p| p.pid > 1) else { break };
+                if let Some(o) = self.origins.get(&p.pid) {
+                    origin = Some(o.clone());
+                    break;
+                }
+                cur = read_proc(&members.procfs, p.ppid);
+            }
+            self.origins.remove(&pid);
+            for (h, m) in &self.layout.hiers {
+                let dir = m.join(info.cgroups.path(h.controller()).unwrap_or("/").trim_start_matches('/'));
+                if !dir.starts_with(m.join(&self.opts.group_name)) {
+                    continue;
+                }
+                let dest = origin.as_ref().and_then(|o| o.iter().find(|(mm, _)| mm == m).map(|(_, f)| f.clone())).unwrap_or_else(|| m.join("cgroup.procs"));
+                let mv = [(Undo::MoveTask { pid, procs_file: dir.join("cgroup.procs"), started: info.started }, dest.clone())];
+                match write_moves(fx, &members.procfs, "(none)", pid, &mv) {
+                    Ok(()) => tracing::info!("pid {pid} left its class: moved from {} back to {}", dir.display(), dest.display()),
+                    Err(None) => break,
+                    Err(Some(e)) => tracing::warn!("pid {pid} left its class but stays in {}: {e}", dir.display()),
+                }
+            }
+        }
     }
 
     /// The membership of this controller's classes, from one scan of /proc.
@@ -54,7 +113,7 @@ impl QosController {
             return Ok(false);
         }
         self.record_all(journal, moves.iter().map(|(u, _)| u.clone()).collect()).map_err(Some)?;
-        write_moves(fx, class, pid, &moves).map(|()| true)
+        write_moves(fx, &self.opts.procfs_root, class, pid, &moves).map(|()| true)
     }
 
     /// The moves that put `pid` (started at `started`), whose cgroups are `cgroups`, into
@@ -113,8 +172,17 @@ impl QosController {
 type Move = (Undo, PathBuf);
 
 /// Writes `pid` into each move's file (its undo already journalled). Err(None): it vanished.
-fn write_moves(fx: &dyn Effects, class: &str, pid: i32, moves: &[Move]) -> Result<(), Option<QosError>> {
+fn write_moves(fx: &dyn Effects, procfs: &std::path::Path, class: &str, pid: i32, moves: &[Move]) -> Result<(), Option<QosError>> {
+    let started = moves.iter().find_map(|(u, _)| match u {
+        Undo::MoveTask { started, .. } => *started,
+        _ => None,
+    });
     for (_, dest) in moves {
+        // The process the reading matched, checked at the moment of the write: a pid that has
+        // exited since and been reused by another process is not moved (issue 17).
+        if started.is_some() && joule_core::procfs::Stat::read(&joule_core::effects::RealEffects, procfs, pid).and_then(|s| s.start_time_ticks) != started {
+            return Err(None);
+        }
         match fx.write(dest, &pid.to_string()) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(None),

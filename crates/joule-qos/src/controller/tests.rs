@@ -203,9 +203,20 @@ fn opts(procfs: &Path) -> QosOpts {
 fn proc_fixture(dir: &Path, pid: i32, comm: &str) {
     let d = dir.join(pid.to_string());
     std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("stat"), format!("{pid} ({comm}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 1 2\n")).unwrap();
+    std::fs::write(d.join("stat"), stat_line(pid, comm)).unwrap();
     std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
     std::fs::write(d.join("cgroup"), "3:cpuset:/\n2:cpuacct:/\n1:cpu:/\n0::/\n").unwrap();
+}
+
+/// /proc/PID/stat with start time 1000 + pid (field 22).
+fn stat_line(pid: i32, comm: &str) -> String {
+    format!("{pid} ({comm}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 {}\n", 1000 + pid)
+}
+
+/// The process as the journal's replay sees it (through the fake's /proc): the same start time
+/// as the fixture, so undoing a move finds the process it moved.
+fn alive_in_fake(f: &CgFake, pid: i32, comm: &str) {
+    f.fx.files.lock().unwrap().insert(format!("/proc/{pid}/stat").into(), stat_line(pid, comm));
 }
 
 fn log(f: &CgFake) -> Vec<String> {
@@ -274,6 +285,7 @@ fn failed_move_rolls_back_the_moves_out_of_the_journal_and_keeps_other_records()
     f.fail_value("/cg/cpuacct/joule/cgA/cgroup.procs", "500", libc::EINVAL);
     let pd = tempfile::tempdir().unwrap();
     proc_fixture(pd.path(), 500, "thirdparty");
+    alive_in_fake(&f, 500, "thirdparty");
     let jd = tempfile::tempdir().unwrap();
     let j = Journal::open(jd.path()).unwrap();
     let other = Undo::Write { path: "/other/knob".into(), old: "orig".into() };
@@ -348,6 +360,7 @@ fn tasks_are_moved_with_undo_and_vanished_pids_are_skipped() {
     let pd = tempfile::tempdir().unwrap();
     proc_fixture(pd.path(), 500, "thirdparty");
     proc_fixture(pd.path(), 501, "thirdparty");
+    alive_in_fake(&f, 500, "thirdparty");
     let jd = tempfile::tempdir().unwrap();
     let mut cs = seed::classes(1_000_000, [0, 0, 100_000]);
     cs[2].matches = MatchRules { comm: vec!["thirdparty".into()], ..Default::default() };

@@ -24,7 +24,7 @@ pub fn monitors(m: &NapMonitors, procfs: &Path, sysfs: &Path, counters: &Arc<Nap
         out.push(Box::new(UdpPorts { procfs: procfs.into(), ports: m.udp_ports.clone() }));
     }
     if !m.processes.is_empty() {
-        out.push(Box::new(Processes { procfs: procfs.into(), names: m.processes.clone() }));
+        out.push(Box::new(Processes { procfs: procfs.into(), names: m.processes.clone(), uids: m.process_uids.clone() }));
     }
     if let Some(pct) = m.cpu_load_pct {
         out.push(Box::new(CpuLoad::new(procfs.into(), pct)));

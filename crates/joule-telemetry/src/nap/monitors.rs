@@ -136,10 +136,18 @@ impl Monitor for UdpPorts {
     }
 }
 
-/// Processes by name (/proc/PID/comm): any one alive is activity (a backup, a build).
+/// Processes by name (/proc/PID/comm) of the given real uids: any one alive is activity (a
+/// backup, a build). A name alone is anyone's to take.
 pub struct Processes {
     pub procfs: PathBuf,
     pub names: Vec<String>,
+    pub uids: Vec<u32>,
+}
+
+/// The real uid in /proc/PID/status.
+fn real_uid(dir: &Path) -> Option<u32> {
+    let status = fs::read_to_string(dir.join("status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 impl Monitor for Processes {
@@ -152,7 +160,7 @@ impl Monitor for Processes {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
             // A process that exits between the listing and the read is simply not there.
             let Ok(comm) = fs::read_to_string(e.path().join("comm")) else { continue };
-            if self.names.iter().any(|n| n == comm.trim_end()) {
+            if self.names.iter().any(|n| n == comm.trim_end()) && real_uid(&e.path()).is_some_and(|u| self.uids.contains(&u)) {
                 found.push(format!("{} ({pid})", comm.trim_end()));
             }
         }
@@ -353,10 +361,22 @@ mod tests {
 
     #[test]
     fn processes_match_comm_exactly() {
-        let d = tree(&[("1/comm", "init\n"), ("42/comm", "rsync\n"), ("43/comm", "rsyncd\n"), ("self/comm", "x\n")]);
-        let mut m = Processes { procfs: d.path().into(), names: vec!["rsync".into()] };
+        let root = "Name:\tx\nUid:\t0\t0\t0\t0\n";
+        let user = "Name:\tx\nUid:\t1001\t1001\t1001\t1001\n";
+        let d = tree(&[
+            ("1/comm", "init\n"),
+            ("1/status", root),
+            ("42/comm", "rsync\n"),
+            ("42/status", root),
+            ("43/comm", "rsyncd\n"),
+            ("43/status", root),
+            ("44/comm", "rsync\n"),
+            ("44/status", user),
+            ("self/comm", "x\n"),
+        ]);
+        let mut m = Processes { procfs: d.path().into(), names: vec!["rsync".into()], uids: vec![0] };
         let a = m.poll().unwrap();
-        assert_eq!((a.active, a.detail.as_str()), (true, "rsync (42)"));
+        assert_eq!((a.active, a.detail.as_str()), (true, "rsync (42)"), "uid 1001's rsync is not root's");
         m.names = vec!["backup".into()];
         assert!(!m.poll().unwrap().active);
     }

@@ -32,6 +32,12 @@ pub fn class_controller(cfg: &Config, root: bool) -> anyhow::Result<Option<QosCo
         tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
         return Ok(None);
     }
+    Ok(Some(QosController::new(&cfg.classes, qos_opts(cfg)).map_err(crate::UsageError::from_display)?))
+}
+
+/// The class controller's options from the config: the agent's, and `joule check-config`'s,
+/// which runs the same admission on this machine so both give one verdict.
+pub fn qos_opts(cfg: &Config) -> QosOpts {
     let mut also_in = Vec::new();
     if cfg.nap.enabled && cfg.nap.class.is_some() {
         also_in.push(Hier::Freezer);
@@ -41,8 +47,7 @@ pub fn class_controller(cfg: &Config, root: bool) -> anyhow::Result<Option<QosCo
         also_in.push(Hier::Unified);
     }
     let t = &cfg.telemetry;
-    let opts = QosOpts { cgroup_root: t.cgroup_root.clone(), procfs_root: t.procfs_root.clone(), also_in, ..QosOpts::default() };
-    Ok(Some(QosController::new(&cfg.classes, opts).map_err(crate::UsageError::from_display)?))
+    QosOpts { cgroup_root: t.cgroup_root.clone(), procfs_root: t.procfs_root.clone(), also_in, ..QosOpts::default() }
 }
 
 /// What the actuators are built from besides the config.

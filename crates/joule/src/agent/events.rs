@@ -2,21 +2,20 @@
 
 use anyhow::Context;
 use joule_core::clock;
+use joule_core::private_fs::{self, Access};
 use std::io::Write;
 use std::path::Path;
 
 pub struct Events(Box<dyn Write + Send>);
 
 impl Events {
-    /// Appends to `path` (created with its directory), or writes to stdout for `-`.
+    /// Appends to `path` (created 0600 with its directory, 0700, and as private as the journal:
+    /// `joule_core::private_fs`), or writes to stdout for `-`.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         if path.as_os_str() == "-" {
             return Ok(Events(Box::new(std::io::stdout())));
         }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("while creating {}", dir.display()))?;
-        }
-        let f = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("while opening event log {}", path.display()))?;
+        let f = private_fs::open_private(path, Access::Append).with_context(|| format!("while opening event log {}", path.display()))?;
         Ok(Events(Box::new(f)))
     }
 

@@ -12,7 +12,7 @@
 //! any journal a crashed agent left; the actuators start in order (the first failure stops
 //! them all and restores); shutdown (SIGINT, SIGTERM, or --duration-s) undoes everything.
 
-mod acting;
+pub(crate) mod acting;
 mod events;
 mod status;
 
@@ -136,6 +136,9 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
     }
 }
 
+/// How often the running agent drops journal records a replay would do nothing with.
+const JOURNAL_COMPACT_EVERY: Duration = Duration::from_secs(60);
+
 fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
@@ -167,8 +170,17 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     }
 
     let shared: Shared = Arc::new(RwLock::new(Published::default()));
-    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone())?;
-    tracing::info!("metrics on http://{addr}/metrics");
+    let loopback = cfg.agent.metrics_addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
+    let procs = if exporter::proc_hides_pids(&cfg.telemetry.procfs_root) || !(loopback || cfg.agent.metrics_show_processes) {
+        exporter::Processes::Hidden
+    } else {
+        exporter::Processes::Shown
+    };
+    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default())?;
+    tracing::info!("metrics on http://{addr}/metrics (per-process data {procs:?})");
+    if !loopback {
+        tracing::warn!("the metrics endpoint listens on {addr}, beyond loopback, without TLS or authentication: anyone who reaches it reads the node's state");
+    }
     (cx.events)("listening", serde_json::json!({ "metrics": format!("http://{addr}/metrics") }));
 
     let period = Duration::from_millis(cfg.agent.period_ms);
@@ -180,6 +192,7 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let mut last_actions: Option<ThermalActions> = None;
     let mut last_conflicts: Vec<Conflict> = Vec::new();
     let mut next = Instant::now();
+    let mut last_compact = Instant::now();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
         let snap = sense.sample();
@@ -214,13 +227,35 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
         }
         stats.samples_total += 1;
         stats.cpu_seconds_total = status::cpu_seconds_self();
-        stats.last_loop_seconds = t0.elapsed().as_secs_f64();
+        let took = t0.elapsed();
+        stats.last_loop_seconds = took.as_secs_f64();
         stats.max_loop_seconds = stats.max_loop_seconds.max(stats.last_loop_seconds);
+        if took > period {
+            stats.loop_overruns_total += 1;
+            // One event per overrun would itself cost under a long stall: the first, then
+            // every hundredth.
+            if stats.loop_overruns_total % 100 == 1 {
+                tracing::warn!("control loop iteration took {} ms, over its {} ms period", took.as_millis(), period.as_millis());
+                (cx.events)(
+                    "overrun",
+                    serde_json::json!({ "loop_ms": took.as_secs_f64() * 1e3, "period_ms": cfg.agent.period_ms, "overruns_total": stats.loop_overruns_total }),
+                );
+            }
+        }
         if !status_every.is_zero() && last_status.elapsed() >= status_every {
             eprintln!("{}", status::status_line(&snap, last_actions.as_ref(), &addr));
             last_status = Instant::now();
         }
         *shared.write().unwrap_or_else(|e| e.into_inner()) = Published { snapshot: snap, plan, actuators: actuators.status().to_vec(), agent: stats.clone() };
+
+        if last_compact.elapsed() >= JOURNAL_COMPACT_EVERY {
+            last_compact = Instant::now();
+            match journal.compact(&RealEffects) {
+                Ok(n) if n > 0 => tracing::debug!("journal compacted: {n} record(s) of exited tasks or repeats dropped"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("could not compact the journal: {e}"),
+            }
+        }
 
         next += period;
         let now = Instant::now();

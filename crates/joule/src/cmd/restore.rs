@@ -43,9 +43,18 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!("restore: {} change(s) undone, {} already gone, {} failed", report.undone, report.already_gone, report.failed.len());
+        println!(
+            "restore: {} change(s) undone, {} already gone, {} failed, {} skipped",
+            report.undone,
+            report.already_gone,
+            report.failed.len(),
+            report.skipped.len()
+        );
         for f in &report.failed {
             println!("  failed: {f}");
+        }
+        for s in &report.skipped {
+            println!("  skipped: {s}");
         }
     }
     anyhow::ensure!(report.failed.is_empty(), "{} record(s) could not be undone; they stay in the journal", report.failed.len());

@@ -25,11 +25,20 @@ pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Resul
         return Ok(None);
     }
     if bpf {
-        return Ok(Some(Box::new(EventMembership::new(&t.procfs_root, &cfg.classes, places)?)));
+        let creds = watch_creds(cfg);
+        return Ok(Some(Box::new(EventMembership::new(&t.procfs_root, &cfg.classes, places, creds)?)));
     }
     let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
     let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
     Ok(Some(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every))))
+}
+
+/// Whether membership needs to see uid changes: a class matches by uid, or a class grants (a
+/// child that switches to another user must leave it, docs/security.md). The setuid hook
+/// runs at every syscall's exit (tp_btf/sys_exit: fentry does not attach on the development
+/// kernel), so a config whose classes only take away does without it.
+pub fn watch_creds(cfg: &Config) -> bool {
+    cfg.classes.iter().any(|c| !c.matches.uid.is_empty() || !c.grants(cfg.elevate.enabled() && cfg.elevate.class == c.name).is_empty())
 }
 
 /// The process monitor's ring buffer size in bytes (a power of two, ≥ 4096), for tests that
@@ -45,11 +54,10 @@ pub struct EventMembership {
 }
 
 impl EventMembership {
-    /// Loads the process monitor (its setuid hook only when a class matches by uid), then walks
+    /// Loads the process monitor (its setuid hook when `creds`: see [`watch_creds`]), then walks
     /// /proc once: an event sent during the walk is applied after it, so none is missed.
     /// [`RINGBUF_ENV`] sizes the ring buffer (tests make it tiny to force losses).
-    pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>) -> anyhow::Result<EventMembership> {
-        let creds = classes.iter().any(|c| !c.matches.uid.is_empty());
+    pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>, creds: bool) -> anyhow::Result<EventMembership> {
         let ringbuf_bytes = std::env::var(RINGBUF_ENV).ok().and_then(|v| v.parse().ok());
         let opts = ProcMonitorOpts { creds, ringbuf_bytes };
         let monitor = ProcMonitor::load(&opts).context("while loading the process monitor")?;

@@ -10,26 +10,26 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const PERIOD_MS: u64 = 100;
+pub(super) const PERIOD_MS: u64 = 100;
 /// How long after a change its effect may be seen: one period for the event to be read and
 /// acted on, and the loop's own time (the time measured is printed by each test).
-const WITHIN: Duration = Duration::from_millis(PERIOD_MS + 100);
+pub(super) const WITHIN: Duration = Duration::from_millis(PERIOD_MS + 100);
 
 /// A copy of `sleep` called `name` in `dir`: its processes' comm is `name`.
-fn sleeper(dir: &Path, name: &str) -> PathBuf {
+pub(super) fn sleeper(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::copy("/bin/sleep", &p).unwrap();
     p
 }
 
 /// The cgroup of `pid` in the v1 cpu hierarchy.
-fn cpu_cgroup(pid: u32) -> String {
+pub(super) fn cpu_cgroup(pid: u32) -> String {
     let s = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     s.lines().find_map(|l| l.splitn(3, ':').nth(2).filter(|_| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|x| x == "cpu")))).unwrap_or("").to_string()
 }
 
 /// Waits until `ok` holds (or `limit`), returning how long it took.
-fn within(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) -> Duration {
+pub(super) fn within(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) -> Duration {
     let t0 = Instant::now();
     while !ok() {
         assert!(t0.elapsed() < limit * 5, "{what}: not after {:?}", t0.elapsed());

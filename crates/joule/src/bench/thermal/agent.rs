@@ -62,7 +62,7 @@ pub fn write_config(dir: &Path, k: &ModelKnobs, path: ThermalPath, bpf: bool, pi
     let classes = pids
         .map(|p| {
             format!(
-                "[[class]]\nname = \"{BEST_EFFORT_CLASS}\"\nthermal = \"best_effort\"\nmatch = {{ pid = [{}] }}\n\n[[class]]\nname = \"{LABELLED_CLASS}\"\nthermal = \"labelled\"\nmatch = {{ pid = [{}] }}\n",
+                "[[class]]\nname = \"{BEST_EFFORT_CLASS}\"\nthermal = \"best_effort\"\nmatch = {{ pid = [{}] }}\n\n[[class]]\nname = \"{LABELLED_CLASS}\"\nthermal = \"labelled\"\nmatch = {{ pid = [{}], uid = [0] }}\n",
                 p.stress, p.probe
             )
         })

@@ -1,0 +1,322 @@
+//! Tier 2 (root, this kernel): the attempts of issue 17 by an unprivileged user, each of which
+//! must gain nothing. The "user" is uid/gid 64001, which the tests run processes as without
+//! creating an account (nothing to remove afterwards): a process named like a class that
+//! grants, a best-effort process renamed to escape its cap, a child that switched to the user
+//! under a matched parent, a journal directory the user owns, records joule cannot have
+//! written, and 2,000 idle, half-open and pipelining connections to the metrics endpoint.
+
+use super::membership::{cpu_cgroup, sleeper, within, PERIOD_MS, WITHIN};
+use super::{http_get, is_root, require, Agent, KillOnDrop, CPU_V1, JOULE};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const USER: u32 = 64001;
+
+/// A directory every user may read and enter (the user's processes exec what is in it).
+fn shared_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// `cmd` run as the unprivileged user.
+fn as_user(cmd: &mut Command) -> &mut Command {
+    cmd.uid(USER).gid(USER)
+}
+
+fn ready(v1: bool) -> bool {
+    require(is_root(), "root") && (!v1 || require(Path::new(CPU_V1).join("cpu.shares").exists(), "a v1 cpu hierarchy"))
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_users_process_named_like_a_granting_class_does_not_join_it() {
+    if !ready(true) {
+        return;
+    }
+    let dir = shared_dir();
+    let agent = Agent::start("[[class]]\nname = \"jsvc\"\nweight = 200\nmatch = { comm = [\"jx-svc\"], uid = [0] }\n");
+    let _ = agent.metrics_addr();
+    let bin = sleeper(dir.path(), "jx-svc");
+    let root_one = KillOnDrop(Command::new(&bin).arg("30").spawn().unwrap());
+    let users_one = KillOnDrop(as_user(Command::new(&bin).arg("30")).spawn().unwrap());
+    within(WITHIN, "root's jx-svc in the class that grants", || cpu_cgroup(root_one.0.id()) == "/joule/jsvc");
+    std::thread::sleep(Duration::from_millis(3 * PERIOD_MS));
+    assert_eq!(cpu_cgroup(users_one.0.id()), "/", "uid {USER}'s process named jx-svc joined a class that grants");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_best_effort_process_renamed_to_escape_stays_capped() {
+    if !ready(true) || !require(Path::new("/usr/bin/python3").exists(), "python3") {
+        return;
+    }
+    let dir = shared_dir();
+    let agent = Agent::start(
+        "[[class]]\nname = \"jbe\"\nquota_us = 10000\nperiod_us = 100000\nmatch = { comm = [\"jx-be\"] }\n\
+         [[class]]\nname = \"jfree\"\nweight = 100\nmatch = { comm = [\"jx-free\"] }\n",
+    );
+    let _ = agent.metrics_addr();
+    let (go1, go2) = (dir.path().join("go1"), dir.path().join("go2"));
+    let script = format!(
+        "import os, time\n\
+         def wait(p):\n    while not os.path.exists(p): time.sleep(0.005)\n\
+         wait({go1:?}); open('/proc/self/comm', 'w').write('jx-be')\n\
+         wait({go2:?}); open('/proc/self/comm', 'w').write('jx-free')\n\
+         time.sleep(30)\n",
+        go1 = go1.display().to_string(),
+        go2 = go2.display().to_string()
+    );
+    let p = KillOnDrop(as_user(Command::new("/usr/bin/python3").args(["-c", &script])).spawn().unwrap());
+    let pid = p.0.id();
+    std::fs::write(&go1, "").unwrap();
+    within(WITHIN, "the user's job in the best-effort class", || cpu_cgroup(pid) == "/joule/jbe");
+    std::fs::write(&go2, "").unwrap();
+    within(Duration::from_secs(1), "the rename", || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() == "jx-free");
+    std::thread::sleep(Duration::from_millis(4 * PERIOD_MS));
+    assert_eq!(cpu_cgroup(pid), "/joule/jbe", "renamed to jx-free, the job left its cap");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_children_follow_their_parent_only_within_its_uid() {
+    if !ready(true) || !require(Path::new("/usr/bin/python3").exists(), "python3") {
+        return;
+    }
+    let dir = shared_dir();
+    // A class that grants (weight above the default), so following it is worth something.
+    let agent = Agent::start("[[class]]\nname = \"jpar\"\nweight = 200\nmatch = { comm = [\"jx-par\"], uid = [0] }\n");
+    let _ = agent.metrics_addr();
+    let (kid_a, kid_b) = (sleeper(dir.path(), "jx-kid-a"), sleeper(dir.path(), "jx-kid-b"));
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "import os, time\n\
+         open('/proc/self/comm', 'w').write('jx-par')\n\
+         time.sleep(0.5)\n\
+         a = os.fork()\n\
+         if a == 0: os.execv({a:?}, [{a:?}, '30'])\n\
+         b = os.fork()\n\
+         if b == 0:\n    os.setgid({USER}); os.setuid({USER}); os.execv({b:?}, [{b:?}, '30'])\n\
+         open({pids:?}, 'w').write(f'{{a}} {{b}}')\n\
+         time.sleep(30)\n",
+        a = kid_a.display().to_string(),
+        b = kid_b.display().to_string(),
+        pids = pids.display().to_string()
+    );
+    let parent = KillOnDrop(Command::new("/usr/bin/python3").args(["-c", &script]).spawn().unwrap());
+    within(Duration::from_secs(3), "the children started", || pids.exists() && !std::fs::read_to_string(&pids).unwrap().is_empty());
+    let kids: Vec<i32> = std::fs::read_to_string(&pids).unwrap().split_whitespace().map(|s| s.parse().unwrap()).collect();
+    let _reap = Kill(kids.clone());
+    within(WITHIN, "the parent in its class", || cpu_cgroup(parent.0.id()) == "/joule/jpar");
+    within(WITHIN, "its same-uid child with it", || cpu_cgroup(kids[0] as u32) == "/joule/jpar");
+    std::thread::sleep(Duration::from_millis(3 * PERIOD_MS));
+    assert_eq!(cpu_cgroup(kids[1] as u32), "/", "a child that switched to uid {USER} followed its root parent into the class");
+}
+
+/// Kills pids that are not our children when dropped.
+struct Kill(Vec<i32>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs `joule agent` on `config` and waits up to 10 s for it to exit: (exit code, stderr).
+fn agent_exit(config: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(JOULE).args(["agent", "--config"]).arg(config).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return (st.code(), err);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the agent kept running on {}", config.display());
+}
+
+fn agent_config(dir: &Path, journal: &Path) -> PathBuf {
+    let cfg = dir.join("joule.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{}\"\nevent_log = \"-\"\nstatus_interval_ms = 0\n[telemetry]\nbpf = false\n",
+            journal.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_journal_a_user_planted_is_refused_and_nothing_is_written() {
+    if !ready(false) {
+        return;
+    }
+    let dir = shared_dir();
+    // Root's files the planted records aim at.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let victim_dir = dir.path().join("victim-dir");
+    std::fs::create_dir(&victim_dir).unwrap();
+    // A journal directory the user owns, with the user's records and links in it.
+    let planted = dir.path().join("journal");
+    std::fs::create_dir(&planted).unwrap();
+    let records = format!(
+        "{{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"write\",\"path\":\"{v}\",\"old\":\"owned\"}}\n\
+         {{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"remove_dir\",\"path\":\"{d}\",\"evacuate_to\":null}}\n",
+        v = victim.display(),
+        d = victim_dir.display()
+    );
+    std::fs::write(planted.join("undo.jsonl"), records).unwrap();
+    std::os::unix::fs::symlink(&victim, planted.join("agent.lock")).unwrap();
+    std::os::unix::fs::symlink(&victim, planted.join("events.jsonl")).unwrap();
+    for p in ["", "undo.jsonl"] {
+        std::os::unix::fs::lchown(planted.join(p), Some(USER), Some(USER)).unwrap();
+    }
+    let (code, err) = agent_exit(&agent_config(dir.path(), &planted));
+    assert_ne!(code, Some(0), "the agent started on a journal uid {USER} owns");
+    assert!(err.contains("refusing") && err.contains(&format!("owned by uid {USER}")), "{err}");
+    let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(&planted).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n", "a root-only file was written");
+    assert!(victim_dir.exists(), "a directory was removed");
+
+    // The same links in a directory root owns but left writable by others: refused too.
+    std::os::unix::fs::lchown(&planted, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, err) = agent_exit(&agent_config(dir.path(), &planted));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("writable by group or others"), "{err}");
+    // Root's own 0700 directory with a planted link: the link is refused, never followed.
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::remove_file(planted.join("undo.jsonl")).unwrap();
+    let (code, err) = agent_exit(&agent_config(dir.path(), &planted));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("symlink"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n", "the lock's target was truncated");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_restore_skips_records_joule_cannot_have_written() {
+    if !ready(false) {
+        return;
+    }
+    let dir = shared_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let user = KillOnDrop(as_user(Command::new("sleep").arg("30")).spawn().unwrap());
+    let pid = user.0.id();
+    let started: u64 =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().parse().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let records = format!(
+        "{{\"owner\":\"elevate\",\"at_ms\":1,\"op\":\"sched\",\"tid\":{pid},\"old\":{{\"policy\":1,\"priority\":99}},\"started\":{started}}}\n\
+         {{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"move_task\",\"pid\":{pid},\"procs_file\":\"{v}\",\"started\":{started}}}\n\
+         {{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"write\",\"path\":\"{v}\",\"old\":\"owned\"}}\n\
+         this line is no record\n",
+        v = victim.display()
+    );
+    std::fs::write(journal.path().join("undo.jsonl"), records).unwrap();
+    std::fs::set_permissions(journal.path().join("undo.jsonl"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(journal.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("4 skipped") && text.contains("would raise task") && text.contains("line 4"), "{text}");
+    // SAFETY: a plain syscall on a pid; errors come back as -1.
+    let policy = unsafe { libc::sched_getscheduler(pid as i32) };
+    assert_eq!(policy, libc::SCHED_OTHER, "restore raised uid {USER}'s process");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+}
+
+/// VmRSS (kB) and thread count of `pid`.
+fn rss_and_threads(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| s.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    (field("VmRSS:"), field("Threads:"))
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_metrics_answer_under_2000_idle_half_open_and_pipelining_connections() {
+    if !ready(false) || !require(Path::new("/usr/bin/python3").exists(), "python3") {
+        return;
+    }
+    let agent = Agent::start_limited("", 1024);
+    let addr = agent.metrics_addr();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    // One user's 2,000 connections: idle, half-sent requests, one pipelining without reading.
+    let flood = format!(
+        "import socket, time, resource\n\
+         resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))\n\
+         socks = []\n\
+         for i in range(2000):\n\
+         \x20   try:\n\
+         \x20       s = socket.create_connection(({host:?}, {port}), timeout=2)\n\
+         \x20       if i % 2: s.send(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\nX-Slow: ')\n\
+         \x20       socks.append(s)\n\
+         \x20   except OSError: pass\n\
+         p = socket.create_connection(({host:?}, {port}))\n\
+         p.setblocking(False)\n\
+         end = time.time() + 20\n\
+         while time.time() < end:\n\
+         \x20   try: p.send(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' * 50)\n\
+         \x20   except OSError: time.sleep(0.01)\n\
+         print(len(socks), flush=True)\n"
+    );
+    let mut flooder = KillOnDrop(as_user(Command::new("/usr/bin/python3").args(["-c", &flood])).stdout(Stdio::piped()).spawn().unwrap());
+    std::thread::sleep(Duration::from_secs(4));
+    let agent_pid = agent.child.id();
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let (_, body) = http_get(&addr, "/metrics", None);
+        worst = worst.max(t0.elapsed());
+        assert!(body.contains("joule_agent_samples_total"), "{body}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (rss_kb, threads) = rss_and_threads(agent_pid);
+    println!("under the flood: worst scrape {worst:?}, agent RSS {rss_kb} kB, {threads} threads");
+    assert!(worst < Duration::from_secs(1), "a scrape took {worst:?} under the flood");
+    assert!(rss_kb < 64 * 1024 && threads < 64, "RSS {rss_kb} kB, {threads} threads");
+    let _ = flooder.0.kill();
+    let _ = flooder.0.wait();
+    let (_, body) = http_get(&addr, "/metrics", None);
+    assert!(body.contains("joule_agent_samples_total"), "no answer after the flood");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_second_agent_on_the_same_cgroup_tree_stops_before_it_changes_anything() {
+    if !ready(true) {
+        return;
+    }
+    let class = "[[class]]\nname = \"jone\"\nquota_us = 50000\nmatch = { comm = [\"jx-one\"] }\n";
+    let first = Agent::start(class);
+    let _ = first.metrics_addr();
+    // Another journal, the same `joule/` group.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = agent_config(dir.path(), &dir.path().join("journal"));
+    let text = std::fs::read_to_string(&cfg).unwrap() + "[[class]]\nname = \"jtwo\"\nquota_us = 20000\nmatch = { comm = [\"jx-two\"] }\n";
+    std::fs::write(&cfg, text).unwrap();
+    let (code, err) = agent_exit(&cfg);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("another joule agent holds"), "{err}");
+    assert!(!Path::new(CPU_V1).join("joule/jtwo").exists(), "the second agent made its class");
+    assert!(Path::new(CPU_V1).join("joule/jone").exists(), "the second agent undid the first one's class");
+    assert!(joule_core::journal::entries(&dir.path().join("journal")).unwrap().is_empty(), "records left by the refused agent");
+}
