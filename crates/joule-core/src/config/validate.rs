@@ -25,6 +25,22 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         bad("agent.metrics_addr", format!("metrics_addr = {:?} is not an IP:port", a.metrics_addr), "e.g. \"127.0.0.1:9977\"");
     }
 
+    for (k, p) in [("agent.journal_dir", &a.journal_dir), ("telemetry.bpf_pin_dir", &cfg.telemetry.bpf_pin_dir)] {
+        if !p.is_absolute() {
+            bad(
+                k,
+                format!("{} = {:?} is not an absolute path", k.rsplit('.').next().unwrap_or(k), p.display().to_string()),
+                "a relative path would follow the agent's working directory",
+            );
+        }
+    }
+    if a.event_log.as_os_str() != "-" && !a.event_log.is_absolute() {
+        bad(
+            "agent.event_log",
+            format!("event_log = {:?} is not an absolute path (or \"-\")", a.event_log.display().to_string()),
+            "e.g. \"/run/joule/events.jsonl\"",
+        );
+    }
     if a.status_interval_ms > 3_600_000 {
         bad("agent.status_interval_ms", format!("status_interval_ms = {} is over an hour", a.status_interval_ms), "2000, or 0 for none");
     }

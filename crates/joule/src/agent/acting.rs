@@ -50,6 +50,27 @@ pub fn qos_opts(cfg: &Config) -> QosOpts {
     QosOpts { cgroup_root: t.cgroup_root.clone(), procfs_root: t.procfs_root.clone(), also_in, ..QosOpts::default() }
 }
 
+/// What the class admission refuses on this machine, as (config key, message): the class
+/// controller with the agent's options plans without writing anything. `joule check-config`
+/// prints these with their lines and the agent stops on them before it touches anything, so
+/// both give one verdict (issue 17). Empty when the config applies no classes.
+pub fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
+    if cfg.classes.is_empty() || !cfg.agent.apply_classes {
+        return Vec::new();
+    }
+    let opts = QosOpts { enforce_admission: false, ..qos_opts(cfg) };
+    let key_of = |class: &str| cfg.classes.iter().position(|c| c.name == class).map_or("class".to_string(), |i| format!("class[{i}]"));
+    match QosController::new_with(&cfg.classes, opts, &RealEffects) {
+        Ok(ctl) => ctl
+            .plan()
+            .refusals
+            .iter()
+            .map(|r| (r.classes.first().map_or("class".to_string(), |c| key_of(c)), format!("admission on this machine: {}", r.message)))
+            .collect(),
+        Err(e) => vec![("class".to_string(), format!("the class cgroups cannot be made on this machine: {e}"))],
+    }
+}
+
 /// What the actuators are built from besides the config.
 pub struct Inputs {
     pub root: bool,

@@ -52,11 +52,20 @@ pub struct AgentArgs {
 }
 
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let root = joule_core::testing::is_root();
+    if let (true, Some(path)) = (root, &a.config.config) {
+        trusted_config(path)?;
+    }
     let mut cfg = a.config.load()?;
     if let Some(addr) = a.metrics_addr {
         cfg.agent.metrics_addr = addr;
     }
-    let root = joule_core::testing::is_root();
+    // The verdict `joule check-config` gives, before anything is opened or changed.
+    let refusals = acting::admission_refusals(&cfg);
+    if !refusals.is_empty() {
+        let list: Vec<String> = refusals.iter().map(|(_, m)| format!("  - {m}")).collect();
+        anyhow::bail!(crate::UsageError(format!("the classes cannot be applied:\n{}", list.join("\n"))));
+    }
     let jdir = cfg.agent.journal_dir.clone();
     let _lock = match joule_core::agent_lock::lock_agent(&jdir)? {
         Ok(lock) => lock,
@@ -134,6 +143,25 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
         .into()),
         Some(off) => Ok(Bpf::Off(off)),
     }
+}
+
+/// A config the root agent acts on must be root's: owned by root (or the user it runs as)
+/// and writable by nobody else, or any user who could edit it would choose what root does.
+fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(path).with_context(|| format!("while reading {}", path.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if md.uid() != 0 && md.uid() != me {
+        anyhow::bail!(crate::UsageError(format!("refusing {}: it is owned by uid {}, who would choose what this root agent does", path.display(), md.uid())));
+    }
+    if md.mode() & 0o022 != 0 {
+        anyhow::bail!(crate::UsageError(format!(
+            "refusing {}: it is writable by group or others (mode {:o}); chmod go-w it",
+            path.display(),
+            md.mode() & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 /// How often the running agent drops journal records a replay would do nothing with.

@@ -3,8 +3,6 @@
 //! file it calls valid is one the agent starts with (issue 17).
 
 use joule_core::config::{Config, ConfigError, Problem};
-use joule_core::effects::RealEffects;
-use joule_qos::{QosController, QosOpts};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -16,34 +14,13 @@ pub struct CheckConfigArgs {
     pub json: bool,
 }
 
-/// The problems the agent's admission finds on this machine (the class cgroups' controller
-/// with the agent's options, `agent::acting::qos_opts`): the same refusals the agent would
-/// stop on, each located at the first class it names.
+/// The admission refusals on this machine (`agent::acting::admission_refusals`, which the
+/// agent stops on too), each located at the class it names.
 fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
-    if cfg.classes.is_empty() || !cfg.agent.apply_classes {
-        return Vec::new();
-    }
-    let opts = QosOpts { enforce_admission: false, ..crate::agent::acting::qos_opts(cfg) };
-    let key_of = |class: &str| cfg.classes.iter().position(|c| c.name == class).map_or("class".to_string(), |i| format!("class[{i}]"));
-    match QosController::new_with(&cfg.classes, opts, &RealEffects) {
-        Ok(ctl) => ctl
-            .plan()
-            .refusals
-            .iter()
-            .map(|r| {
-                let key = r.classes.first().map_or("class".to_string(), |c| key_of(c));
-                Config::problem_at(
-                    text,
-                    &key,
-                    format!("admission on this machine: {}", r.message),
-                    "the agent refuses this too; `joule qos plan` shows the arithmetic".into(),
-                )
-            })
-            .collect(),
-        Err(e) => {
-            vec![Config::problem_at(text, "class", format!("the class cgroups cannot be made on this machine: {e}"), "the agent stops on this too".into())]
-        }
-    }
+    crate::agent::acting::admission_refusals(cfg)
+        .into_iter()
+        .map(|(key, message)| Config::problem_at(text, &key, message, "the agent refuses this too; `joule qos plan` shows the arithmetic".into()))
+        .collect()
 }
 
 pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {

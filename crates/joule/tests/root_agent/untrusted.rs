@@ -320,3 +320,85 @@ fn root_untrusted_a_second_agent_on_the_same_cgroup_tree_stops_before_it_changes
     assert!(Path::new(CPU_V1).join("joule/jone").exists(), "the second agent undid the first one's class");
     assert!(joule_core::journal::entries(&dir.path().join("journal")).unwrap().is_empty(), "records left by the refused agent");
 }
+
+/// testdata/configs/broken: (file, the words its first line expects).
+fn broken_configs() -> Vec<(PathBuf, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/configs/broken");
+    let mut v: Vec<(PathBuf, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            let first = std::fs::read_to_string(&p).unwrap().lines().next().unwrap_or_default().to_string();
+            (p, first.trim_start_matches("# expect: ").to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_the_agent_refuses_every_broken_config_as_check_config_does() {
+    if !ready(false) {
+        return;
+    }
+    let corpus = broken_configs();
+    assert!(corpus.len() >= 30);
+    for (p, expect) in corpus {
+        // A copy that only root may write (the agent refuses a config others could edit).
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("joule.toml");
+        std::fs::copy(&p, &cfg).unwrap();
+        std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let check = Command::new(JOULE).arg("check-config").arg(&cfg).output().unwrap();
+        let checked = String::from_utf8_lossy(&check.stdout).to_string() + &String::from_utf8_lossy(&check.stderr);
+        let (code, err) = agent_exit(&cfg);
+        assert_eq!((check.status.code(), code), (Some(2), Some(2)), "{}: check-config said {checked}\nthe agent said {err}", p.display());
+        assert!(checked.contains(&expect) && err.contains(&expect), "{}: expected {expect:?}\ncheck-config: {checked}\nagent: {err}", p.display());
+    }
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_config_another_user_can_write_is_refused() {
+    if !ready(false) {
+        return;
+    }
+    let dir = shared_dir();
+    let cfg = agent_config(dir.path(), &dir.path().join("journal"));
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err) = agent_exit(&cfg);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("writable by group or others (mode 666)"), "{err}");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&cfg, Some(USER), Some(USER)).unwrap();
+    let (code, err) = agent_exit(&cfg);
+    assert_eq!(code, Some(2));
+    assert!(err.contains(&format!("owned by uid {USER}")), "{err}");
+    assert!(!dir.path().join("journal").exists(), "refused before anything was made");
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_users_fork_storm_does_not_stretch_the_loop_past_its_period() {
+    if !ready(true) {
+        return;
+    }
+    let agent = Agent::start("[[class]]\nname = \"jsvc\"\nweight = 200\nmatch = { comm = [\"jx-svc\"], uid = [0] }\n");
+    let addr = agent.metrics_addr();
+    std::thread::sleep(Duration::from_millis(5 * PERIOD_MS));
+    // 5 s of forks as fast as one user's process goes (each child exits at once), matching no
+    // class.
+    let storm = "import os, time\nend = time.time() + 5\nn = 0\nwhile time.time() < end:\n    pid = os.fork()\n    if pid == 0: os._exit(0)\n    os.waitpid(pid, 0)\n    n += 1\nprint(n)\n";
+    let storm = as_user(Command::new("/usr/bin/python3").args(["-c", storm])).output().unwrap();
+    let forks: f64 = String::from_utf8_lossy(&storm.stdout).trim().parse().unwrap_or(0.0);
+    let (_, metrics) = http_get(&addr, "/metrics", None);
+    let value =
+        |name: &str| -> f64 { metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0) };
+    let (overruns, longest) = (value("joule_agent_loop_overruns_total"), value("joule_agent_loop_duration_max_seconds"));
+    println!("fork storm: {:.0} forks/s by uid {USER}; overruns {overruns}, longest iteration {:.1} ms", forks / 5.0, longest * 1e3);
+    assert!(forks / 5.0 > 2000.0, "the storm forked only {forks} times in 5 s");
+    assert_eq!(overruns, 0.0, "the loop overran its period {overruns} time(s); longest {longest} s");
+}
