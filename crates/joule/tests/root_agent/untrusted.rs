@@ -144,6 +144,14 @@ fn agent_exit(config: &Path) -> (Option<i32>, String) {
     panic!("the agent kept running on {}", config.display());
 }
 
+/// A root-only file holding "root's\n": what a forged record would write to.
+fn victim(dir: &Path) -> PathBuf {
+    let v = dir.join("victim");
+    std::fs::write(&v, "root's\n").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    v
+}
+
 fn agent_config(dir: &Path, journal: &Path) -> PathBuf {
     let cfg = dir.join("joule.toml");
     std::fs::write(
@@ -165,9 +173,7 @@ fn root_untrusted_a_journal_a_user_planted_is_refused_and_nothing_is_written() {
     }
     let dir = shared_dir();
     // Root's files the planted records aim at.
-    let victim = dir.path().join("victim");
-    std::fs::write(&victim, "root's\n").unwrap();
-    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let victim = victim(dir.path());
     let victim_dir = dir.path().join("victim-dir");
     std::fs::create_dir(&victim_dir).unwrap();
     // A journal directory the user owns, with the user's records and links in it.
@@ -216,9 +222,7 @@ fn root_untrusted_restore_skips_records_joule_cannot_have_written() {
         return;
     }
     let dir = shared_dir();
-    let victim = dir.path().join("victim");
-    std::fs::write(&victim, "root's\n").unwrap();
-    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let victim = victim(dir.path());
     let user = KillOnDrop(as_user(Command::new("sleep").arg("30")).spawn().unwrap());
     let pid = user.0.id();
     let started: u64 =
