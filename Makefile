@@ -5,7 +5,7 @@ CONFIG ?= deploy/joule.toml
 JOULE := target/release/joule
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build run test test-unit test-root test-vm vm-deps restore image clean
+.PHONY: all deps build run test test-unit test-root test-vm vm-deps restore image clean fuzz
 
 all: build
 
@@ -63,3 +63,8 @@ image: build
 
 clean:
 	$(CARGO) clean
+
+# Fuzz the config loader and the journal reader (needs a nightly toolchain and cargo-fuzz;
+# `make test` replays their corpus on stable: joule-core/tests/fuzz_corpus.rs).
+fuzz:
+	cd fuzz && cargo +nightly fuzz run config -- -max_total_time=60 && cargo +nightly fuzz run journal -- -max_total_time=60

@@ -28,6 +28,8 @@ pub enum MountError {
     Mount { dir: PathBuf, at: PathBuf, fs: &'static str, source: io::Error, hint: &'static str },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("will not mount over {at}: {why}")]
+    Untrusted { at: PathBuf, why: String },
     #[error("recording the unmount before mounting: {0}")]
     Journal(#[from] JournalError),
 }
@@ -50,6 +52,13 @@ pub fn ensure(fs: PseudoFs, dir: &Path, fx: &dyn Effects, journal: Option<&Journ
     if at == Path::new("/") || !fs.is_empty(&at, fx).map_err(io)? {
         return Err(MountError::NotEmpty { dir: dir.to_path_buf(), at, fs: fstype });
     }
+    // Where another user could have put a symlink or a directory of theirs, the mount would
+    // land where they chose (issue 17): only a path of root's.
+    let real = fx.resolve(&at).map_err(io)?;
+    if real != at {
+        return Err(MountError::Untrusted { why: format!("it is a symlink to {}", real.display()), at });
+    }
+    crate::private_fs::trusted_dir(&at).map_err(|e| MountError::Untrusted { at: at.clone(), why: e.to_string() })?;
     if let Some(j) = journal {
         j.record(JOURNAL_OWNER, Undo::Unmount { path: at.clone(), magic: fs.magic() })?;
     }
@@ -139,5 +148,23 @@ mod tests {
         let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 1, 0));
         assert_eq!(fx.fs_magic(Path::new("/b")).unwrap(), BPF_FS_MAGIC, "their pins were dropped");
+    }
+
+    /// Issue 17: a symlink another user put on the pin directory's way must not choose where
+    /// root mounts bpffs.
+    #[test]
+    fn never_mounts_through_a_symlink_or_below_a_directory_others_can_write() {
+        use crate::effects::RealEffects;
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("root-only");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("link")).unwrap();
+        let e = ensure(PseudoFs::Bpf, &t.path().join("link/pins"), &RealEffects, None).unwrap_err();
+        assert!(matches!(e, MountError::Untrusted { .. }) && e.to_string().contains("symlink"), "{e}");
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let e = ensure(PseudoFs::Bpf, &open.join("pins"), &RealEffects, None).unwrap_err();
+        assert!(e.to_string().contains("writable by others"), "{e}");
     }
 }

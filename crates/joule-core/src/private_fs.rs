@@ -69,6 +69,25 @@ fn check_ancestors(dir: &Path) -> Result<(), PrivateError> {
     Ok(())
 }
 
+/// Checks that no other user controls `dir` or anything above it (each existing one owned by
+/// root or us, writable by nobody else unless sticky): a place root may mount or create
+/// something at without another user choosing where it lands.
+pub fn trusted_dir(dir: &Path) -> Result<(), PrivateError> {
+    for a in dir.ancestors().filter(|a| a.symlink_metadata().is_ok()) {
+        let md = a.symlink_metadata().map_err(|source| PrivateError::Io { path: a.to_path_buf(), source })?;
+        if md.file_type().is_symlink() {
+            return Err(unsafe_path(dir, format!("{} on its way is a symlink", a.display())));
+        }
+        if md.uid() != 0 && md.uid() != me() {
+            return Err(unsafe_path(dir, format!("{} on its way is owned by uid {}", a.display(), md.uid())));
+        }
+        if md.mode() & SHARED_WRITE != 0 && md.mode() & STICKY == 0 {
+            return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), md.mode() & 0o7777)));
+        }
+    }
+    Ok(())
+}
+
 /// A directory only we write, created 0700 (with its missing parents, 0755) when missing;
 /// returns an fd to open files in it with [`open_in`]. Refuses a directory owned by another
 /// user, writable by group or others, a symlink, or one below a directory another user

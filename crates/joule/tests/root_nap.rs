@@ -70,9 +70,13 @@ fn root_nap_process_cpu_and_block_monitors_see_real_processes_load_and_io() {
     std::fs::copy("/bin/sleep", &exe).unwrap();
     let mut procs = Processes { procfs: procfs(), names: vec![name.clone()], uids: vec![0] };
     assert!(!procs.poll().unwrap().active);
-    // The same name run by another user is not root's process: it keeps nothing awake.
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut other = std::os::unix::process::CommandExt::uid(&mut Command::new(&exe), 64001).arg("30").spawn().unwrap();
+    // The same name run by another user is not root's process: it keeps nothing awake. (Its
+    // copy lives where that user may exec it: the build's directory may be root's alone.)
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let users_exe = shared.path().join(&name);
+    std::fs::copy("/bin/sleep", &users_exe).unwrap();
+    let mut other = std::os::unix::process::CommandExt::uid(&mut Command::new(&users_exe), 64001).arg("30").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(!procs.poll().unwrap().active, "uid 64001's {name} counted as root's");
     other.kill().unwrap();

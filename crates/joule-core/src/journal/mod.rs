@@ -373,10 +373,15 @@ pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
 /// `MAX_LINE_BYTES` are skipped unread.
 pub fn read_entries(file: &File, path: &Path) -> Result<(Vec<Entry>, Vec<String>), JournalError> {
     use std::io::{Read, Seek, SeekFrom};
-    let rerr = |source| JournalError::Open { path: path.to_path_buf(), source };
     let mut f = file;
-    f.seek(SeekFrom::Start(0)).map_err(rerr)?;
-    let mut reader = BufReader::new(f.take(MAX_JOURNAL_BYTES));
+    f.seek(SeekFrom::Start(0)).map_err(|source| JournalError::Open { path: path.to_path_buf(), source })?;
+    parse_entries(BufReader::new(f.take(MAX_JOURNAL_BYTES)), path)
+}
+
+/// The records in a journal's bytes, as [`read_entries`] (the fuzz target's entry point).
+pub fn parse_entries(mut reader: impl BufRead, path: &Path) -> Result<(Vec<Entry>, Vec<String>), JournalError> {
+    use std::io::Read;
+    let rerr = |source| JournalError::Open { path: path.to_path_buf(), source };
     let (mut out, mut skipped) = (Vec::new(), Vec::new());
     let mut buf = Vec::new();
     let mut n = 0;
@@ -419,6 +424,16 @@ pub fn read_entries(file: &File, path: &Path) -> Result<(Vec<Entry>, Vec<String>
 const MAX_LINE_BYTES: u64 = 64 * 1024;
 /// What a replay reads of a journal at most (a running agent compacts its journal).
 const MAX_JOURNAL_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Replays records as if read from a journal file (each checked by `undo::refusal` first),
+/// newest first, without a file: what `joule restore` would do with them (fuzzing, tests).
+pub fn replay_checked_all(records: &[Undo], fx: &dyn Effects) -> RestoreReport {
+    let mut report = RestoreReport::default();
+    for undo in records.iter().rev() {
+        replay_checked(&mut report, undo, fx);
+    }
+    report
+}
 
 /// Undoes in-memory records newest first (a failed apply rolling back what it did). Same
 /// semantics as a journal replay: a vanished target counts as already gone.
