@@ -110,6 +110,11 @@ impl Status {
         self.get(key)?.parse().ok()
     }
 
+    /// The thread group (process) a task belongs to.
+    pub fn tgid(&self) -> Option<i32> {
+        self.get("Tgid")?.parse().ok()
+    }
+
     pub fn uids(&self) -> Option<Uids> {
         let mut it = self.get("Uid")?.split_ascii_whitespace().map(|u| u.parse().ok());
         let mut next = || it.next().flatten();

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 mod undo;
 
-use undo::{replay_checked, tally, undo_one};
+use undo::{replay_checked, tally, undo_one, Origins};
 
 pub const JOURNAL_FILE: &str = "undo.jsonl";
 
@@ -262,8 +262,9 @@ impl Journal {
         let (all, skipped) = read_entries(&lock, path)?;
         let mut report = RestoreReport { skipped, ..Default::default() };
         let mut keep = vec![true; all.len()];
+        let origins = Origins::of(all.iter().filter(|e| select(e)).map(|e| &e.undo));
         for (i, entry) in all.iter().enumerate().rev().filter(|(_, e)| select(e)) {
-            keep[i] = !replay_checked(&mut report, &entry.undo, fx);
+            keep[i] = !replay_checked(&mut report, &entry.undo, fx, &origins);
         }
         if keep.iter().all(|k| *k) && report.skipped.is_empty() {
             return Ok(report);
@@ -429,8 +430,9 @@ const MAX_JOURNAL_BYTES: u64 = 256 * 1024 * 1024;
 /// newest first, without a file: what `joule restore` would do with them (fuzzing, tests).
 pub fn replay_checked_all(records: &[Undo], fx: &dyn Effects) -> RestoreReport {
     let mut report = RestoreReport::default();
+    let origins = Origins::of(records);
     for undo in records.iter().rev() {
-        replay_checked(&mut report, undo, fx);
+        replay_checked(&mut report, undo, fx, &origins);
     }
     report
 }
@@ -439,8 +441,9 @@ pub fn replay_checked_all(records: &[Undo], fx: &dyn Effects) -> RestoreReport {
 /// semantics as a journal replay: a vanished target counts as already gone.
 pub fn replay(records: &[Undo], fx: &dyn Effects) -> RestoreReport {
     let mut report = RestoreReport::default();
+    let origins = Origins::of(records);
     for undo in records.iter().rev() {
-        tally(&mut report, undo, undo_one(undo, fx));
+        tally(&mut report, undo, undo_one(undo, fx, &origins));
     }
     report
 }

@@ -316,3 +316,36 @@ fn an_rt_runtime_the_kernel_still_refuses_is_retried_until_it_takes() {
     assert_eq!((r.undone, r.failed.len()), (1, 0), "{r:?}");
     assert_eq!(fx.file("/cg/cpu/joule/cpu.rt_runtime_us").as_deref(), Some("0"));
 }
+
+/// Issue 17: a worker forked inside a class cgroup after its parent was moved there has no
+/// record of its own; emptying the class sends it where its parent came from, not to the root.
+#[test]
+fn a_task_forked_inside_a_class_goes_back_where_its_moved_ancestor_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let stat_of = |pid: i32, ppid: i32, start: u64| format!("{pid} (w) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
+    let fx = FakeEffects::default()
+        .with_dir("/cg")
+        .with_file("/cg/cgroup.procs", "")
+        .with_dir("/cg/system.slice/web.service")
+        .with_file("/cg/system.slice/web.service/cgroup.procs", "")
+        .with_dir("/cg/joule/web")
+        .with_file("/cg/joule/web/cgroup.procs", "")
+        .with_file("/proc/50/stat", &stat_of(50, 1, 500))
+        .with_file("/proc/51/stat", &stat_of(51, 50, 510))
+        .with_file("/proc/51/status", "Name:\tw\nTgid:\t51\n")
+        .with_file("/proc/60/stat", &stat_of(60, 1, 600))
+        .with_file("/proc/60/status", "Name:\tx\nTgid:\t60\n");
+    let j = Journal::open(dir.path()).unwrap();
+    j.record("qos", Undo::RemoveDir { path: "/cg/joule/web".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
+    j.record("qos", Undo::MoveTask { pid: 50, procs_file: "/cg/system.slice/web.service/cgroup.procs".into(), started: Some(500) }).unwrap();
+    // 51 (50's child) and 60 (no moved ancestor) were put in the class cgroup without records.
+    fx.then_reads("/cg/joule/web/cgroup.procs", &["51\n60\n"]);
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!(r.failed, Vec::<String>::new());
+    let writes: Vec<String> = fx.calls().into_iter().filter(|c| c.starts_with("write")).collect();
+    assert_eq!(
+        writes,
+        ["write /cg/system.slice/web.service/cgroup.procs 50", "write /cg/system.slice/web.service/cgroup.procs 51", "write /cg/cgroup.procs 60"],
+        "the parent back by its record, its child after it, the stranger to the root"
+    );
+}

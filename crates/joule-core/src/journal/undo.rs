@@ -24,9 +24,9 @@ pub(super) fn tally(report: &mut RestoreReport, undo: &Undo, outcome: io::Result
 /// Replays one record read from the journal file: refused records (see [`refusal`]) are
 /// reported in `skipped` and not acted on. True when settled (done, gone, refused), false
 /// when it failed and should stay for a retry.
-pub(super) fn replay_checked(report: &mut RestoreReport, undo: &Undo, fx: &dyn Effects) -> bool {
+pub(super) fn replay_checked(report: &mut RestoreReport, undo: &Undo, fx: &dyn Effects, origins: &Origins) -> bool {
     match refusal(undo, fx) {
-        Ok(None) => tally(report, undo, undo_one(undo, fx)),
+        Ok(None) => tally(report, undo, undo_one(undo, fx, origins)),
         Ok(Some(why)) => {
             tracing::warn!("undo journal: skipping {undo:?}: joule cannot have written it ({why})");
             report.skipped.push(format!("{undo:?}: joule cannot have written it: {why}"));
@@ -121,7 +121,60 @@ fn gone_ok(r: io::Result<()>) -> io::Result<Outcome> {
     }
 }
 
-pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
+/// Where the processes a replay moves back came from (pid → the `cgroup.procs` of each of its
+/// MoveTask records): a process forked inside a class cgroup after its ancestor was moved there
+/// (a reload's new workers) has no record of its own, and goes back where that ancestor came
+/// from when the class cgroup is emptied, not to the hierarchy's root (outside every systemd
+/// unit).
+#[derive(Debug, Default)]
+pub(super) struct Origins(std::collections::HashMap<i32, Vec<PathBuf>>);
+
+/// How far up a task's parents `Origins` looks for a moved ancestor.
+const MAX_HOPS: usize = 64;
+
+impl Origins {
+    pub(super) fn of<'a>(undos: impl IntoIterator<Item = &'a Undo>) -> Origins {
+        let mut m: std::collections::HashMap<i32, Vec<PathBuf>> = std::collections::HashMap::new();
+        for u in undos {
+            if let Undo::MoveTask { pid, procs_file, .. } = u {
+                m.entry(*pid).or_default().push(procs_file.clone());
+            }
+        }
+        Origins(m)
+    }
+
+    /// The `cgroup.procs` that task `id`, its process or its nearest ancestor came from, in the
+    /// hierarchy whose root's `cgroup.procs` is `root_procs` (the class cgroup's `dir` is in
+    /// it); None when no ancestor was moved.
+    fn dest_for(&self, id: i32, dir: &Path, root_procs: &Path, fx: &dyn Effects) -> Option<PathBuf> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let root = root_procs.parent()?;
+        let magic = fx.fs_magic(dir).ok();
+        let pick = |pid: i32| -> Option<PathBuf> {
+            self.0.get(&pid)?.iter().find(|f| f.starts_with(root) && f.parent().and_then(|d| fx.fs_magic(d).ok()) == magic && fx.exists(f)).cloned()
+        };
+        let proc_root = Path::new("/proc");
+        let tgid = crate::procfs::Status::read(fx, proc_root, id).and_then(|s| s.tgid()).unwrap_or(id);
+        let mut pid = tgid;
+        if let Some(f) = pick(id) {
+            return Some(f);
+        }
+        for _ in 0..MAX_HOPS {
+            if let Some(f) = pick(pid) {
+                return Some(f);
+            }
+            pid = crate::procfs::Stat::read(fx, proc_root, pid)?.ppid;
+            if pid <= 1 {
+                return None;
+            }
+        }
+        None
+    }
+}
+
+pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::Result<Outcome> {
     match undo {
         Undo::Write { path, old } if path.file_name().is_some_and(|n| n == "cpu.rt_runtime_us") => gone_ok(write_rt_runtime(path, old, fx)),
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
@@ -148,7 +201,7 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects) -> io::Result<Outcome> {
         },
         Undo::RemoveDir { path, .. } if !fx.exists(path) => Ok(Outcome::Gone),
         Undo::RemoveDir { path, evacuate_to: None } => gone_ok(fx.remove_dir(path)),
-        Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx)),
+        Undo::RemoveDir { path, evacuate_to: Some(dest) } => gone_ok(remove_cgroup(path, dest, fx, origins)),
     }
 }
 
@@ -182,11 +235,11 @@ const EVACUATE_PASSES: usize = 64;
 /// own move, and the kernel silently skips a task that is already exiting (the write
 /// succeeds, the group stays populated a moment longer). So, as systemd does, passes repeat
 /// until one finds no task it has not moved yet, and rmdir is retried on EBUSY, both bounded.
-fn remove_cgroup(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
+fn remove_cgroup(dir: &Path, dest_procs: &Path, fx: &dyn Effects, origins: &Origins) -> io::Result<()> {
     let deadline = Instant::now() + CGROUP_BUSY_PATIENCE;
     let mut pause = Duration::from_millis(1);
     loop {
-        evacuate(dir, dest_procs, fx)?;
+        evacuate(dir, dest_procs, fx, origins)?;
         match fx.remove_dir(dir) {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 if Instant::now() >= deadline {
@@ -209,16 +262,20 @@ fn remove_cgroup(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<
 /// (into the `tasks` file next to `dest_procs`): v1's `cgroup.procs` lists the process of any
 /// thread inside, and moving that process would also take its threads that live in other
 /// cgroups. v2 has no `tasks`: whole processes go through `cgroup.procs`. A task moved once is
-/// not moved again, because v2 keeps listing a zombie leader whose threads live on.
-fn evacuate(dir: &Path, dest_procs: &Path, fx: &dyn Effects) -> io::Result<()> {
-    let (list, dest) = task_lists(dir, dest_procs, fx);
+/// not moved again, because v2 keeps listing a zombie leader whose threads live on. A task whose
+/// ancestor the replay moved back goes where that ancestor came from (`Origins`).
+fn evacuate(dir: &Path, dest_procs: &Path, fx: &dyn Effects, origins: &Origins) -> io::Result<()> {
+    let (list, default_dest) = task_lists(dir, dest_procs, fx);
     let mut moved = BTreeSet::new();
     for _ in 0..EVACUATE_PASSES {
         let Ok(ids) = fx.read(&list) else { return Ok(()) };
         let mut found = false;
         for id in ids.split_whitespace().filter(|id| moved.insert(id.to_string())) {
             found = true;
-            match fx.write(&dest, id) {
+            let origin =
+                id.parse().ok().and_then(|n| origins.dest_for(n, dir, dest_procs, fx)).map(|f| f.with_file_name(default_dest.file_name().unwrap_or_default()));
+            let dest = origin.as_deref().unwrap_or(&default_dest);
+            match fx.write(dest, id) {
                 Ok(()) => {}
                 Err(e) if is_gone(&e) => {}
                 Err(e) => return Err(e),
