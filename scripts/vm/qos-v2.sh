@@ -11,7 +11,7 @@ busy=$!
 # However the script ends: stop the loop, undo the class (a no-op after the release below; the
 # journal is in $d, so before removing it) and remove the temporary directory.
 trap 'kill $busy 2>/dev/null || true; "$J" qos --config "$d/q.toml" release >&2 || true; rm -rf "$d"' EXIT
-printf '[agent]\njournal_dir = "%s"\n\n[[class]]\nname = "capped"\nmatch = { pid = [%s] }\nquota_us = 30000\nperiod_us = 100000\ncpus = "1"\n' "$d" "$busy" >"$d/q.toml"
+printf '[agent]\njournal_dir = "%s"\n\n[[class]]\nname = "capped"\nmatch = { pid = [%s], uid = [0] }\nquota_us = 30000\nperiod_us = 100000\ncpus = "1"\n' "$d" "$busy" >"$d/q.toml"
 "$J" qos --config "$d/q.toml" apply >&2
 echo "cpu.max=$(cat /sys/fs/cgroup/joule/capped/cpu.max)"
 echo "cpuset.cpus=$(cat /sys/fs/cgroup/joule/capped/cpuset.cpus)"

@@ -59,7 +59,7 @@ match = { exe = ["$(command -v stress-ng)"] }
 [[class]]
 name = "ui"
 thermal = "labelled"
-match = { pid = [$1] }
+match = { pid = [$1], uid = [0] }
 EOF
 	fi
 }

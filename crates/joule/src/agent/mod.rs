@@ -96,7 +96,15 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("while installing signal handlers")?;
     }
 
-    let result = run_loop(&cfg, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop);
+    // A panic in the loop unwinds to here and the machine is put back like on any other exit
+    // (not from a panic hook: this runs after the loop's locks and guards are dropped). A
+    // SIGKILL or an abort cannot run this: the next start or `joule restore` (the unit's
+    // ExecStopPost) replays the journal.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop)))
+        .unwrap_or_else(|p| {
+            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+            Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
+        });
 
     // Shutdown: whatever happened above, put the machine back.
     let undone = journal.restore_all(&RealEffects);
@@ -164,6 +172,10 @@ fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Tests: the control loop panics after this many samples (the panic path's undo is tested by
+/// really panicking).
+pub const PANIC_ENV: &str = "JOULE_TEST_PANIC_AFTER_SAMPLES";
+
 /// How often the running agent drops journal records a replay would do nothing with.
 const JOURNAL_COMPACT_EVERY: Duration = Duration::from_secs(60);
 
@@ -221,6 +233,7 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let mut last_conflicts: Vec<Conflict> = Vec::new();
     let mut next = Instant::now();
     let mut last_compact = Instant::now();
+    let panic_after: Option<u64> = std::env::var(PANIC_ENV).ok().and_then(|v| v.parse().ok());
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
         let snap = sense.sample();
@@ -254,6 +267,9 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
             last_actions = actions;
         }
         stats.samples_total += 1;
+        if panic_after.is_some_and(|n| stats.samples_total >= n) {
+            panic!("{PANIC_ENV} reached: a test's panic in the control loop");
+        }
         stats.cpu_seconds_total = status::cpu_seconds_self();
         let took = t0.elapsed();
         stats.last_loop_seconds = took.as_secs_f64();

@@ -406,3 +406,30 @@ fn root_untrusted_a_users_fork_storm_does_not_stretch_the_loop_past_its_period()
     assert!(forks / 5.0 > 2000.0, "the storm forked only {forks} times in 5 s");
     assert_eq!(overruns, 0.0, "the loop overran its period {overruns} time(s); longest {longest} s");
 }
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_a_panic_in_the_loop_still_leaves_the_machine_restored() {
+    if !ready(true) {
+        return;
+    }
+    let dir = shared_dir();
+    let member = KillOnDrop(Command::new(sleeper(dir.path(), "jx-pan")).arg("30").spawn().unwrap());
+    std::env::set_var("JOULE_TEST_PANIC_AFTER_SAMPLES", "10");
+    let mut agent = Agent::start("[[class]]\nname = \"jpan\"\nquota_us = 50000\nmatch = { comm = [\"jx-pan\"] }\n");
+    std::env::remove_var("JOULE_TEST_PANIC_AFTER_SAMPLES");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = agent.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the agent did not panic");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let stop = agent.events().into_iter().find(|e| e["event"] == "stop").expect("a stop event after the panic");
+    assert!(stop["undone"].as_u64().unwrap_or(0) > 0, "{stop}");
+    assert_eq!(cpu_cgroup(member.0.id()), "/", "the member was not moved back");
+    assert!(!Path::new(CPU_V1).join("joule/jpan").exists(), "the class cgroup stayed");
+    assert!(joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty());
+}
