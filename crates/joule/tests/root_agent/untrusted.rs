@@ -433,3 +433,37 @@ fn root_untrusted_a_panic_in_the_loop_still_leaves_the_machine_restored() {
     assert!(!Path::new(CPU_V1).join("joule/jpan").exists(), "the class cgroup stayed");
     assert!(joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty());
 }
+
+/// A procfs of its own mounted with `hidepid` (unmounted on drop).
+struct HiddenProc(tempfile::TempDir);
+
+impl Drop for HiddenProc {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount(self.0.path());
+    }
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_per_process_data_follows_procs_hidepid() {
+    if !ready(false) {
+        return;
+    }
+    let proc = HiddenProc(tempfile::tempdir().unwrap());
+    let mounted = nix::mount::mount(Some("proc"), proc.0.path(), Some("proc"), nix::mount::MsFlags::empty(), Some("hidepid=invisible"));
+    if !require(mounted.is_ok(), "a procfs mount with hidepid") {
+        return;
+    }
+    let tasks = |extra: &str| {
+        let agent = Agent::start(&format!("task_wait_top = 5\n{extra}"));
+        let addr = agent.metrics_addr();
+        std::thread::sleep(Duration::from_millis(5 * PERIOD_MS));
+        let (_, body) = http_get(&addr, "/snapshot.json", None);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["task_wait"].as_array().map_or(0, Vec::len)
+    };
+    // The busy machine always has a task that waited (the agent itself at least).
+    let _busy = KillOnDrop(Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap());
+    assert!(tasks("") > 0, "no task_wait on the plain /proc: nothing to hide");
+    assert_eq!(tasks(&format!("procfs_root = \"{}\"", proc.0.path().display())), 0, "pids shown though /proc hides them");
+}
