@@ -43,6 +43,12 @@ impl QosController {
             }
         }
         self.take_out_leavers(fx, members);
+        // A reading without leavers (a walk of /proc each time, without eBPF) never says who
+        // exited: past a bound, forget the origins of processes that are gone.
+        if self.origins.len() > MAX_ORIGINS {
+            let procfs = &members.procfs;
+            self.origins.retain(|pid, _| joule_core::procfs::task_dir(procfs, *pid).exists());
+        }
         Ok((moved, vanished))
     }
 
@@ -167,6 +173,9 @@ impl QosController {
         Ok(r)
     }
 }
+
+/// How many moved processes' origins the mover keeps before it drops those that exited.
+const MAX_ORIGINS: usize = 65_536;
 
 /// One planned move: the record that undoes it, and the file to write the pid to.
 type Move = (Undo, PathBuf);
