@@ -59,12 +59,19 @@ fn check_ancestors(dir: &Path) -> Result<(), PrivateError> {
     let real = std::fs::canonicalize(existing).map_err(|source| PrivateError::Io { path: existing.to_path_buf(), source })?;
     for a in real.ancestors() {
         let md = std::fs::metadata(a).map_err(|source| PrivateError::Io { path: a.to_path_buf(), source })?;
-        if md.uid() != 0 && md.uid() != me() {
-            return Err(unsafe_path(dir, format!("{} on its way is owned by uid {}, who could replace what is below it", a.display(), md.uid())));
-        }
-        if md.mode() & SHARED_WRITE != 0 && md.mode() & STICKY == 0 {
-            return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), md.mode() & 0o7777)));
-        }
+        judge_on_the_way(dir, a, &md)?;
+    }
+    Ok(())
+}
+
+/// `a`, a directory on the way to `dir`: owned by root or us, and writable by nobody else
+/// unless sticky.
+fn judge_on_the_way(dir: &Path, a: &Path, md: &std::fs::Metadata) -> Result<(), PrivateError> {
+    if md.uid() != 0 && md.uid() != me() {
+        return Err(unsafe_path(dir, format!("{} on its way is owned by uid {}, who could replace what is below it", a.display(), md.uid())));
+    }
+    if md.mode() & SHARED_WRITE != 0 && md.mode() & STICKY == 0 {
+        return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), md.mode() & 0o7777)));
     }
     Ok(())
 }
@@ -78,12 +85,7 @@ pub fn trusted_dir(dir: &Path) -> Result<(), PrivateError> {
         if md.file_type().is_symlink() {
             return Err(unsafe_path(dir, format!("{} on its way is a symlink", a.display())));
         }
-        if md.uid() != 0 && md.uid() != me() {
-            return Err(unsafe_path(dir, format!("{} on its way is owned by uid {}", a.display(), md.uid())));
-        }
-        if md.mode() & SHARED_WRITE != 0 && md.mode() & STICKY == 0 {
-            return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), md.mode() & 0o7777)));
-        }
+        judge_on_the_way(dir, a, &md)?;
     }
     Ok(())
 }

@@ -191,6 +191,11 @@ impl Journal {
         &self.inner.path
     }
 
+    /// The journal file's size in bytes now (one fstat).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.file.metadata().map_or(0, |m| m.len())
+    }
+
     /// The journal directory.
     pub fn dir(&self) -> &Path {
         self.inner.path.parent().unwrap_or(Path::new("."))
@@ -359,6 +364,9 @@ pub struct RestoreReport {
 /// [`read_entries`]).
 pub fn entries(dir: &Path) -> Result<Vec<Entry>, JournalError> {
     let path = dir.join(JOURNAL_FILE);
+    if !dir.exists() {
+        return Ok(Vec::new()); // a read never creates the directory (`private_dir` would)
+    }
     let file = match private_fs::open_private(&path, Access::Read) {
         Ok(f) => f,
         Err(PrivateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

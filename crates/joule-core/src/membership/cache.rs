@@ -120,7 +120,7 @@ impl ProcessCache {
     fn kept(&self, before: Option<&Member>, now: Option<Member>, pid: i32) -> Option<Member> {
         let p = self.procs.get(&pid)?;
         match before {
-            Some(b) if self.classes.iter().any(|c| c.name == b.class) && sticky(b, now.as_ref().map(|m| m.class.as_str()), p.started, p.uid) => {
+            Some(b) if sticky(b, now.as_ref().map(|m| m.class.as_str()), p.started, p.uid) => {
                 Some(Member { class: b.class.clone(), pid, started: p.started, cgroups: p.cgroups.clone(), uid: p.uid })
             }
             _ => now,

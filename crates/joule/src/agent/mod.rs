@@ -176,8 +176,8 @@ fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
 /// really panicking).
 pub const PANIC_ENV: &str = "JOULE_TEST_PANIC_AFTER_SAMPLES";
 
-/// How often the running agent drops journal records a replay would do nothing with.
-const JOURNAL_COMPACT_EVERY: Duration = Duration::from_secs(60);
+/// The journal size below which the running agent never compacts it (a few thousand records).
+const JOURNAL_COMPACT_MIN_BYTES: u64 = 1 << 20;
 
 fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
@@ -232,7 +232,7 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     let mut last_actions: Option<ThermalActions> = None;
     let mut last_conflicts: Vec<Conflict> = Vec::new();
     let mut next = Instant::now();
-    let mut last_compact = Instant::now();
+    let mut compacted_bytes = journal.size_bytes();
     let panic_after: Option<u64> = std::env::var(PANIC_ENV).ok().and_then(|v| v.parse().ok());
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
         let t0 = Instant::now();
@@ -292,13 +292,16 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
         }
         *shared.write().unwrap_or_else(|e| e.into_inner()) = Published { snapshot: snap, plan, actuators: actuators.status().to_vec(), agent: stats.clone() };
 
-        if last_compact.elapsed() >= JOURNAL_COMPACT_EVERY {
-            last_compact = Instant::now();
+        // Compaction follows the churn: only once the journal has doubled since the last one
+        // (a machine of steady processes never pays for a pass over its members' records).
+        let size = journal.size_bytes();
+        if size >= JOURNAL_COMPACT_MIN_BYTES && size >= 2 * compacted_bytes {
             match journal.compact(&RealEffects) {
                 Ok(n) if n > 0 => tracing::debug!("journal compacted: {n} record(s) of exited tasks or repeats dropped"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!("could not compact the journal: {e}"),
             }
+            compacted_bytes = journal.size_bytes();
         }
 
         next += period;

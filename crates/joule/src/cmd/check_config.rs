@@ -24,16 +24,17 @@ fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
 }
 
 pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
-    let loaded = Config::load(&a.file).and_then(|cfg| {
-        let text = joule_core::fsread::read_file_capped(&a.file, joule_core::config::MAX_CONFIG_BYTES)
-            .map_err(|source| ConfigError::Read { path: a.file.clone(), source })?;
-        let problems = admission_problems(&cfg, &text);
-        if problems.is_empty() {
-            Ok(cfg)
-        } else {
-            Err(ConfigError::Invalid { path: a.file.clone(), problems })
-        }
-    });
+    let loaded = joule_core::fsread::read_file_capped(&a.file, joule_core::config::MAX_CONFIG_BYTES)
+        .map_err(|source| ConfigError::Read { path: a.file.clone(), source })
+        .and_then(|text| Config::parse(&text).map(|cfg| (cfg, text)).map_err(|problems| ConfigError::Invalid { path: a.file.clone(), problems }))
+        .and_then(|(cfg, text)| {
+            let problems = admission_problems(&cfg, &text);
+            if problems.is_empty() {
+                Ok(cfg)
+            } else {
+                Err(ConfigError::Invalid { path: a.file.clone(), problems })
+            }
+        });
     let problems = match loaded {
         Ok(cfg) => {
             if a.json {
