@@ -15,8 +15,9 @@ set -euo pipefail
 #   iperf3         the traffic of `joule bench net-qos` (its server runs in the bench's netns, never as a service)
 #   fio stress-ng  the I/O and CPU load of `joule bench thermal` and of the thermal VM checks
 #                  (the guest shares the host's root filesystem, so installing here serves both)
-#   python3-minimal  /usr/bin/python3, a process that renames itself in the membership root test
-PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps fio stress-ng iperf3 python3-minimal)
+#   python3        /usr/bin/python3 with its standard library (socket, resource): processes that
+#                  rename themselves, fork storms and a connection flood in the root tests
+PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps fio stress-ng iperf3 python3)
 
 missing=()
 for p in "${PKGS[@]}"; do
