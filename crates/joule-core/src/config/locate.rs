@@ -159,6 +159,12 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_top_level_key_does_not_hide_the_sections_problems() {
+        let e = Config::parse("colour = 1\n[agent]\nperiod_ms = 5\n").unwrap_err();
+        assert!(e.iter().any(|p| p.line == Some(1)) && e.iter().any(|p| p.key.as_deref() == Some("agent.period_ms")), "{e:#?}");
+    }
+
+    #[test]
     fn empty_file_is_the_default_config() {
         assert_eq!(Config::parse("").unwrap(), Config::default());
     }

@@ -204,7 +204,10 @@ impl Config {
         };
         let Some(cfg) = cfg else { return Err(problems) };
         // A check that refers to a section set aside would blame the user for our default.
-        let refers_to_aside = |key: &str, msg: &str| set_aside.iter().any(|s| s == "class" && msg.contains("[[class]]") || key.starts_with(s.as_str()));
+        // (A top-level line set aside, name "", is about no section.)
+        let refers_to_aside = |key: &str, msg: &str| {
+            set_aside.iter().filter(|s| !s.is_empty()).any(|s| (s == "class" && msg.contains("[[class]]")) || key.starts_with(s.as_str()))
+        };
         problems.extend(
             validate::validate(&cfg)
                 .into_iter()

@@ -157,7 +157,13 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
 /// and writable by nobody else, or any user who could edit it would choose what root does.
 fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(path).with_context(|| format!("while reading {}", path.display()))?;
+    // Nobody else may swap it either: every directory on the way to the name and to the file
+    // it resolves to is root's (`private_fs::trusted_dir`).
+    let real = std::fs::canonicalize(path).with_context(|| format!("while reading {}", path.display()))?;
+    for dir in [path.parent(), real.parent()].into_iter().flatten().filter(|d| !d.as_os_str().is_empty()) {
+        joule_core::private_fs::trusted_dir(dir).map_err(|e| crate::UsageError(format!("refusing the config {}: {e}", path.display())))?;
+    }
+    let md = std::fs::metadata(&real).with_context(|| format!("while reading {}", path.display()))?;
     let me = nix::unistd::geteuid().as_raw();
     if md.uid() != 0 && md.uid() != me {
         anyhow::bail!(crate::UsageError(format!("refusing {}: it is owned by uid {}, who would choose what this root agent does", path.display(), md.uid())));

@@ -79,13 +79,40 @@ fn raise_nofile(n: u64) -> anyhow::Result<()> {
     setrlimit(Resource::RLIMIT_NOFILE, n, hard.max(n)).with_context(|| format!("while raising RLIMIT_NOFILE to {n} (hard limit {hard})"))
 }
 
-/// Loopback UDP flows: each of `n` sockets sends one 100-byte datagram a second to one
-/// receiver, which a thread drains; it stops by itself at its deadline.
-pub struct Flows {
+/// A load thread that counts what it does: stopped (and joined) on drop, or by itself at its
+/// deadline.
+struct Worker {
     stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
+    count: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
+
+impl Worker {
+    /// Runs `body(stop, count)` on a thread called `name`.
+    fn spawn(name: &str, body: impl FnOnce(Arc<AtomicBool>, Arc<AtomicU64>) + Send + 'static) -> anyhow::Result<Worker> {
+        let (stop, count) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (st, c) = (stop.clone(), count.clone());
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || body(st, c))?;
+        Ok(Worker { stop, count, thread: Some(thread) })
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Loopback UDP flows: each of `n` sockets sends one 100-byte datagram a second to one
+/// receiver, which a thread drains; it stops by itself at its deadline.
+pub struct Flows(Worker);
 
 impl Flows {
     pub fn start(n: usize, deadline: Instant) -> anyhow::Result<Flows> {
@@ -94,10 +121,7 @@ impl Flows {
         rx.set_nonblocking(true)?;
         let to = rx.local_addr()?;
         let tx: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0")).collect::<Result<_, _>>().context("while opening the flows' sockets")?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let (st, count) = (stop.clone(), sent.clone());
-        let thread = std::thread::Builder::new().name("jbench-flows".into()).spawn(move || {
+        let worker = Worker::spawn("jbench-flows", move |st, count| {
             let (payload, mut buf) = ([0x6a_u8; 100], [0u8; 2048]);
             while !st.load(Ordering::Acquire) && Instant::now() < deadline {
                 let t0 = Instant::now();
@@ -110,38 +134,22 @@ impl Flows {
                 std::thread::sleep(Duration::from_secs(1).saturating_sub(t0.elapsed()));
             }
         })?;
-        Ok(Flows { stop, sent, thread: Some(thread) })
+        Ok(Flows(worker))
     }
 
     /// Datagrams sent so far.
     pub fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Flows {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.count()
     }
 }
 
 /// Starts `per_s` short processes a second (each a copy of `sleep` living 0.2 s), counting
 /// the starts; stops by itself at its deadline.
-pub struct Churn {
-    stop: Arc<AtomicBool>,
-    started: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
-}
+pub struct Churn(Worker);
 
 impl Churn {
     pub fn start(bins: Binaries, per_s: u32, deadline: Instant) -> anyhow::Result<Churn> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Arc::new(AtomicU64::new(0));
-        let (st, count) = (stop.clone(), started.clone());
-        let thread = std::thread::Builder::new().name("jbench-churn".into()).spawn(move || {
+        let worker = Worker::spawn("jbench-churn", move |st, count| {
             let gap = Duration::from_secs_f64(1.0 / per_s as f64);
             let t0 = Instant::now();
             let mut alive: Vec<Child> = Vec::new();
@@ -163,21 +171,12 @@ impl Churn {
                 let _ = c.wait();
             }
         })?;
-        Ok(Churn { stop, started, thread: Some(thread) })
+        Ok(Churn(worker))
     }
 
     /// Processes started so far.
     pub fn started(&self) -> u64 {
-        self.started.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Churn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.count()
     }
 }
 
