@@ -3,11 +3,14 @@
 //! `[dev-dependencies]` entry: nothing here reaches the agent or the libraries.
 //!
 //! - [`vm`]: tier 3, commands as root in a VM booted on the cached sched_ext kernel;
-//! - [`TempBpffs`]: tier 2, a bpffs of a test's own to pin on.
+//! - [`TempBpffs`]: tier 2, a bpffs of a test's own to pin on;
+//! - [`sigkill_agent_and_guardian`]: tier 2, an agent killed with nothing left to replay its journal.
 //!
 //! `require` and `is_root` stay in `joule_core::testing`: production code asks `is_root` too.
 
 mod bpffs;
+mod kill;
 pub mod vm;
 
 pub use bpffs::TempBpffs;
+pub use kill::{guardians_of, sigkill_agent_and_guardian};

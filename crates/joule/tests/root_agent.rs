@@ -346,8 +346,7 @@ fn root_sigkilled_agent_then_restore_leaves_nothing_behind() {
     }
     let mut agent = Agent::start("");
     assert!(wait_for(&agent.pin_dir, true), "agent never pinned its stage map at {}", agent.pin_dir.display());
-    agent.child.kill().unwrap(); // SIGKILL: no chance to clean up
-    agent.child.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.child); // SIGKILL: no chance to clean up
     assert!(agent.pin_dir.exists(), "pins vanished without restore: the test would prove nothing");
     let out = Command::new(JOULE).args(["restore", "--json", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -384,13 +383,46 @@ fn root_sigkilled_agent_with_a_class_then_restore_removes_its_cgroups() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(std::fs::read_to_string(cpu_v1.join("joule/jtest/cpu.cfs_quota_us")).unwrap().trim(), "20000");
-    agent.child.kill().unwrap();
-    agent.child.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.child);
     assert!(cpu_v1.join("joule/jtest").exists(), "cgroup vanished without restore: the test would prove nothing");
     let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cpu_v1.join("joule").exists(), "restore left /sys/fs/cgroup/cpu/joule");
     assert_eq!(target.cgroups(), target.cgroups_before, "task not back in its original cgroups");
+}
+
+/// Outside systemd, nothing runs `joule restore` for a SIGKILLed agent: its guardian does.
+/// Within 5 s of the kill the class's task is back in its cgroups, the class cgroups and pins
+/// are gone and the journal is empty, with no restore run by anyone else.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_sigkilled_agent_is_restored_by_its_guardian() {
+    let Some(target) = ClassTarget::new("root (the agent creates cgroups)") else { return };
+    let cpu_v1 = Path::new(CPU_V1);
+    let mut agent = Agent::start(&target.config);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !target.in_class() || !agent.pin_dir.exists() {
+        assert!(Instant::now() < deadline, "agent never moved {} into its class", target.pid);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let guardians = joule_testkit::guardians_of(agent.child.id());
+    assert_eq!(guardians.len(), 1, "one guardian per agent: {guardians:?}");
+    let pgid = |p: i32| nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(p))).unwrap();
+    assert_ne!(pgid(guardians[0]), pgid(agent.child.id() as i32), "the guardian is in the agent's process group: one Ctrl-C kills both");
+    agent.child.kill().unwrap(); // SIGKILL the agent alone
+    agent.child.wait().unwrap();
+    let killed = Instant::now();
+    while target.in_class() || cpu_v1.join("joule").exists() || agent.pin_dir.exists() {
+        assert!(killed.elapsed() < Duration::from_secs(5), "5 s after the SIGKILL the guardian has not restored (task in class: {})", target.in_class());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("guardian restored {:?} after the SIGKILL", killed.elapsed());
+    assert_eq!(target.cgroups(), target.cgroups_before, "task not back in its original cgroups");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty() || std::path::Path::new(&format!("/proc/{}", guardians[0])).exists() {
+        assert!(Instant::now() < deadline, "the guardian did not empty the journal and exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 const CPU_V1: &str = "/sys/fs/cgroup/cpu";
@@ -463,8 +495,7 @@ fn root_new_agent_undoes_a_killed_agents_changes_before_making_its_own() {
     }
     agent.metrics_addr(); // up and running: its start-up is over
     let old_pins = pins(&agent.pin_dir);
-    agent.child.kill().unwrap(); // SIGKILL: it undoes nothing
-    agent.child.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.child); // SIGKILL: it undoes nothing
     let old_records = joule_core::journal::entries(&agent.journal_dir()).unwrap();
     let owners: std::collections::BTreeSet<_> = old_records.iter().map(|e| e.owner.as_str()).collect();
     assert!(owners.contains("qos") && owners.contains("bpf"), "the killed agent's journal lacks its class or its pins: {old_records:#?}");
@@ -550,8 +581,7 @@ fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
             "mount not journalled: {journal:?}"
         );
         if kill {
-            agent.child.kill().unwrap();
-            agent.child.wait().unwrap();
+            joule_testkit::sigkill_agent_and_guardian(&mut agent.child);
             assert!(is_bpffs(base.path()), "the mount vanished without restore: the test would prove nothing");
             let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -88,8 +88,7 @@ perf_fraction = 0.5
     assert_ne!(before, want, "the test needs a decision that changes the affinity");
 
     // SIGKILL: the agent cannot undo anything itself; the pin stays until restore.
-    agent.0.kill().unwrap();
-    agent.0.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.0);
     assert_eq!(allowed(pid), want, "a killed agent leaves the pin (until restore)");
     let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(&journal).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

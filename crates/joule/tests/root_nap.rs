@@ -392,8 +392,7 @@ fn root_nap_requests_around_the_transition_are_never_lost() {
 #[ignore]
 fn root_nap_sigkill_while_napping_then_restore_thaws_the_service() {
     let Some((server, mut agent)) = napping_server(200) else { return };
-    agent.child.kill().unwrap();
-    agent.child.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.child);
     assert_eq!(freezer_state(&freezer_dir()), "FROZEN", "a killed agent leaves the nap in place");
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(proc_state(server.pid()), 'D', "frozen tasks show as D (v1 freezer)");

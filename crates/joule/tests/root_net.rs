@@ -203,8 +203,7 @@ fn root_net_limiter_is_removed_on_exit_and_after_sigkill_by_restore() {
         let loaded = netlimit_progs();
         assert!(loaded > progs_before, "the classifier program is loaded ({loaded} vs {progs_before} before)");
         if kill {
-            agent.kill().unwrap();
-            agent.wait().unwrap();
+            joule_testkit::sigkill_agent_and_guardian(agent);
             assert_eq!(p.root_qdisc(), "htb", "a SIGKILLed agent leaves its qdisc until restore");
             let st = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(dir.path().join("journal")).status().unwrap();
             assert!(st.success());
@@ -498,8 +497,7 @@ fn root_net_placement_bandwidth_is_held_by_htb_and_restore_after_sigkill_leaves_
     assert!((got - 20.0).abs() <= 2.0, "the class got {got:.2} Mbit/s for the 20 Mbit/s placement counted on");
 
     // SIGKILL: the limiter stays until restore; then nothing is left.
-    agent.0.kill().unwrap();
-    agent.0.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.0);
     assert_eq!(p.root_qdisc(), "htb", "a SIGKILLed agent leaves its qdisc until restore");
     let st = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(&journal).status().unwrap();
     assert!(st.success());

@@ -14,6 +14,7 @@
 
 pub(crate) mod acting;
 mod events;
+pub(crate) mod guardian;
 mod status;
 
 use crate::exporter::{self, Published, Shared};
@@ -89,7 +90,9 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         tracing::warn!("{} change(s) a previous run left behind could not be undone; they stay in the journal: {:?}", recovered.failed.len(), recovered.failed);
     }
     let (r, gone, failed) = (recovered.undone, recovered.already_gone, &recovered.failed);
-    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root }));
+    // From here on the agent changes things: a guardian replays the journal if it dies.
+    let guardian = guardian::Guardian::spawn(&jdir)?;
+    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root, "guardian": guardian.pid() }));
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -98,8 +101,8 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
 
     // A panic in the loop unwinds to here and the machine is put back like on any other exit
     // (not from a panic hook: this runs after the loop's locks and guards are dropped). A
-    // SIGKILL or an abort cannot run this: the next start or `joule restore` (the unit's
-    // ExecStopPost) replays the journal.
+    // SIGKILL or an abort cannot run this: the guardian replays the journal then (and the
+    // next start, or the unit's ExecStopPost, if the guardian was killed too).
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop)))
         .unwrap_or_else(|p| {
             let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
@@ -112,6 +115,9 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         Ok(r) => events.emit("stop", serde_json::json!({ "undone": r.undone, "failed": r.failed })),
         Err(e) => events.emit("stop", serde_json::json!({ "restore_error": e.to_string() })),
     }
+    if undone.as_ref().is_ok_and(|r| r.failed.is_empty()) {
+        guardian.disarm();
+    } // else: dropped armed, the guardian tries once more after the agent's exit
     result?;
     let r = undone?;
     anyhow::ensure!(r.failed.is_empty(), "could not undo {} change(s): {:?}", r.failed.len(), r.failed);

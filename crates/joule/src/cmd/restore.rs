@@ -20,9 +20,20 @@ pub struct RestoreArgs {
     /// Restore even while an agent is running on this journal (it will find its changes gone).
     #[arg(long)]
     pub force: bool,
+    /// Internal: be the agent's guardian (stdin is the agent's pipe; restore when it dies).
+    #[arg(long, hide = true, requires = "guardian_of")]
+    pub guardian: bool,
+    /// Internal: the pid of the agent this guardian watches.
+    #[arg(long, hide = true, value_name = "PID")]
+    pub guardian_of: Option<u32>,
 }
 
 pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
+    if let (true, Some(pid)) = (a.guardian, a.guardian_of) {
+        let what = crate::agent::guardian::watch(&a.journal_dir, pid)?;
+        tracing::info!("guardian: {what}");
+        return Ok(());
+    }
     if a.dry_run {
         let entries = journal::entries(&a.journal_dir)?;
         if a.json {

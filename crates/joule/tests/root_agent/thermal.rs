@@ -125,8 +125,7 @@ fn root_hot_stage_caps_a_best_effort_class_and_restore_after_sigkill_frees_it() 
     eprintln!("busy loop capped at {cap_cpus:.2} CPU: used {capped:.3} CPU");
     assert!(capped < cap_cpus + 0.08, "the capped loop used {capped:.3} CPU, cap {cap_cpus:.2}");
 
-    agent.child.kill().unwrap(); // SIGKILL at the hot stage: nothing is undone
-    agent.child.wait().unwrap();
+    joule_testkit::sigkill_agent_and_guardian(&mut agent.child); // SIGKILL at the hot stage: nothing is undone
     assert_eq!(std::fs::read_to_string(&b.knob).unwrap().trim(), want, "the cap vanished without a restore: the test would prove nothing");
     let records = joule_core::journal::entries(&agent.journal_dir()).unwrap();
     assert!(

@@ -1,0 +1,31 @@
+//! SIGKILL an agent the way a test of the journal needs it: its guardian first (found by its
+//! `comm` among the agent's children), so nothing replays the journal but the test's own
+//! `joule restore` or the next start.
+
+use std::process::Child;
+
+/// The pids of `pid`'s children whose `comm` is `joule-guardian`.
+pub fn guardians_of(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect::<Vec<_>>())
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "joule-guardian"))
+        .collect()
+}
+
+/// SIGKILLs the agent's guardian, then the agent, and reaps both. Panics when the agent has
+/// no guardian: a journal test must know that nothing else replays.
+pub fn sigkill_agent_and_guardian(agent: &mut Child) {
+    let guardians = guardians_of(agent.id());
+    assert!(!guardians.is_empty(), "agent {} has no joule-guardian child", agent.id());
+    for g in &guardians {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*g), nix::sys::signal::SIGKILL);
+    }
+    agent.kill().expect("SIGKILL the agent");
+    agent.wait().expect("reap the agent");
+    for g in guardians {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(g), None); // reparented: may not be ours
+    }
+}
