@@ -10,9 +10,14 @@
 //! count, a number of requests per connection and a lifetime per connection (a client that
 //! pipelines without reading its replies holds one connection, not the server), and an
 //! `accept` error (EMFILE) is logged and retried, never fatal.
+//!
+//! With `agent.metrics_web_config` (webconfig.rs) it speaks TLS (the handshake has the same
+//! deadline as the headers) and asks for basic auth; bcrypt runs on the runtime's single
+//! blocking thread.
 
 use crate::exposition::{self, Format};
 use crate::metrics::{self, AgentStats};
+use crate::webconfig::{Auth, WebConfig};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -151,17 +156,27 @@ pub fn proc_hides_pids(procfs: &std::path::Path) -> bool {
     })
 }
 
-/// Starts the HTTP server on its own thread (one tokio worker). Returns the bound address
-/// (useful with port 0).
-pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits) -> anyhow::Result<std::net::SocketAddr> {
+/// What every connection shares.
+#[derive(Clone)]
+struct Server {
+    shared: Shared,
+    procs: Processes,
+    limits: Limits,
+    web: Option<Arc<WebConfig>>,
+}
+
+/// Starts the HTTP server on its own thread (one tokio worker, one blocking thread for
+/// bcrypt). Returns the bound address (useful with port 0).
+pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits, web: Option<Arc<WebConfig>>) -> anyhow::Result<std::net::SocketAddr> {
     let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().max_blocking_threads(1).build()?;
+    let server = Server { shared, procs, limits, web };
     std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
         rt.block_on(async move {
             match tokio::net::TcpListener::from_std(listener) {
-                Ok(l) => accept_loop(l, shared, procs, limits).await,
+                Ok(l) => accept_loop(l, server).await,
                 Err(e) => tracing::error!("metrics server: {e}"),
             }
         })
@@ -169,7 +184,8 @@ pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits) -> an
     Ok(bound)
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, shared: Shared, procs: Processes, limits: Limits) {
+async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
+    let limits = server.limits;
     // Open connections, oldest first: each holds the sender that closes it when dropped.
     let mut open: VecDeque<tokio::sync::oneshot::Sender<()>> = VecDeque::new();
     let mut accept_errors = 0u64;
@@ -194,20 +210,65 @@ async fn accept_loop(listener: tokio::net::TcpListener, shared: Shared, procs: P
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         open.push_back(tx);
-        tokio::spawn(connection(stream, shared.clone(), procs, limits, rx));
+        let server = server.clone();
+        tokio::spawn(async move {
+            let tls = server.web.as_ref().and_then(|w| w.tls.clone());
+            let work = async {
+                match tls {
+                    None => connection(stream, server).await,
+                    Some(cfg) => {
+                        let handshake = tokio_rustls::TlsAcceptor::from(cfg).accept(stream);
+                        if let Ok(Ok(s)) = tokio::time::timeout(limits.header_read_timeout, handshake).await {
+                            connection(s, server).await
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                _ = work => {}
+                _ = rx => {}
+                _ = tokio::time::sleep(limits.lifetime) => {}
+            }
+        });
     }
 }
 
-async fn connection(stream: tokio::net::TcpStream, shared: Shared, procs: Processes, limits: Limits, evicted: tokio::sync::oneshot::Receiver<()>) {
-    let served = Arc::new(AtomicUsize::new(0));
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (body, ctype, code) = answer(&shared, &req, procs);
-        let n = served.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut resp = Response::builder().status(code).header(hyper::header::CONTENT_TYPE, ctype);
-        if n >= limits.max_requests {
-            resp = resp.header(hyper::header::CONNECTION, "close");
+/// Whether the request may be answered: no auth configured, a remembered password, or one
+/// bcrypt on the blocking thread.
+async fn authorised(web: Option<&Arc<WebConfig>>, req: &Request<Incoming>) -> bool {
+    let Some(web) = web else { return true };
+    match web.check(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
+        Auth::Allowed => true,
+        Auth::Denied => false,
+        Auth::Verify(hash, password, key) => {
+            let web = web.clone();
+            tokio::task::spawn_blocking(move || web.verify(&hash, &password, key)).await.unwrap_or(false)
         }
-        std::future::ready(resp.body(Full::new(Bytes::from(body))))
+    }
+}
+
+async fn connection<S>(stream: S, server: Server)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let served = Arc::new(AtomicUsize::new(0));
+    let limits = server.limits;
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (server, served) = (server.clone(), served.clone());
+        async move {
+            let ok = authorised(server.web.as_ref(), &req).await;
+            let (body, ctype, code) =
+                if ok { answer(&server.shared, &req, server.procs) } else { ("unauthorized\n".to_string(), "text/plain", StatusCode::UNAUTHORIZED) };
+            let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut resp = Response::builder().status(code).header(hyper::header::CONTENT_TYPE, ctype);
+            if !ok {
+                resp = resp.header(hyper::header::WWW_AUTHENTICATE, "Basic realm=\"joule\"");
+            }
+            if n >= limits.max_requests {
+                resp = resp.header(hyper::header::CONNECTION, "close");
+            }
+            resp.body(Full::new(Bytes::from(body)))
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -215,9 +276,5 @@ async fn connection(stream: tokio::net::TcpStream, shared: Shared, procs: Proces
         .max_buf_size(limits.max_buf_bytes)
         .max_headers(limits.max_headers)
         .serve_connection(TokioIo::new(stream), service);
-    tokio::select! {
-        _ = conn => {}
-        _ = evicted => {}
-        _ = tokio::time::sleep(limits.lifetime) => {}
-    }
+    let _ = conn.await;
 }

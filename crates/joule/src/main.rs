@@ -12,6 +12,7 @@ mod sense;
 #[cfg(test)]
 mod test_args;
 mod textview;
+mod webconfig;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -52,6 +52,10 @@ pub struct AgentConfig {
     /// on an endpoint beyond loopback. On loopback they follow /proc's own policy: hidden when
     /// /proc is mounted `hidepid`.
     pub metrics_show_processes: bool,
+    /// TLS and basic auth for the endpoint: a web config file in the Prometheus
+    /// exporter-toolkit format (`tls_server_config`, `basic_auth_users`). Empty: plain HTTP,
+    /// no auth (fine on loopback; the agent warns beyond it).
+    pub metrics_web_config: PathBuf,
     /// Undo journal directory (tmpfs, so a reboot forgets it along with the changes).
     pub journal_dir: PathBuf,
     /// JSON-lines event log; "-" writes events to standard output.
@@ -68,6 +72,7 @@ impl Default for AgentConfig {
             period_ms: 100,
             metrics_addr: "127.0.0.1:9977".into(),
             metrics_show_processes: false,
+            metrics_web_config: PathBuf::new(),
             journal_dir: "/run/joule".into(),
             event_log: "/run/joule/events.jsonl".into(),
             status_interval_ms: 2000,

@@ -34,6 +34,13 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             );
         }
     }
+    if !a.metrics_web_config.as_os_str().is_empty() && !a.metrics_web_config.is_absolute() {
+        bad(
+            "agent.metrics_web_config",
+            format!("metrics_web_config = {:?} is not an absolute path", a.metrics_web_config.display().to_string()),
+            "e.g. \"/etc/joule/web.yml\", or \"\" for plain HTTP",
+        );
+    }
     if a.event_log.as_os_str() != "-" && !a.event_log.is_absolute() {
         bad(
             "agent.event_log",

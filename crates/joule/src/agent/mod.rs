@@ -20,6 +20,7 @@ mod status;
 use crate::exporter::{self, Published, Shared};
 use crate::metrics::AgentStats;
 use crate::sense::{Bpf, BpfOff, Snapshotter};
+use crate::webconfig::WebConfig;
 use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
@@ -58,6 +59,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         trusted_config(path)?;
     }
     let mut cfg = a.config.load()?;
+    let web = web_config(&cfg, root)?;
     if let Some(addr) = a.metrics_addr {
         cfg.agent.metrics_addr = addr;
     }
@@ -68,7 +70,15 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         anyhow::bail!(crate::UsageError(format!("the classes cannot be applied:\n{}", list.join("\n"))));
     }
     let jdir = cfg.agent.journal_dir.clone();
-    let _lock = match joule_core::agent_lock::lock_agent(&jdir)? {
+    // A guardian replaying a killed agent's journal holds the lock for a few milliseconds:
+    // wait that out, not a running agent.
+    let lock_deadline = Instant::now() + Duration::from_secs(2);
+    let _lock = match loop {
+        match joule_core::agent_lock::lock_agent(&jdir)? {
+            Err(_) if Instant::now() < lock_deadline => std::thread::sleep(Duration::from_millis(50)),
+            held => break held,
+        }
+    } {
         Ok(lock) => lock,
         Err(pid) => anyhow::bail!(
             "another joule agent (pid {}) is running with journal {}; stop it first",
@@ -92,7 +102,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let (r, gone, failed) = (recovered.undone, recovered.already_gone, &recovered.failed);
     // From here on the agent changes things: a guardian replays the journal if it dies.
     let guardian = guardian::Guardian::spawn(&jdir)?;
-    events.emit("start", serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root, "guardian": guardian.pid() }));
+    events.emit(
+        "start",
+        serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root, "guardian": guardian.pid() }),
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -103,7 +116,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     // (not from a panic hook: this runs after the loop's locks and guards are dropped). A
     // SIGKILL or an abort cannot run this: the guardian replays the journal then (and the
     // next start, or the unit's ExecStopPost, if the guardian was killed too).
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop)))
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, web, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop)))
         .unwrap_or_else(|p| {
             let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
             Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
@@ -161,6 +174,19 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
 
 /// A config the root agent acts on must be root's: owned by root (or the user it runs as)
 /// and writable by nobody else, or any user who could edit it would choose what root does.
+/// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes. A
+/// root agent takes it, like its config, only from a file root controls.
+fn web_config(cfg: &Config, root: bool) -> anyhow::Result<Option<Arc<WebConfig>>> {
+    let path = &cfg.agent.metrics_web_config;
+    if path.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    if root {
+        trusted_config(path).map_err(|e| crate::UsageError(format!("{e:#}")))?;
+    }
+    Ok(Some(Arc::new(WebConfig::load(path).map_err(|e| crate::UsageError(format!("{e:#}")))?)))
+}
+
 fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     // Nobody else may swap it either: every directory on the way to the name and to the file
@@ -191,7 +217,17 @@ pub const PANIC_ENV: &str = "JOULE_TEST_PANIC_AFTER_SAMPLES";
 /// The journal size below which the running agent never compacts it (a few thousand records).
 const JOURNAL_COMPACT_MIN_BYTES: u64 = 1 << 20;
 
-fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, journal: &Journal, events: &mut Events, stop: &AtomicBool) -> anyhow::Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn run_loop(
+    cfg: &Config,
+    web: Option<Arc<WebConfig>>,
+    duration_s: &Option<f64>,
+    no_bpf: bool,
+    root: bool,
+    journal: &Journal,
+    events: &mut Events,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
     if !sense.bpf_status().enabled {
@@ -228,12 +264,24 @@ fn run_loop(cfg: &Config, duration_s: &Option<f64>, no_bpf: bool, root: bool, jo
     } else {
         exporter::Processes::Shown
     };
-    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default())?;
-    tracing::info!("metrics on http://{addr}/metrics (per-process data {procs:?})");
-    if !loopback {
-        tracing::warn!("the metrics endpoint listens on {addr}, beyond loopback, without TLS or authentication: anyone who reaches it reads the node's state");
+    let (tls, auth) = web.as_ref().map(|w| (w.tls.is_some(), w.needs_auth())).unwrap_or_default();
+    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default(), web)?;
+    let url = format!("{}://{addr}/metrics", if tls { "https" } else { "http" });
+    tracing::info!("metrics on {url} (per-process data {procs:?}, basic auth {})", if auth { "on" } else { "off" });
+    if !(loopback || (tls && auth)) {
+        tracing::warn!(
+            "the metrics endpoint listens on {addr}, beyond loopback, without {}: anyone who reaches it {} (agent.metrics_web_config)",
+            if tls {
+                "authentication"
+            } else if auth {
+                "TLS"
+            } else {
+                "TLS or authentication"
+            },
+            if auth { "reads the password off the wire" } else { "reads the node's state" }
+        );
     }
-    (cx.events)("listening", serde_json::json!({ "metrics": format!("http://{addr}/metrics") }));
+    (cx.events)("listening", serde_json::json!({ "metrics": url, "tls": tls, "basic_auth": auth }));
 
     let period = Duration::from_millis(cfg.agent.period_ms);
     let status_every = Duration::from_millis(cfg.agent.status_interval_ms);

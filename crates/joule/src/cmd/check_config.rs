@@ -23,12 +23,30 @@ fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
         .collect()
 }
 
+/// The web config the agent would load (`agent.metrics_web_config`), and every file it names.
+fn web_problems(cfg: &Config, text: &str) -> Vec<Problem> {
+    let path = &cfg.agent.metrics_web_config;
+    if path.as_os_str().is_empty() {
+        return Vec::new();
+    }
+    match crate::webconfig::WebConfig::load(path) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![Config::problem_at(
+            text,
+            "agent.metrics_web_config",
+            format!("{e:#}"),
+            "exporter-toolkit's format: tls_server_config, basic_auth_users (docs/security.md)".into(),
+        )],
+    }
+}
+
 pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
     let loaded = joule_core::fsread::read_file_capped(&a.file, joule_core::config::MAX_CONFIG_BYTES)
         .map_err(|source| ConfigError::Read { path: a.file.clone(), source })
         .and_then(|text| Config::parse(&text).map(|cfg| (cfg, text)).map_err(|problems| ConfigError::Invalid { path: a.file.clone(), problems }))
         .and_then(|(cfg, text)| {
-            let problems = admission_problems(&cfg, &text);
+            let mut problems = admission_problems(&cfg, &text);
+            problems.extend(web_problems(&cfg, &text));
             if problems.is_empty() {
                 Ok(cfg)
             } else {

@@ -467,3 +467,62 @@ fn root_untrusted_per_process_data_follows_procs_hidepid() {
     assert!(tasks("") > 0, "no task_wait on the plain /proc: nothing to hide");
     assert_eq!(tasks(&format!("procfs_root = \"{}\"", proc.0.path().display())), 0, "pids shown though /proc hides them");
 }
+
+/// The endpoint's TLS and basic auth come from a web config only root controls: one in a
+/// directory the user may write is refused before anything is made; root's own gives an
+/// https endpoint with basic auth (webconfig_tests.rs checks the protocol itself) that
+/// answers nothing in plain HTTP.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_the_endpoints_web_config_is_roots_and_asks_for_the_password() {
+    if !ready(false) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap(); // root's, 0700
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.path().join("server.crt"), c.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("server.key"), c.signing_key.serialize_pem()).unwrap();
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+    let cfg = agent_config(dir.path(), &dir.path().join("journal"));
+    let with_web = |web: &Path| {
+        let text = std::fs::read_to_string(&cfg).unwrap().replacen("[agent]\n", &format!("[agent]\nmetrics_web_config = \"{}\"\n", web.display()), 1);
+        std::fs::write(&cfg, text).unwrap();
+    };
+
+    // The user's copy: refused, nothing made.
+    let users = shared_dir();
+    std::os::unix::fs::chown(users.path(), Some(USER), Some(USER)).unwrap();
+    let users_web = users.path().join("web.yml");
+    std::fs::copy(&web, &users_web).unwrap();
+    with_web(&users_web);
+    let (code, err) = agent_exit(&cfg);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("refusing") && err.contains("web.yml"), "{err}");
+    assert!(!dir.path().join("journal").exists(), "refused before anything was made");
+
+    // Root's: https, 401 without the password, no metrics in plain HTTP.
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace(&users_web.display().to_string(), &web.display().to_string())).unwrap();
+    let mut agent = KillOnDrop(Command::new(JOULE).args(["agent", "--config"]).arg(&cfg).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap());
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(agent.0.stdout.take().unwrap());
+    let url = loop {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the agent ended before listening");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["event"] == "listening" {
+            assert_eq!((v["tls"].as_bool(), v["basic_auth"].as_bool()), (Some(true), Some(true)), "{v}");
+            break v["metrics"].as_str().unwrap().to_string();
+        }
+    };
+    assert!(url.starts_with("https://"), "{url}");
+    let addr = url.trim_start_matches("https://").trim_end_matches("/metrics").to_string();
+    let mut plain = std::net::TcpStream::connect(&addr).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(&mut plain, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut plain, &mut got);
+    let got = String::from_utf8_lossy(&got);
+    assert!(!got.contains("joule_") && !got.starts_with("HTTP/1"), "plain HTTP on the TLS endpoint answered: {got}");
+}
