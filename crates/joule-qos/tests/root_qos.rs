@@ -458,3 +458,47 @@ fn root_restore_empties_a_class_whose_task_keeps_forking() {
     eprintln!("{cycles} cycles in {:.1} s; {with_tasks_inside} restores or releases found tasks moved into the class", t0.elapsed().as_secs_f64());
     assert!(with_tasks_inside >= 50, "only {with_tasks_inside} cleanups had the forking shells in the class: the test proved little");
 }
+
+/// Issue 17, row 5: the mover acts on the process the reading matched, not on its pid. A
+/// reading whose member has the pid of a live process but another start time (the member
+/// exited and its pid went to someone else between the reading and the move) moves nothing
+/// and says the member vanished; the same reading with the right start time moves it.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_the_mover_checks_the_start_time_at_the_write() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut g = Guard::new();
+        let mut sleep = || {
+            let c = Command::new("sleep").arg("60").spawn().unwrap();
+            let pid = c.id() as i32;
+            g.children.push(c);
+            pid
+        };
+        let (first, other) = (sleep(), sleep());
+        let cs = vec![class("apps", first)];
+        let mut c = QosController::new(&cs, opts()).unwrap();
+        let j = Journal::open(g.dir.path()).unwrap();
+        assert_eq!(c.apply(&j, &RealEffects).unwrap().moved, vec![(first, "apps".to_string())]);
+        let procs = Path::new("/sys/fs/cgroup/cpu").join(GROUP).join("apps/cgroup.procs");
+        let in_class = |pid: i32| std::fs::read_to_string(&procs).unwrap().lines().any(|l| l == pid.to_string());
+
+        let places = c.places();
+        let reading = || joule_core::membership::Membership::scan(Path::new("/proc"), &[class("apps", other)], &places, &RealEffects);
+        let mut stale = reading();
+        let member = stale.members.get(&other).cloned().expect("the reading lists the second process");
+        let started = member.started.expect("a start time");
+        stale.members.insert(other, joule_core::membership::Member { started: Some(started + 1), ..member });
+        let r = c.hold(&j, &RealEffects, &stale).unwrap();
+        assert!(r.moved.is_empty() && r.vanished == vec![other], "{r:?}");
+        assert!(!in_class(other), "pid {other} moved though it is not the process the reading matched");
+
+        let r = c.hold(&j, &RealEffects, &reading()).unwrap();
+        assert_eq!(r.moved, vec![(other, "apps".to_string())], "the same reading with the right start time must move it: {r:?}");
+        assert!(in_class(other));
+    }
+    no_leftovers();
+}

@@ -74,11 +74,23 @@ impl Default for Limits {
 /// What the endpoint may show of other users' processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Processes {
-    /// pids and names in `/metrics` (`joule_task_wait_seconds`) and `/snapshot.json`.
+    /// pids and names in `/metrics` (`joule_task_cpu_wait_ratio`) and `/snapshot.json`.
     Shown,
     /// Left out: /proc hides other users' processes (`hidepid`), or the endpoint is not on
     /// loopback and `agent.metrics_show_processes` is off.
     Hidden,
+}
+
+impl Processes {
+    /// /proc's own policy first (`hidepid` hides them everywhere), then the address: shown on
+    /// loopback, beyond it only when the config says so.
+    pub fn policy(proc_hides_pids: bool, loopback: bool, show_beyond_loopback: bool) -> Processes {
+        if proc_hides_pids || !(loopback || show_beyond_loopback) {
+            Processes::Hidden
+        } else {
+            Processes::Shown
+        }
+    }
 }
 
 /// Renders what is published in `format`.
@@ -277,4 +289,36 @@ where
         .max_headers(limits.max_headers)
         .serve_connection(TokioIo::new(stream), service);
     let _ = conn.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Row 15 of issue 17: other users' pids and names are not for everyone who can reach
+    /// the endpoint.
+    #[test]
+    fn processes_follow_hidepid_then_the_address_then_the_switch() {
+        use Processes::*;
+        for (hidepid, loopback, show, want) in [
+            (false, true, false, Shown),
+            (true, true, false, Hidden),
+            (true, true, true, Hidden),
+            (false, false, false, Hidden),
+            (false, false, true, Shown),
+            (true, false, true, Hidden),
+        ] {
+            assert_eq!(Processes::policy(hidepid, loopback, show), want, "hidepid {hidepid}, loopback {loopback}, switch {show}");
+        }
+    }
+
+    #[test]
+    fn hidden_leaves_no_pid_or_name_in_the_snapshot() {
+        let shared = Shared::default();
+        shared.write().unwrap().snapshot.task_wait = vec![Default::default()];
+        let shown = render(&shared, Format::Text, Processes::Shown);
+        let hidden = render(&shared, Format::Text, Processes::Hidden);
+        assert!(shown.contains("joule_task_cpu_wait_ratio{tid="), "{shown}");
+        assert!(!hidden.contains("tid="), "{hidden}");
+    }
 }

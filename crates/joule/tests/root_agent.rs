@@ -544,7 +544,7 @@ fn root_new_agent_undoes_a_killed_agents_changes_before_making_its_own() {
     assert_eq!(target.cgroups(), target.cgroups_before, "task not back in its original cgroups");
 }
 
-fn is_bpffs(p: &Path) -> bool {
+pub(crate) fn is_bpffs(p: &Path) -> bool {
     use joule_core::effects::{Mounts, RealEffects, BPF_FS_MAGIC};
     RealEffects.fs_magic(p).is_ok_and(|m| m == BPF_FS_MAGIC)
 }

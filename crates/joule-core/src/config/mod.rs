@@ -48,7 +48,7 @@ pub struct AgentConfig {
     pub period_ms: u64,
     /// Where the Prometheus text endpoint listens; loopback by default.
     pub metrics_addr: String,
-    /// Show other users' pids and process names (`joule_task_wait_seconds`, `/snapshot.json`)
+    /// Show other users' pids and process names (`joule_task_cpu_wait_ratio`, `/snapshot.json`)
     /// on an endpoint beyond loopback. On loopback they follow /proc's own policy: hidden when
     /// /proc is mounted `hidepid`.
     pub metrics_show_processes: bool,

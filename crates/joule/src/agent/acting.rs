@@ -50,11 +50,29 @@ pub fn qos_opts(cfg: &Config) -> QosOpts {
     QosOpts { cgroup_root: t.cgroup_root.clone(), procfs_root: t.procfs_root.clone(), also_in, ..QosOpts::default() }
 }
 
-/// What the class admission refuses on this machine, as (config key, message): the class
-/// controller with the agent's options plans without writing anything. `joule check-config`
-/// prints these with their lines and the agent stops on them before it touches anything, so
-/// both give one verdict (issue 17). Empty when the config applies no classes.
-pub fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
+/// Everything the agent would refuse on this machine after the config parsed, as (config
+/// key, message): the class admission, the `[energy]` model it would load, the endpoint's
+/// web config. `joule check-config` prints these with their lines and the agent stops on them
+/// before it touches anything, so both give one verdict (issue 17).
+pub fn refusals(cfg: &Config) -> Vec<(String, String)> {
+    let mut out = admission_refusals(cfg);
+    if cfg.energy.enabled {
+        if let Err(e) = cfg.energy.load_model(&cfg.telemetry, &RealEffects) {
+            out.push(("energy".to_string(), format!("the [energy] model cannot be loaded: {e}")));
+        }
+    }
+    let web = &cfg.agent.metrics_web_config;
+    if !web.as_os_str().is_empty() {
+        if let Err(e) = crate::webconfig::WebConfig::load(web) {
+            out.push(("agent.metrics_web_config".to_string(), format!("{e:#}")));
+        }
+    }
+    out
+}
+
+/// What the class admission refuses on this machine: the class controller with the agent's
+/// options plans without writing anything. Empty when the config applies no classes.
+fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
     if cfg.classes.is_empty() || !cfg.agent.apply_classes {
         return Vec::new();
     }

@@ -59,16 +59,16 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         trusted_config(path)?;
     }
     let mut cfg = a.config.load()?;
-    let web = web_config(&cfg, root)?;
     if let Some(addr) = a.metrics_addr {
         cfg.agent.metrics_addr = addr;
     }
     // The verdict `joule check-config` gives, before anything is opened or changed.
-    let refusals = acting::admission_refusals(&cfg);
+    let refusals = acting::refusals(&cfg);
     if !refusals.is_empty() {
         let list: Vec<String> = refusals.iter().map(|(_, m)| format!("  - {m}")).collect();
-        anyhow::bail!(crate::UsageError(format!("the classes cannot be applied:\n{}", list.join("\n"))));
+        anyhow::bail!(crate::UsageError(format!("the config cannot be used on this machine:\n{}", list.join("\n"))));
     }
+    let web = web_config(&cfg, root)?;
     let jdir = cfg.agent.journal_dir.clone();
     // A guardian replaying a killed agent's journal holds the lock for a few milliseconds:
     // wait that out, not a running agent.
@@ -259,11 +259,7 @@ fn run_loop(
 
     let shared: Shared = Arc::new(RwLock::new(Published::default()));
     let loopback = cfg.agent.metrics_addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
-    let procs = if exporter::proc_hides_pids(&cfg.telemetry.procfs_root) || !(loopback || cfg.agent.metrics_show_processes) {
-        exporter::Processes::Hidden
-    } else {
-        exporter::Processes::Shown
-    };
+    let procs = exporter::Processes::policy(exporter::proc_hides_pids(&cfg.telemetry.procfs_root), loopback, cfg.agent.metrics_show_processes);
     let (tls, auth) = web.as_ref().map(|w| (w.tls.is_some(), w.needs_auth())).unwrap_or_default();
     let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default(), web)?;
     let url = format!("{}://{addr}/metrics", if tls { "https" } else { "http" });
@@ -357,11 +353,16 @@ fn run_loop(
         let size = journal.size_bytes();
         if size >= JOURNAL_COMPACT_MIN_BYTES && size >= 2 * compacted_bytes {
             match journal.compact(&RealEffects) {
-                Ok(n) if n > 0 => tracing::debug!("journal compacted: {n} record(s) of exited tasks or repeats dropped"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("could not compact the journal: {e}"),
+                Ok(n) => {
+                    compacted_bytes = journal.size_bytes();
+                    tracing::debug!("journal compacted: {n} record(s) of exited tasks or repeats dropped, {size} → {compacted_bytes} bytes");
+                    (cx.events)("journal_compacted", serde_json::json!({ "dropped": n, "bytes_before": size, "bytes_after": compacted_bytes }));
+                }
+                Err(e) => {
+                    tracing::warn!("could not compact the journal: {e}");
+                    compacted_bytes = journal.size_bytes();
+                }
             }
-            compacted_bytes = journal.size_bytes();
         }
 
         next += period;

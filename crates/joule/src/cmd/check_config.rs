@@ -14,30 +14,18 @@ pub struct CheckConfigArgs {
     pub json: bool,
 }
 
-/// The admission refusals on this machine (`agent::acting::admission_refusals`, which the
-/// agent stops on too), each located at the class it names.
+/// What the agent refuses on this machine once the config parsed (`agent::acting::refusals`:
+/// the class admission, the energy model, the web config; the agent stops on the same), each
+/// located at the key it names.
 fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
-    crate::agent::acting::admission_refusals(cfg)
+    crate::agent::acting::refusals(cfg)
         .into_iter()
-        .map(|(key, message)| Config::problem_at(text, &key, message, "the agent refuses this too; `joule qos plan` shows the arithmetic".into()))
+        .map(|(key, message)| {
+            let hint =
+                if key.starts_with("class") { "the agent refuses this too; `joule qos plan` shows the arithmetic" } else { "the agent refuses this too" };
+            Config::problem_at(text, &key, message, hint.into())
+        })
         .collect()
-}
-
-/// The web config the agent would load (`agent.metrics_web_config`), and every file it names.
-fn web_problems(cfg: &Config, text: &str) -> Vec<Problem> {
-    let path = &cfg.agent.metrics_web_config;
-    if path.as_os_str().is_empty() {
-        return Vec::new();
-    }
-    match crate::webconfig::WebConfig::load(path) {
-        Ok(_) => Vec::new(),
-        Err(e) => vec![Config::problem_at(
-            text,
-            "agent.metrics_web_config",
-            format!("{e:#}"),
-            "exporter-toolkit's format: tls_server_config, basic_auth_users (docs/security.md)".into(),
-        )],
-    }
 }
 
 pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
@@ -45,8 +33,7 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
         .map_err(|source| ConfigError::Read { path: a.file.clone(), source })
         .and_then(|text| Config::parse(&text).map(|cfg| (cfg, text)).map_err(|problems| ConfigError::Invalid { path: a.file.clone(), problems }))
         .and_then(|(cfg, text)| {
-            let mut problems = admission_problems(&cfg, &text);
-            problems.extend(web_problems(&cfg, &text));
+            let problems = admission_problems(&cfg, &text);
             if problems.is_empty() {
                 Ok(cfg)
             } else {

@@ -526,3 +526,116 @@ fn root_untrusted_the_endpoints_web_config_is_roots_and_asks_for_the_password() 
     let got = String::from_utf8_lossy(&got);
     assert!(!got.contains("joule_") && !got.starts_with("HTTP/1"), "plain HTTP on the TLS endpoint answered: {got}");
 }
+
+/// Row 13: bpffs is never mounted where a user chose. A `bpf_pin_dir` through a user's
+/// symlink to a root-only directory, or inside a directory the user owns, stops the agent with
+/// the reason before anything is mounted or made.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_bpffs_is_not_mounted_through_a_users_symlink_or_directory() {
+    if !ready(false) {
+        return;
+    }
+    let root_only = tempfile::tempdir().unwrap(); // root's, 0700, empty: a mount target
+    let users = shared_dir();
+    std::os::unix::fs::chown(users.path(), Some(USER), Some(USER)).unwrap();
+    let link = users.path().join("link");
+    std::os::unix::fs::symlink(root_only.path(), &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(USER), Some(USER)).unwrap();
+    let own = users.path().join("own");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(USER), Some(USER)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (pin_dir, why) in [(link.join("joule"), "symlink"), (own.join("joule"), "owned by uid")] {
+        let cfg = dir.path().join("joule.toml");
+        let journal = dir.path().join("journal");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{}\"\nevent_log = \"-\"\nstatus_interval_ms = 0\n[telemetry]\nbpf_pin_dir = \"{}\"\n",
+                journal.display(),
+                pin_dir.display()
+            ),
+        )
+        .unwrap();
+        let (code, err) = agent_exit(&cfg);
+        assert_ne!(code, Some(0), "{err}");
+        assert!(err.contains(why), "{}: wanted {why:?} in\n{err}", pin_dir.display());
+        for target in [root_only.path(), own.as_path()] {
+            assert!(!super::is_bpffs(target), "bpffs mounted at {}", target.display());
+            assert_eq!(std::fs::read_dir(target).unwrap().count(), 0, "{} is no longer empty", target.display());
+        }
+        let left = joule_core::journal::entries(&journal).unwrap_or_default();
+        assert!(left.is_empty(), "records left: {left:?}");
+    }
+}
+
+/// Row 16: the journal is compacted while the agent runs. A churn of short-lived processes
+/// joining a class journals a move each; once the file has passed 1 MiB and doubled, the agent
+/// drops the records of the exited ones (`journal_compacted` event), so the file stays far
+/// below what the moves appended, and what remains still restores.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_the_journal_is_compacted_while_a_churn_runs() {
+    if !ready(true) || !require(Path::new("/usr/bin/python3").exists(), "python3") {
+        return;
+    }
+    let dir = shared_dir();
+    let bin = sleeper(dir.path(), "jx-churn");
+    let agent = Agent::start("[[class]]\nname = \"jchurn\"\nquota_us = 50000\nperiod_us = 100000\nmatch = { comm = [\"jx-churn\"] }\n");
+    let _ = agent.metrics_addr();
+    let journal = agent.journal_dir().join("undo.jsonl");
+    // 250 processes/s for up to 20 s, each living 0.3 s: moved, then gone.
+    let churn = format!(
+        "import os, time\nend = time.time() + 20\nkids = []\nwhile time.time() < end and not os.path.exists({stop:?}):\n    kids.append(os.posix_spawn({bin:?}, [{bin:?}, '0.3'], os.environ))\n    time.sleep(0.004)\n    kids = [k for k in kids if os.waitpid(k, os.WNOHANG) == (0, 0)]\nfor k in kids: os.waitpid(k, 0)\n",
+        stop = dir.path().join("stop").display().to_string(),
+        bin = bin.display().to_string()
+    );
+    let mut storm = KillOnDrop(Command::new("/usr/bin/python3").args(["-c", &churn]).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let (mut compacted, mut peak) = (None, 0u64);
+    while Instant::now() < deadline && compacted.is_none() {
+        peak = peak.max(std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0));
+        compacted = agent.events().into_iter().find(|v| v["event"] == "journal_compacted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(dir.path().join("stop"), "").unwrap();
+    let _ = storm.0.wait();
+    let c = compacted.unwrap_or_else(|| panic!("no journal_compacted event in 25 s of churn (journal peaked at {peak} bytes)"));
+    eprintln!("compaction: {c}");
+    let (before, after) = (c["bytes_before"].as_u64().unwrap(), c["bytes_after"].as_u64().unwrap());
+    assert!(before >= 1 << 20 && c["dropped"].as_u64().unwrap() > 0, "{c}");
+    assert!(after * 4 < before, "compaction kept {after} of {before} bytes: the exited processes' records stayed");
+    assert!(peak <= 3 << 20, "the journal reached {peak} bytes before its compaction");
+    let left = joule_core::journal::entries(&agent.journal_dir()).unwrap();
+    assert!(left.iter().any(|e| e.owner == "qos"), "the class's own records were compacted away: {left:?}");
+}
+
+/// Row 17: an RT class is undone at shutdown. Three agents in a row each give an RT class a
+/// budget (a SCHED_FIFO member in it), stop on SIGTERM with a clean exit and a `stop` event
+/// without failures, and leave no group, no record and the machine's RT budget as it was.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted_an_rt_class_is_undone_at_every_shutdown() {
+    if !ready(true) || !require(Path::new(CPU_V1).join("cpu.rt_runtime_us").exists(), "RT group scheduling (cpu.rt_runtime_us)") {
+        return;
+    }
+    let budget = std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap();
+    for round in 0..3 {
+        let member = KillOnDrop(Command::new("chrt").args(["-f", "5", "sleep", "30"]).spawn().unwrap());
+        let pid = member.0.id();
+        let mut agent =
+            Agent::start(&format!("[[class]]\nname = \"jrt\"\nrt_runtime_us = 50000\nrt_period_us = 1000000\nmatch = {{ pid = [{pid}], uid = [0] }}\n"));
+        within(Duration::from_secs(10), "the FIFO member in the RT class", || cpu_cgroup(pid) == "/joule/jrt");
+        let events = agent.events().len();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+        let st = agent.child.wait().unwrap();
+        let stop = agent.events().into_iter().skip(events).find(|v| v["event"] == "stop").expect("a stop event");
+        assert!(st.success(), "round {round}: the agent exited {st:?}; {stop}");
+        assert_eq!(stop["failed"].as_array().map(|a| a.len()), Some(0), "round {round}: {stop}");
+        assert!(!Path::new(CPU_V1).join("joule").exists(), "round {round}: the joule group is left");
+        assert!(joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty(), "round {round}: records left");
+        assert_eq!(cpu_cgroup(pid), "/", "round {round}: the member is not back");
+        assert_eq!(std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").unwrap(), budget);
+    }
+}
