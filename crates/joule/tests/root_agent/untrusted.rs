@@ -228,12 +228,20 @@ fn root_untrusted_restore_skips_records_joule_cannot_have_written() {
     let started: u64 =
         std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().parse().unwrap();
     let journal = tempfile::tempdir().unwrap();
+    // Row 18: a valid record after the corrupt line is still replayed (a cgroup knob of the
+    // test's own, where joule writes).
+    let group = CgroupDir(Path::new(CPU_V1).join(format!("jtest-row18-{}", std::process::id())));
+    std::fs::create_dir(&group.0).unwrap();
+    let shares = group.0.join("cpu.shares");
+    std::fs::write(&shares, "2048").unwrap();
     let records = format!(
         "{{\"owner\":\"elevate\",\"at_ms\":1,\"op\":\"sched\",\"tid\":{pid},\"old\":{{\"policy\":1,\"priority\":99}},\"started\":{started}}}\n\
          {{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"move_task\",\"pid\":{pid},\"procs_file\":\"{v}\",\"started\":{started}}}\n\
          {{\"owner\":\"qos\",\"at_ms\":1,\"op\":\"write\",\"path\":\"{v}\",\"old\":\"owned\"}}\n\
-         this line is no record\n",
-        v = victim.display()
+         this line is no record\n\
+         {{\"owner\":\"qos\",\"at_ms\":2,\"op\":\"write\",\"path\":\"{s}\",\"old\":\"1024\"}}\n",
+        v = victim.display(),
+        s = shares.display()
     );
     std::fs::write(journal.path().join("undo.jsonl"), records).unwrap();
     std::fs::set_permissions(journal.path().join("undo.jsonl"), std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -245,6 +253,17 @@ fn root_untrusted_restore_skips_records_joule_cannot_have_written() {
     let policy = unsafe { libc::sched_getscheduler(pid as i32) };
     assert_eq!(policy, libc::SCHED_OTHER, "restore raised uid {USER}'s process");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+    assert!(text.contains("1 change(s) undone"), "{text}");
+    assert_eq!(std::fs::read_to_string(&shares).unwrap().trim(), "1024", "the valid record after the corrupt line was not replayed");
+}
+
+/// A cgroup directory of the test's own, removed when dropped.
+struct CgroupDir(PathBuf);
+
+impl Drop for CgroupDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// VmRSS (kB) and thread count of `pid`.
