@@ -190,8 +190,14 @@ mod tests {
         let bins = Binaries::new(dir.path()).unwrap();
         let procs = IdleProcs::start(&bins, IDLE_COMM, 3, Duration::from_secs(30)).unwrap();
         let pids: Vec<u32> = procs.0.iter().map(Child::id).collect();
+        // The kernel lets a vfork parent go on before exec sets the new comm: wait for it.
+        let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap().trim().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while pids.iter().any(|p| comm(p) != IDLE_COMM) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         for p in &pids {
-            assert_eq!(std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap().trim(), IDLE_COMM);
+            assert_eq!(comm(p), IDLE_COMM);
         }
         drop(procs);
         assert!(pids.iter().all(|p| !Path::new(&format!("/proc/{p}")).exists()), "reaped");
