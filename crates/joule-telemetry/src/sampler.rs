@@ -29,7 +29,7 @@ impl Sampler {
             Box::new(PsiSource::new(&cfg.procfs_root)),
             Box::new(CgroupSource::new(&cfg.cgroup_root)),
             Box::new(TaskWaitSource::new(&cfg.procfs_root, cfg.task_wait_top)),
-            Box::new(ThermalSource::new(&cfg.sysfs_root)),
+            Box::new(ThermalSource::new(cfg.thermal_root())),
             Box::new(FreqSource::new(&cfg.sysfs_root)),
             Box::new(SchedExtSource::new(&cfg.sysfs_root)),
             Box::new(PowerModel::new(&cfg.power_model)),

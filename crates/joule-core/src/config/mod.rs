@@ -87,6 +87,10 @@ pub struct TelemetryConfig {
     pub sysfs_root: PathBuf,
     pub procfs_root: PathBuf,
     pub cgroup_root: PathBuf,
+    /// Where thermal zones and hwmon sensors are read (`class/thermal`, `class/hwmon` under
+    /// it). Empty: `sysfs_root`. A tree of its own lets a sensor that is not in sysfs (an
+    /// external probe, a benchmark's plant) stand in for one.
+    pub thermal_root: PathBuf,
     /// Load the eBPF programs (run-queue latency, in-kernel thermal stage). Needs root.
     pub bpf: bool,
     /// Where the thermal stage map is pinned for other BPF programs (a sched_ext scheduler).
@@ -97,12 +101,24 @@ pub struct TelemetryConfig {
     pub thermal_model: ThermalModelConfig,
 }
 
+impl TelemetryConfig {
+    /// Where the thermal sensors are read: `thermal_root`, or `sysfs_root` when it is empty.
+    pub fn thermal_root(&self) -> &std::path::Path {
+        if self.thermal_root.as_os_str().is_empty() {
+            &self.sysfs_root
+        } else {
+            &self.thermal_root
+        }
+    }
+}
+
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             sysfs_root: "/sys".into(),
             procfs_root: "/proc".into(),
             cgroup_root: "/sys/fs/cgroup".into(),
+            thermal_root: PathBuf::new(),
             bpf: true,
             bpf_pin_dir: "/sys/fs/bpf/joule".into(),
             task_wait_top: 5,

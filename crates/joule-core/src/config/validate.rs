@@ -25,7 +25,11 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         bad("agent.metrics_addr", format!("metrics_addr = {:?} is not an IP:port", a.metrics_addr), "e.g. \"127.0.0.1:9977\"");
     }
 
-    for (k, p) in [("agent.journal_dir", &a.journal_dir), ("telemetry.bpf_pin_dir", &cfg.telemetry.bpf_pin_dir)] {
+    let thermal_root = Some(&cfg.telemetry.thermal_root).filter(|p| !p.as_os_str().is_empty());
+    for (k, p) in [("agent.journal_dir", &a.journal_dir), ("telemetry.bpf_pin_dir", &cfg.telemetry.bpf_pin_dir)]
+        .into_iter()
+        .chain(thermal_root.map(|p| ("telemetry.thermal_root", p)))
+    {
         if !p.is_absolute() {
             bad(
                 k,

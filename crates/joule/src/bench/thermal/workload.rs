@@ -180,19 +180,6 @@ pub fn parse_fio_json(text: &str) -> anyhow::Result<FioResult> {
     Ok(FioResult { read_mib_s: sum("read")? / MIB, write_mib_s: sum("write")? / MIB })
 }
 
-/// fio's bandwidth log (`msec, KiB/s, direction, ...`) as (seconds since start, MiB/s read +
-/// written) per interval.
-pub fn parse_fio_bw_log(text: &str) -> Vec<(f64, f64)> {
-    let mut per_t: std::collections::BTreeMap<u64, f64> = Default::default();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if let (Some(Ok(ms)), Some(Ok(kib_s))) = (f.first().map(|s| s.parse::<u64>()), f.get(1).map(|s| s.parse::<f64>())) {
-            *per_t.entry(ms).or_default() += kib_s / 1024.0;
-        }
-    }
-    per_t.into_iter().map(|(ms, mib_s)| (ms as f64 / 1000.0, mib_s)).collect()
-}
-
 /// Total bogo ops of the `cpu` stressor from stress-ng's `--yaml` metrics.
 pub fn parse_stress_yaml(text: &str) -> anyhow::Result<u64> {
     let mut in_cpu = false;
@@ -204,28 +191,6 @@ pub fn parse_stress_yaml(text: &str) -> anyhow::Result<u64> {
         }
     }
     anyhow::bail!("stress-ng's metrics have no bogo-ops for the cpu stressor")
-}
-
-/// CPU seconds (user + system) used so far by the children of `parent` (stress-ng's workers),
-/// from /proc/PID/stat; workers that already exited are no longer counted.
-pub fn children_cpu_s(parent: i32) -> f64 {
-    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
-    dir.flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|s| stat_ppid_ticks(&s))
-        .filter(|(ppid, _)| *ppid == parent)
-        .map(|(_, ticks)| ticks as f64 / tick)
-        .sum()
-}
-
-/// (ppid, utime + stime) from a /proc/PID/stat line: fields 4, 14 and 15, counted after the
-/// comm's closing parenthesis (the comm may contain spaces and parentheses).
-fn stat_ppid_ticks(line: &str) -> Option<(i32, u64)> {
-    let rest = &line[line.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.get(1)?.parse().ok()?, f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?))
 }
 
 #[cfg(test)]
@@ -246,27 +211,10 @@ mod tests {
     }
 
     #[test]
-    fn fio_bw_log_adds_read_and_write_per_interval() {
-        let s = parse_fio_bw_log(&fixture("fio_bw.1.log"));
-        assert_eq!(s.len(), 2);
-        assert_eq!(s[0].0, 1.0);
-        assert!((s[0].1 - (55_328.0 + 55_388.0) / 1024.0).abs() < 1e-9, "{s:?}");
-        assert!((s[1].1 - (45_404.0 + 45_224.0) / 1024.0).abs() < 1e-9, "{s:?}");
-        assert!(parse_fio_bw_log("garbage\n\n").is_empty());
-    }
-
-    #[test]
     fn stress_ng_yaml_gives_the_cpu_stressors_bogo_ops() {
         assert_eq!(parse_stress_yaml(&fixture("stress-ng.yaml")).unwrap(), 2014);
         assert!(parse_stress_yaml("metrics:\n    - stressor: vm\n      bogo-ops: 5\n").is_err(), "another stressor's ops are not the cpu's");
         assert!(parse_stress_yaml("").is_err());
-    }
-
-    #[test]
-    fn stat_line_with_a_hostile_comm_parses() {
-        let line = "42 (a) b (c) S 7 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 100 0 0";
-        assert_eq!(stat_ppid_ticks(line), Some((7, 280)));
-        assert_eq!(stat_ppid_ticks("42 (x) S"), None);
     }
 
     #[test]
