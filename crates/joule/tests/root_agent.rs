@@ -74,7 +74,15 @@ impl Agent {
     /// The event log so far, one JSON value a line.
     fn events(&self) -> Vec<serde_json::Value> {
         let log = std::fs::read_to_string(self.dir.path().join("events.jsonl")).unwrap_or_default();
-        log.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        // The agent may be writing the last line right now: a line that does not parse yet is
+        // one still being written (every finished line must parse).
+        let lines: Vec<&str> = log.lines().collect();
+        let n = lines.len();
+        lines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| serde_json::from_str(l).map_err(|e| assert!(i + 1 == n && !log.ends_with('\n'), "event line {i} is not JSON ({e}): {l}")).ok())
+            .collect()
     }
 
     fn journal_dir(&self) -> PathBuf {

@@ -62,13 +62,19 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if let Some(addr) = a.metrics_addr {
         cfg.agent.metrics_addr = addr;
     }
+    // The web config, like the config, only from a file root controls: say so before its
+    // contents are judged.
+    let web_path = &cfg.agent.metrics_web_config;
+    if root && !web_path.as_os_str().is_empty() {
+        trusted_config(web_path).map_err(|e| crate::UsageError(format!("{e:#}")))?;
+    }
     // The verdict `joule check-config` gives, before anything is opened or changed.
     let refusals = acting::refusals(&cfg);
     if !refusals.is_empty() {
         let list: Vec<String> = refusals.iter().map(|(_, m)| format!("  - {m}")).collect();
         anyhow::bail!(crate::UsageError(format!("the config cannot be used on this machine:\n{}", list.join("\n"))));
     }
-    let web = web_config(&cfg, root)?;
+    let web = web_config(&cfg)?;
     let jdir = cfg.agent.journal_dir.clone();
     // A guardian replaying a killed agent's journal holds the lock for a few milliseconds:
     // wait that out, not a running agent.
@@ -174,15 +180,12 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
 
 /// A config the root agent acts on must be root's: owned by root (or the user it runs as)
 /// and writable by nobody else, or any user who could edit it would choose what root does.
-/// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes. A
-/// root agent takes it, like its config, only from a file root controls.
-fn web_config(cfg: &Config, root: bool) -> anyhow::Result<Option<Arc<WebConfig>>> {
+/// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes
+/// (its owner and path were checked before the config's verdict).
+fn web_config(cfg: &Config) -> anyhow::Result<Option<Arc<WebConfig>>> {
     let path = &cfg.agent.metrics_web_config;
     if path.as_os_str().is_empty() {
         return Ok(None);
-    }
-    if root {
-        trusted_config(path).map_err(|e| crate::UsageError(format!("{e:#}")))?;
     }
     Ok(Some(Arc::new(WebConfig::load(path).map_err(|e| crate::UsageError(format!("{e:#}")))?)))
 }

@@ -514,7 +514,9 @@ fn root_untrusted_the_endpoints_web_config_is_roots_and_asks_for_the_password() 
     let users = shared_dir();
     std::os::unix::fs::chown(users.path(), Some(USER), Some(USER)).unwrap();
     let users_web = users.path().join("web.yml");
-    std::fs::copy(&web, &users_web).unwrap();
+    for f in ["web.yml", "server.crt", "server.key"] {
+        std::fs::copy(dir.path().join(f), users.path().join(f)).unwrap();
+    }
     with_web(&users_web);
     let (code, err) = agent_exit(&cfg);
     assert_eq!(code, Some(2), "{err}");
