@@ -13,4 +13,4 @@ mod kill;
 pub mod vm;
 
 pub use bpffs::TempBpffs;
-pub use kill::{guardians_of, sigkill_agent_and_guardian};
+pub use kill::{guardians_of, kill_agent, sigkill_agent_and_guardian};

@@ -27,8 +27,7 @@ impl Agent {
     /// An agent whose fd limit is `nofile` (a unit's `LimitNOFILE`).
     fn start_limited(extra_cfg: &str, nofile: u64) -> Agent {
         let mut a = Agent::start(extra_cfg);
-        let _ = a.child.kill();
-        let _ = a.child.wait();
+        joule_testkit::kill_agent(&mut a.child);
         // The next agent replays what this one did; its events are not the next one's.
         let _ = std::fs::remove_file(a.dir.path().join("events.jsonl"));
         a.child = Self::spawn_limited(a.dir.path(), Some(nofile));
@@ -111,8 +110,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        joule_testkit::kill_agent(&mut self.child);
         // Whatever the test did, leave nothing behind.
         let _ = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(self.journal_dir()).output();
         let _ = std::fs::remove_dir_all(&self.pin_dir);
@@ -435,13 +433,13 @@ fn root_sigkilled_agent_is_restored_by_its_guardian() {
 
 const CPU_V1: &str = "/sys/fs/cgroup/cpu";
 
-/// A process the test started, killed however the test ends.
+/// A process the test started, killed however the test ends (an agent with its guardian
+/// first, so no replay outlives the test).
 struct KillOnDrop(Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        joule_testkit::kill_agent(&mut self.0);
     }
 }
 

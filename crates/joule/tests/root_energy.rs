@@ -14,8 +14,7 @@ struct Reap(Child);
 
 impl Drop for Reap {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        joule_testkit::kill_agent(&mut self.0);
     }
 }
 

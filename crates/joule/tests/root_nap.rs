@@ -283,8 +283,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        joule_testkit::kill_agent(&mut self.child);
         let _ = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(self.journal_dir()).output();
     }
 }

@@ -167,8 +167,7 @@ struct Killed(std::process::Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
+            joule_testkit::kill_agent(&mut self.0);
         }
     }
 }

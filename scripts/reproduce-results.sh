@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Re-runs the benchmarks whose results the README and docs/results quote, with the exact
+# commands those pages name, and writes their JSON and plots into docs/results/ (issue 18).
+#
+#   scripts/reproduce-results.sh            every bench (hours: longer than a working session)
+#   scripts/reproduce-results.sh thermal    one bench; several names run in the order given
+#   scripts/reproduce-results.sh --list     the names and what each takes
+#
+# Needs root and a release build (it builds one). Each bench prints its table; this script
+# prints, before each, the commit and the date the numbers belong to, and keeps the bench's
+# whole output in docs/results/<name>.log so a page can quote exactly what was printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A CMD=(
+  [thermal]="bench thermal --json docs/results/thermal.json --plot docs/results/thermal.svg"
+  [overhead]="bench overhead --runs 3 --seconds 8 --json docs/results/overhead.json --plot docs/results/overhead.svg"
+  [overhead-scale]="bench overhead --procs 100,2000,10000 --flows 100,2000,10000 --churn-per-s 500 --runs 3 --seconds 10 --warmup-s 3 --json docs/results/overhead-scale.json --plot docs/results/overhead-scale.svg"
+  [net-qos]="bench net-qos --only limiter,softirq --json docs/results/net-qos.json --plot docs/results/net-qos.svg"
+  [net-qos-placement]="bench net-qos --only placement --host-model --json docs/results/net-qos-placement.json --plot docs/results/net-qos-placement.svg"
+  [rt-share]="bench rt-share --runs 3 --seconds 6 --warmup 1 --json docs/results/rt-share.json --plot docs/results/rt-share.svg"
+  [elevate]="bench elevate --json docs/results/elevate.json --plot docs/results/elevate.svg"
+  [nap]="bench nap --json docs/results/nap.json --plot docs/results/nap.svg"
+)
+ORDER=(thermal overhead overhead-scale net-qos net-qos-placement rt-share elevate nap)
+declare -A TAKES=(
+  [thermal]="~20 min (5 runs x 4 modes x 45 s)" [overhead]="~5 min" [overhead-scale]="~8 min"
+  [net-qos]="~10 min" [net-qos-placement]="~2 min" [rt-share]="~10 min" [elevate]="~15 min" [nap]="~10 min"
+)
+
+if [[ "${1:-}" == "--list" ]]; then
+  for n in "${ORDER[@]}"; do printf '%-18s %-28s joule %s\n' "$n" "${TAKES[$n]}" "${CMD[$n]}"; done
+  exit 0
+fi
+names=("$@")
+[[ ${#names[@]} -eq 0 ]] && names=("${ORDER[@]}")
+for n in "${names[@]}"; do
+  [[ -n "${CMD[$n]:-}" ]] || { echo "reproduce-results: no bench called '$n' (see --list)" >&2; exit 2; }
+done
+[[ $(id -u) -eq 0 ]] || { echo "reproduce-results: run as root (the benches make cgroups, namespaces and load eBPF)" >&2; exit 2; }
+
+cargo build --release --locked --quiet
+commit=$(git rev-parse --short HEAD)
+dirty=$(git status --porcelain --untracked-files=no -- crates | head -1)
+for n in "${names[@]}"; do
+  log="docs/results/$n.log"
+  {
+    echo "# scripts/reproduce-results.sh $n"
+    echo "# commit $commit${dirty:+ (with uncommitted changes under crates/)}, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r), $(nproc) CPUs"
+    echo "# joule ${CMD[$n]}"
+  } | tee "$log"
+  # shellcheck disable=SC2086 # the command is a list of words on purpose
+  bash scripts/fresh-mounts.sh target/release/joule ${CMD[$n]} 2>&1 | tee -a "$log"
+done
