@@ -169,7 +169,10 @@ j = json.load(open('$OUT/fio.json'))['jobs'][0]
 print(f\"fio_read_mib_s={j['read']['bw'] / 1024:.2f}\")
 print(f\"fio_write_mib_s={j['write']['bw'] / 1024:.2f}\")"
 	curl -sf "$URL/metrics" | grep '^joule_scx' >"$OUT/metrics-load.txt" || true
-	# SIGKILL: the struct_ops link dies with the agent; then restore removes what it left.
+	# SIGKILL: the struct_ops link dies with the agent; then restore removes what it left. Its
+	# guardian (which would replay the journal at once) is killed first, so `joule restore` has
+	# something to prove here; the host's root tier tests the guardian itself.
+	pkill -KILL -P "$agent" -x joule-guardian || echo "guardian_missing=1"
 	kill -9 "$agent"
 	wait "$agent" 2>/dev/null || true
 	agent=

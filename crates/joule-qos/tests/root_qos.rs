@@ -202,23 +202,6 @@ fn root_v2_grouping_accounting_and_clean_refusal_of_missing_controllers() {
     no_leftovers();
 }
 
-/// Runs only as the child of `root_sigkill_...`: applies classes, says so, then hangs.
-#[test]
-#[ignore = "tier 2: root"]
-fn root_helper_apply_and_hang() {
-    let Ok(dir) = std::env::var("JOULE_QOS_HELPER_DIR") else { return };
-    let sleeper: i32 = std::env::var("JOULE_QOS_HELPER_PID").unwrap().parse().unwrap();
-    let cs = vec![
-        ClassConfig { rt_runtime_us: Some(200_000), ..class("main", sleeper) },
-        ClassConfig { quota_us: Some(20_000), cpus: Some("0".into()), ..class("apps", -1) },
-    ];
-    let mut c = QosController::new(&cs, opts()).unwrap();
-    let j = Journal::open(Path::new(&dir)).unwrap();
-    c.apply(&j, &RealEffects).unwrap();
-    std::fs::write(Path::new(&dir).join("ready"), "").unwrap();
-    std::thread::sleep(Duration::from_secs(600));
-}
-
 #[test]
 #[ignore = "tier 2: root"]
 fn root_sigkill_after_apply_then_restore_leaves_nothing() {
@@ -229,12 +212,8 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     let mut g = Guard::new();
     let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
     let before = std::fs::read_to_string(format!("/proc/{}/cgroup", sleeper.id())).unwrap();
-    let mut helper = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "root_helper_apply_and_hang", "--nocapture", "--test-threads=1"])
-        .env("JOULE_QOS_HELPER_DIR", g.dir.path())
-        .env("JOULE_QOS_HELPER_PID", sleeper.id().to_string())
-        .spawn()
-        .unwrap();
+    // A helper binary applies the classes and is SIGKILLed with them in place.
+    let mut helper = Command::new(env!("CARGO_BIN_EXE_joule-qos-test-helper")).arg(g.dir.path()).arg(sleeper.id().to_string()).arg(GROUP).spawn().unwrap();
     let ready = g.dir.path().join("ready");
     for _ in 0..200 {
         if ready.exists() {

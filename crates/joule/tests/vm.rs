@@ -92,6 +92,30 @@ fn vm_monitor_once_json_has_every_section() {
     for key in ["cpu", "power", "thermal", "stage", "runq_latency"] {
         assert!(obj.contains_key(key), "monitor JSON lacks {key:?}: {v}");
     }
+    // The values, not only the keys: what each section says must be possible.
+    let share = |x: &serde_json::Value| x.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f));
+    let cpus = v["cpu"]["utilization"].as_array().unwrap_or_else(|| panic!("no per-CPU utilisation: {}", v["cpu"]));
+    assert!(!cpus.is_empty() && cpus.iter().all(share) && share(&v["cpu"]["total_utilization"]), "utilisation outside 0..1: {}", v["cpu"]);
+    assert_eq!(v["cpu"]["source"], "kernel");
+    let watts = v["power"]["watts"].as_f64().unwrap_or(f64::NAN);
+    assert!(watts.is_finite() && watts > 0.0, "power: {}", v["power"]);
+    // TCG has no RAPL: the power is the model's, and says so.
+    assert_eq!(v["power"]["source"], "model", "{}", v["power"]);
+    let zones = v["thermal"]["zones"].as_array().cloned().unwrap_or_default();
+    for z in &zones {
+        let t = z["temp_celsius"].as_f64().unwrap_or(f64::NAN);
+        assert!((-40.0..=150.0).contains(&t) && z["source"] == "sensor", "zone: {z}");
+    }
+    let stage = &v["stage"];
+    assert!(stage["value"].as_u64().is_some_and(|s| s <= 3), "stage: {stage}");
+    // With the guest's ACPI zone the stage is computed from the sensor; without one, the model.
+    let want_source = if zones.is_empty() { "model" } else { "sensor" };
+    assert_eq!(stage["temp_source"], want_source, "stage: {stage}; zones: {zones:?}");
+    for r in v["runq_latency"].as_array().unwrap_or_else(|| panic!("runq_latency is not a list: {}", v["runq_latency"])) {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        // Percentiles are read off a histogram (the bucket's bounds), the max exactly.
+        assert!(r["count"].as_u64().is_some() && f("p50_us") <= f("p99_us") && f("max_us") >= 0.0, "run-queue latency: {r}");
+    }
 }
 
 #[test]
@@ -327,6 +351,7 @@ fn vm_agent_scx_sigkill_returns_the_default_scheduler_and_restore_leaves_nothing
     let kv = kv(out);
     println!("SIGKILL of the agent -> sched_ext disabled after {} ms (TCG)", kv.get("kill_fallback_ms").unwrap_or(&"?"));
     assert_eq!(kv.get("kill_state"), Some(&"disabled"), "the kernel kept joule's scheduler after the agent died:\n{}", out.describe());
+    assert!(kv.get("guardian_missing").is_none(), "the agent had no joule-guardian child:\n{}", out.describe());
     assert!(num(&kv, "pins_before_restore") > 0.0, "nothing was pinned, so the restore proves nothing:\n{}", out.describe());
     assert_eq!(kv.get("restore_rc"), Some(&"0"), "{}", out.describe());
     assert_eq!(kv.get("pins_after_restore"), Some(&"0"), "joule restore left pins:\n{}", out.describe());
