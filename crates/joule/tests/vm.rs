@@ -351,7 +351,7 @@ fn vm_agent_scx_sigkill_returns_the_default_scheduler_and_restore_leaves_nothing
     let kv = kv(out);
     println!("SIGKILL of the agent -> sched_ext disabled after {} ms (TCG)", kv.get("kill_fallback_ms").unwrap_or(&"?"));
     assert_eq!(kv.get("kill_state"), Some(&"disabled"), "the kernel kept joule's scheduler after the agent died:\n{}", out.describe());
-    assert!(kv.get("guardian_missing").is_none(), "the agent had no joule-guardian child:\n{}", out.describe());
+    assert!(!kv.contains_key("guardian_missing"), "the agent had no joule-guardian child:\n{}", out.describe());
     assert!(num(&kv, "pins_before_restore") > 0.0, "nothing was pinned, so the restore proves nothing:\n{}", out.describe());
     assert_eq!(kv.get("restore_rc"), Some(&"0"), "{}", out.describe());
     assert_eq!(kv.get("pins_after_restore"), Some(&"0"), "joule restore left pins:\n{}", out.describe());
