@@ -178,8 +178,6 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
     }
 }
 
-/// A config the root agent acts on must be root's: owned by root (or the user it runs as)
-/// and writable by nobody else, or any user who could edit it would choose what root does.
 /// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes
 /// (its owner and path were checked before the config's verdict).
 fn web_config(cfg: &Config) -> anyhow::Result<Option<Arc<WebConfig>>> {
@@ -190,6 +188,8 @@ fn web_config(cfg: &Config) -> anyhow::Result<Option<Arc<WebConfig>>> {
     Ok(Some(Arc::new(WebConfig::load(path).map_err(|e| crate::UsageError(format!("{e:#}")))?)))
 }
 
+/// A config the root agent acts on must be root's: owned by root (or the user it runs as)
+/// and writable by nobody else, or any user who could edit it would choose what root does.
 fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     // Nobody else may swap it either: every directory on the way to the name and to the file

@@ -176,7 +176,17 @@ impl Summary {
             .map(|r| {
                 // The labelled task's wake-ups later than 500 µs, to see when the tail happens.
                 let late: Vec<[f64; 2]> = r.wakeups.iter().filter(|w| w.1 > 500.0).map(|w| [w.0, w.1]).collect();
-                json!({ "mode": r.mode, "run": r.run, "plant": r.plant.iter().map(|p| [p.t_s, p.die_celsius, p.util]).collect::<Vec<_>>(), "samples": r.samples, "labelled_late_over_500us": late })
+                // Every 0.5 s of the plant, and the samples where the cap in force changed (the
+                // scores above use every reading): a run's trace stays a few kB.
+                let plant: Vec<[f64; 3]> = r.plant.iter().step_by(5).map(|p| [p.t_s, p.die_celsius, p.util]).collect();
+                let changes: Vec<&super::Sample> = r
+                    .samples
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, s)| *i == 0 || r.samples[i - 1].cap_share != s.cap_share || r.samples[i - 1].stage != s.stage)
+                    .map(|(_, s)| s)
+                    .collect();
+                json!({ "mode": r.mode, "run": r.run, "plant_every_0_5_s": plant, "cap_or_stage_changes": changes, "labelled_late_over_500us": late })
             })
             .collect();
         json!({
