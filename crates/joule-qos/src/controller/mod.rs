@@ -142,6 +142,8 @@ pub struct QosController {
     /// Where each process the mover moved came from: per hierarchy mount, the `cgroup.procs`
     /// it left (place.rs: where a process that leaves its class goes back to).
     origins: std::collections::HashMap<i32, Vec<(PathBuf, PathBuf)>>,
+    /// The size of `origins` at which the next sweep of exited processes runs (place.rs).
+    origins_sweep_at: usize,
     /// The flock on joule's group directory, held while the classes are applied: one agent
     /// per cgroup tree (apply.rs).
     group_lock: Option<std::os::fd::OwnedFd>,
@@ -183,6 +185,7 @@ impl QosController {
             caps: BTreeMap::new(),
             cap_journalled: Default::default(),
             origins: Default::default(),
+            origins_sweep_at: place::MAX_ORIGINS,
             group_lock: None,
         })
     }

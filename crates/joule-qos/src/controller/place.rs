@@ -44,10 +44,13 @@ impl QosController {
         }
         self.take_out_leavers(fx, members);
         // A reading without leavers (a walk of /proc each time, without eBPF) never says who
-        // exited: past a bound, forget the origins of processes that are gone.
-        if self.origins.len() > MAX_ORIGINS {
+        // exited: past a bound, forget the origins of processes that are gone. The next sweep
+        // waits until the map has doubled again, so a machine with that many live members pays
+        // for a sweep per doubling (churn), not one per period.
+        if self.origins.len() > self.origins_sweep_at {
             let procfs = &members.procfs;
             self.origins.retain(|pid, _| joule_core::procfs::task_dir(procfs, *pid).exists());
+            self.origins_sweep_at = MAX_ORIGINS.max(2 * self.origins.len());
         }
         Ok((moved, vanished))
     }
@@ -175,7 +178,7 @@ impl QosController {
 }
 
 /// How many moved processes' origins the mover keeps before it drops those that exited.
-const MAX_ORIGINS: usize = 65_536;
+pub(super) const MAX_ORIGINS: usize = 65_536;
 
 /// One planned move: the record that undoes it, and the file to write the pid to.
 type Move = (Undo, PathBuf);
