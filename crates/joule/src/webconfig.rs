@@ -73,6 +73,9 @@ enum TlsVersion {
 /// What the server enforces: TLS (rustls) and users' bcrypt hashes, either or both.
 pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The files it names (certificate, key, client CA), as read: a root agent takes them only
+    /// from paths root controls, like the web config itself.
+    pub files: Vec<PathBuf>,
     users: BTreeMap<String, String>,
     /// SHA-256 of "user\0password" for credentials that passed bcrypt.
     good: Mutex<HashSet<[u8; 32]>>,
@@ -104,8 +107,15 @@ impl WebConfig {
             // keep the endpoint's verifier busy.
             anyhow::ensure!(parts.get_cost() <= MAX_BCRYPT_COST, "basic_auth_users.{user}: bcrypt cost {} is above {MAX_BCRYPT_COST}", parts.get_cost());
         }
+        let files = f
+            .tls_server_config
+            .iter()
+            .flat_map(|t| [Some(&t.cert_file), Some(&t.key_file), t.client_ca_file.as_ref()])
+            .flatten()
+            .map(|n| base.join(n))
+            .collect();
         let tls = f.tls_server_config.map(|t| tls_config(&t, base)).transpose()?;
-        Ok(WebConfig { tls, users: f.basic_auth_users, good: Mutex::new(HashSet::new()) })
+        Ok(WebConfig { tls, files, users: f.basic_auth_users, good: Mutex::new(HashSet::new()) })
     }
 
     pub fn needs_auth(&self) -> bool {

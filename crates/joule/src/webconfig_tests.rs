@@ -25,6 +25,7 @@ fn tls_and_users_load_relative_to_the_file() {
     std::fs::write(d.path().join("web.yml"), text).unwrap();
     let w = WebConfig::load(&d.path().join("web.yml")).unwrap();
     assert!(w.tls.is_some() && w.needs_auth());
+    assert_eq!(w.files, vec![d.path().join("server.crt"), d.path().join("server.key")], "the files it names, for the root agent's owner check");
 }
 
 #[test]

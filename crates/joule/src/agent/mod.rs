@@ -74,7 +74,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         let list: Vec<String> = refusals.iter().map(|(_, m)| format!("  - {m}")).collect();
         anyhow::bail!(crate::UsageError(format!("the config cannot be used on this machine:\n{}", list.join("\n"))));
     }
-    let web = web_config(&cfg)?;
+    let web = web_config(&cfg, root)?;
     let jdir = cfg.agent.journal_dir.clone();
     // A guardian replaying a killed agent's journal holds the lock for a few milliseconds:
     // wait that out, not a running agent.
@@ -179,13 +179,19 @@ fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) 
 }
 
 /// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes
-/// (its owner and path were checked before the config's verdict).
-fn web_config(cfg: &Config) -> anyhow::Result<Option<Arc<WebConfig>>> {
+/// (its owner and path were checked before the config's verdict). A root agent takes the
+/// certificate, key and client CA it names, like the file itself, only from paths root
+/// controls: whoever can replace the key can pose as the endpoint.
+fn web_config(cfg: &Config, root: bool) -> anyhow::Result<Option<Arc<WebConfig>>> {
     let path = &cfg.agent.metrics_web_config;
     if path.as_os_str().is_empty() {
         return Ok(None);
     }
-    Ok(Some(Arc::new(WebConfig::load(path).map_err(|e| crate::UsageError(format!("{e:#}")))?)))
+    let web = WebConfig::load(path).map_err(|e| crate::UsageError(format!("{e:#}")))?;
+    for f in web.files.iter().filter(|_| root) {
+        trusted_config(f).map_err(|e| crate::UsageError(format!("{e:#}")))?;
+    }
+    Ok(Some(Arc::new(web)))
 }
 
 /// A config the root agent acts on must be root's: owned by root (or the user it runs as)

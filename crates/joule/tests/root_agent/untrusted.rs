@@ -488,7 +488,8 @@ fn root_untrusted_per_process_data_follows_procs_hidepid() {
 }
 
 /// The endpoint's TLS and basic auth come from a web config only root controls: one in a
-/// directory the user may write is refused before anything is made; root's own gives an
+/// directory the user may write, or root's naming the user's key, is refused before anything
+/// is made; root's own gives an
 /// https endpoint with basic auth (webconfig_tests.rs checks the protocol itself) that
 /// answers nothing in plain HTTP.
 #[test]
@@ -523,8 +524,18 @@ fn root_untrusted_the_endpoints_web_config_is_roots_and_asks_for_the_password() 
     assert!(err.contains("refusing") && err.contains("web.yml"), "{err}");
     assert!(!dir.path().join("journal").exists(), "refused before anything was made");
 
-    // Root's: https, 401 without the password, no metrics in plain HTTP.
+    // Root's file naming the user's key: refused too (whoever holds the key poses as the endpoint).
     std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace(&users_web.display().to_string(), &web.display().to_string())).unwrap();
+    let good = std::fs::read_to_string(&web).unwrap();
+    let users_key = users.path().join("server.key");
+    std::fs::write(&web, good.replace("key_file: server.key", &format!("key_file: {}", users_key.display()))).unwrap();
+    let (code, err) = agent_exit(&cfg);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("refusing") && err.contains("server.key"), "{err}");
+    assert!(!dir.path().join("journal").exists(), "refused before anything was made");
+    std::fs::write(&web, good).unwrap();
+
+    // Root's: https, 401 without the password, no metrics in plain HTTP.
     let mut agent = KillOnDrop(Command::new(JOULE).args(["agent", "--config"]).arg(&cfg).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
     let mut out = std::io::BufReader::new(agent.0.stdout.take().unwrap());
