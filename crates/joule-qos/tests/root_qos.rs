@@ -305,6 +305,13 @@ impl Sched for DiesAt {
         self.change()?;
         RealEffects.set_sched(t, a)
     }
+    fn get_slice_ns(&self, t: i32) -> io::Result<Option<u64>> {
+        RealEffects.get_slice_ns(t)
+    }
+    fn set_slice_ns(&self, t: i32, ns: u64) -> io::Result<()> {
+        self.change()?;
+        RealEffects.set_slice_ns(t, ns)
+    }
     fn get_affinity(&self, t: i32) -> io::Result<Vec<usize>> {
         RealEffects.get_affinity(t)
     }

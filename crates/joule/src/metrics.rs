@@ -448,6 +448,7 @@ mod tests {
             "joule_actuator_errors",
             "joule_class_moves",
             "joule_task_sched_pinned_threads",
+            "joule_task_sched_sliced_threads",
             "joule_elevate_running",
             "joule_scx_running",
             "joule_scx_ejections",

@@ -389,12 +389,14 @@ fn root_sigkilled_agent_with_a_class_then_restore_removes_its_cgroups() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(std::fs::read_to_string(cpu_v1.join("joule/jtest/cpu.cfs_quota_us")).unwrap().trim(), "20000");
+    target.wait_for_slice(ClassTarget::SLICE_NS);
     joule_testkit::sigkill_agent_and_guardian(&mut agent.child);
     assert!(cpu_v1.join("joule/jtest").exists(), "cgroup vanished without restore: the test would prove nothing");
     let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cpu_v1.join("joule").exists(), "restore left /sys/fs/cgroup/cpu/joule");
     assert_eq!(target.cgroups(), target.cgroups_before, "task not back in its original cgroups");
+    assert_eq!(target.slice_ns(), target.slice_before, "restore did not give the task back the kernel's default slice");
 }
 
 /// Outside systemd, nothing runs `joule restore` for a SIGKILLed agent: its guardian does.
@@ -411,6 +413,7 @@ fn root_sigkilled_agent_is_restored_by_its_guardian() {
         assert!(Instant::now() < deadline, "agent never moved {} into its class", target.pid);
         std::thread::sleep(Duration::from_millis(100));
     }
+    target.wait_for_slice(ClassTarget::SLICE_NS);
     let guardians = joule_testkit::guardians_of(agent.child.id());
     assert_eq!(guardians.len(), 1, "one guardian per agent: {guardians:?}");
     let pgid = |p: i32| nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(p))).unwrap();
@@ -424,6 +427,7 @@ fn root_sigkilled_agent_is_restored_by_its_guardian() {
     }
     eprintln!("guardian restored {:?} after the SIGKILL", killed.elapsed());
     assert_eq!(target.cgroups(), target.cgroups_before, "task not back in its original cgroups");
+    target.wait_for_slice(target.slice_before);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty() || std::path::Path::new(&format!("/proc/{}", guardians[0])).exists() {
         assert!(Instant::now() < deadline, "the guardian did not empty the journal and exit");
@@ -444,11 +448,13 @@ impl Drop for KillOnDrop {
 }
 
 /// A `sleep` for an agent's class to hold, and the config of that class: `jtest`, matched by
-/// pid, CFS quota 20 ms per 100 ms.
+/// pid, CFS quota 20 ms per 100 ms, a 250 µs latency slice.
 struct ClassTarget {
     _sleep: KillOnDrop,
     pid: u32,
     cgroups_before: String,
+    /// The task's EEVDF slice before the agent started (the kernel's default), ns.
+    slice_before: u64,
     config: String,
 }
 
@@ -460,10 +466,30 @@ impl ClassTarget {
         }
         let sleep = KillOnDrop(Command::new("sleep").arg("120").spawn().unwrap());
         let pid = sleep.0.id();
-        let config = format!("[[class]]\nname = \"jtest\"\nmatch = {{ pid = [{pid}] }}\nquota_us = 20000\nperiod_us = 100000\n");
-        let mut t = ClassTarget { _sleep: sleep, pid, cgroups_before: String::new(), config };
+        let config = format!("[[class]]\nname = \"jtest\"\nmatch = {{ pid = [{pid}] }}\nquota_us = 20000\nperiod_us = 100000\nlatency_slice_us = 250\n");
+        let mut t = ClassTarget { _sleep: sleep, pid, cgroups_before: String::new(), slice_before: 0, config };
         t.cgroups_before = t.cgroups();
+        t.slice_before = t.slice_ns();
+        assert!(
+            t.slice_before > 0,
+            "kernel {} reports no EEVDF slice: the slice checks need Linux 6.12+",
+            std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap()
+        );
+        assert_ne!(t.slice_before, Self::SLICE_NS, "the kernel's default equals the test's slice: the check would prove nothing");
         Some(t)
+    }
+    const SLICE_NS: u64 = 250_000;
+    fn slice_ns(&self) -> u64 {
+        use joule_core::effects::Sched;
+        joule_core::effects::RealEffects.get_slice_ns(self.pid as i32).unwrap().expect("sleep runs under SCHED_OTHER")
+    }
+    /// Waits (≤ 10 s) until the task's slice is `ns`.
+    fn wait_for_slice(&self, ns: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.slice_ns() != ns {
+            assert!(Instant::now() < deadline, "task {} has a {} ns slice, not {ns}", self.pid, self.slice_ns());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     fn cgroups(&self) -> String {
         std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).unwrap()

@@ -1,5 +1,7 @@
-//! The task-scheduling actuator: the only writer of class threads' scheduling policy, priority
-//! and CPU affinity. It holds the Plan's merged `ClassAffinity` knobs: a class whose affinity
+//! The task-scheduling actuator: the only writer of class threads' scheduling policy, priority,
+//! EEVDF slice and CPU affinity. It holds the Plan's merged `ClassSlice` knobs (each fair
+//! thread of the class gets the slice, its old one journalled before its first change; a
+//! thread under a real-time policy is left alone) and `ClassAffinity` knobs: a class whose affinity
 //! placement won gets every thread pinned there (sched_setaffinity, each thread's old affinity
 //! journalled before its first change, pinned to the thread's start time); a class whose
 //! affinity the user-space scheduler won runs under joule-elevate's engine (elevate.rs), which
@@ -23,7 +25,18 @@ use std::sync::Arc;
 pub const METRICS: &[MetricDef] = &[
     MetricDef::gauge("joule_task_sched_pinned_threads", "Threads of the class the task-scheduling actuator holds on the CPUs placement decided."),
     MetricDef::gauge("joule_elevate_running", "1 while the user-space scheduler runs the [elevate] class's threads."),
+    MetricDef::gauge("joule_task_sched_sliced_threads", "Fair threads of the class that run with the class's latency slice."),
 ];
+
+/// One class's latency slice as held.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSlice {
+    pub class: String,
+    pub slice_us: u32,
+    /// Threads of the class under a fair policy (the ones with the slice).
+    pub threads: usize,
+    pub why: String,
+}
 
 /// One class's affinity as held.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -39,6 +52,10 @@ pub struct ClassPin {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TaskSchedState {
     pub pinned: Vec<ClassPin>,
+    pub slices: Vec<ClassSlice>,
+    /// Why no slice is held although the plan asks for one (a kernel before 6.12).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slices_unsupported: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elevate: Option<ElevateState>,
 }
@@ -48,7 +65,10 @@ impl ActuatorState for TaskSchedState {
         serde_json::to_value(self).unwrap_or_default()
     }
     fn families(&self) -> Vec<Family> {
-        let mut out = vec![METRICS[0].with(self.pinned.iter().map(|p| (l(&[("class", &p.class)]), p.threads as f64)).collect())];
+        let mut out = vec![
+            METRICS[0].with(self.pinned.iter().map(|p| (l(&[("class", &p.class)]), p.threads as f64)).collect()),
+            METRICS[2].with(self.slices.iter().map(|s| (l(&[("class", &s.class)]), s.threads as f64)).collect()),
+        ];
         if let Some(e) = &self.elevate {
             out.push(METRICS[1].with(vec![(l(&[("class", &e.class)]), f64::from(u8::from(e.running)))]));
         }
@@ -60,6 +80,8 @@ impl ActuatorState for TaskSchedState {
 pub struct TaskSchedActuator {
     /// Threads whose original affinity is in the journal.
     pinned: BTreeSet<i32>,
+    /// Threads whose original slice is in the journal.
+    sliced: BTreeSet<i32>,
     elevate: ElevateRunner,
     state: TaskSchedState,
 }
@@ -85,6 +107,64 @@ impl TaskSchedActuator {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
             Err(e) => Err(format!("pinning thread {tid} to CPUs {cpus:?}: {e}").into()),
         }
+    }
+
+    /// Gives fair thread `tid` a slice of `ns`, journalling its old slice before its first
+    /// change. Ok(None) when it had it already, is gone or is not fair (real-time: elevate's,
+    /// or its app's own); Err(Unsupported) on a kernel without custom slices.
+    fn slice(&mut self, tid: i32, ns: u64, cx: &mut ActCx<'_>) -> Result<SliceOutcome, ActError> {
+        let Ok(Some(old)) = cx.fx.get_slice_ns(tid) else { return Ok(SliceOutcome::Skipped) };
+        if old == 0 {
+            return Ok(SliceOutcome::Unsupported); // a 6.12+ kernel reports every fair thread's slice
+        }
+        if old == ns {
+            return Ok(SliceOutcome::Held);
+        }
+        if !self.sliced.contains(&tid) {
+            cx.journal.record(owner::TASK_SCHED, Undo::slice(cx.fx, tid, old))?;
+            self.sliced.insert(tid);
+        }
+        match cx.fx.set_slice_ns(tid, ns) {
+            Ok(()) => Ok(SliceOutcome::Changed),
+            // Gone, or made real-time since the read: not a fair thread to slice.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::EINVAL)) => Ok(SliceOutcome::Skipped),
+            Err(e) => Err(format!("giving thread {tid} a {} µs slice: {e}", ns / 1000).into()),
+        }
+    }
+
+    /// Holds the plan's `ClassSlice` knobs on every fair thread of their classes.
+    fn hold_slices(&mut self, plan: &Plan, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        let mut held = Vec::new();
+        let mut unsupported = None;
+        for h in plan.knobs_of(owner::TASK_SCHED) {
+            let (Knob::ClassSlice { class }, Setting::SliceUs(us)) = (&h.knob, &h.setting) else { continue };
+            let (mut threads, mut changed) = (0, 0);
+            for tid in plan.members.threads(class) {
+                match self.slice(tid, u64::from(*us) * 1000, cx)? {
+                    SliceOutcome::Changed => (threads, changed) = (threads + 1, changed + 1),
+                    SliceOutcome::Held => threads += 1,
+                    SliceOutcome::Skipped => {}
+                    SliceOutcome::Unsupported => {
+                        let release = cx.fx.read(std::path::Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default();
+                        unsupported = Some(format!(
+                            "kernel {} reports no EEVDF slice (custom slices came in Linux 6.12): latency_slice_us does nothing here",
+                            release.trim()
+                        ));
+                        break;
+                    }
+                }
+            }
+            if unsupported.is_some() {
+                break;
+            }
+            if changed > 0 {
+                (cx.events)("slice", serde_json::json!({ "class": class, "slice_us": us, "threads_changed": changed, "why": h.why }));
+            }
+            held.push(ClassSlice { class: class.clone(), slice_us: *us, threads, why: h.why.clone() });
+        }
+        self.state.slices = if unsupported.is_some() { Vec::new() } else { held };
+        self.state.slices_unsupported = unsupported;
+        Ok(())
     }
 
     /// Runs (or stops) the user-space scheduler for the plan's `Want::Elevate`, when the merge
@@ -143,6 +223,7 @@ impl Actuator for TaskSchedActuator {
             pinned.push(ClassPin { class: class.clone(), cpus: cpus.clone(), threads: tids.len(), why: h.why.clone() });
         }
         self.state.pinned = pinned;
+        self.hold_slices(plan, cx)?;
         self.hold_elevate(plan, cx)
     }
 
@@ -154,14 +235,23 @@ impl Actuator for TaskSchedActuator {
         let stopped = self.elevate.stop();
         let r = cx.journal.restore_owner(owner::TASK_SCHED, cx.fx)?;
         self.pinned.clear();
+        self.sliced.clear();
         if !r.failed.is_empty() {
-            return Err(format!("could not put back {} thread affinity(ies): {:?}", r.failed.len(), r.failed).into());
+            return Err(format!("could not put back {} thread affinity(ies) or slice(s): {:?}", r.failed.len(), r.failed).into());
         }
         match stopped {
             Some(Err(e)) => Err(e.into()),
             _ => Ok(()),
         }
     }
+}
+
+/// What giving one thread its slice came to.
+enum SliceOutcome {
+    Changed,
+    Held,
+    Skipped,
+    Unsupported,
 }
 
 #[cfg(test)]

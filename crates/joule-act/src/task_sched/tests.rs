@@ -95,3 +95,53 @@ fn a_class_the_user_space_scheduler_holds_is_not_pinned_for_placement() {
     assert!(st["elevate"].get("not_running_because").is_none(), "it won; it waits for threads");
     a.shutdown(&mut cx).unwrap();
 }
+
+/// A class's latency slice: each fair thread gets it, its old slice journalled first (the
+/// kernel's default recorded as 0), a real-time thread is left alone, and the journal alone
+/// gives the default back; a kernel that reports no slice is said to have none.
+#[test]
+fn slices_the_fair_threads_journalled_first_and_the_journal_alone_gives_the_default_back() {
+    use joule_core::effects::FAKE_DEFAULT_SLICE_NS;
+    let (pd, cfg) = procfs();
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let fx = FakeEffects::default();
+    // tid 0: the agent's own thread, which has the kernel's default.
+    fx.slice.lock().unwrap().extend([(0, FAKE_DEFAULT_SLICE_NS), (11, FAKE_DEFAULT_SLICE_NS), (12, FAKE_DEFAULT_SLICE_NS)]);
+    fx.sched.lock().unwrap().insert(12, joule_core::effects::SchedAttr { policy: libc::SCHED_FIFO, priority: 10 });
+    for tid in [11, 12] {
+        fx.files.lock().unwrap().insert(format!("/proc/{tid}/stat").into(), format!("{tid} (ftpd) S 1 11 11 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {}", 5000 + tid));
+    }
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut events = Vec::new();
+    let mut sink = |k: &str, v: serde_json::Value| events.push((k.to_string(), v));
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    let mut acts = Actuators::new(vec![Box::new(TaskSchedActuator::new())]);
+    acts.init_all(&mut cx).unwrap();
+    let slice = ("classes", Want::Slice { class: "ftp".into(), slice_us: 300 });
+    acts.reconcile_all(&plan(std::slice::from_ref(&slice), &members), &mut cx);
+    assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
+    assert_eq!(fx.get_slice_ns(11).unwrap(), Some(300_000));
+    assert_eq!(fx.calls(), vec!["slice 11 300000"], "the FIFO thread 12 is not touched");
+    let recs = journal.entries().unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].undo, Undo::Slice { tid: 11, old_ns: 0, started: Some(5011) });
+    acts.reconcile_all(&plan(std::slice::from_ref(&slice), &members), &mut cx);
+    assert_eq!(fx.calls().len(), 1, "held: nothing rewritten");
+    let st = acts.status()[0].state.to_json();
+    assert_eq!((st["slices"][0]["slice_us"].as_u64(), st["slices"][0]["threads"].as_u64()), (Some(300), Some(1)), "{st}");
+    // Killed here: the journal alone gives back the default.
+    journal.restore_all(&fx).unwrap();
+    assert_eq!(fx.get_slice_ns(11).unwrap(), Some(FAKE_DEFAULT_SLICE_NS));
+    assert_eq!(fx.calls().last().unwrap(), "slice 11 0");
+    assert_eq!(events.iter().filter(|(k, _)| k == "slice").count(), 1, "{events:?}");
+    // A kernel before 6.12 reports 0 for every fair thread: nothing is written, and the state says why.
+    fx.slice.lock().unwrap().insert(11, 0);
+    let mut sink = |_: &str, _: serde_json::Value| {};
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    let calls = fx.calls().len();
+    acts.reconcile_all(&plan(&[slice], &members), &mut cx);
+    assert_eq!(fx.calls().len(), calls);
+    let st = acts.status()[0].state.to_json();
+    assert!(st["slices_unsupported"].as_str().unwrap().contains("6.12"), "{st}");
+}

@@ -11,7 +11,7 @@ mod net;
 mod thermal;
 mod validate;
 
-pub use class::{ClassConfig, MatchRules, ThermalRole};
+pub use class::{ClassConfig, MatchRules, ThermalRole, LABELLED_SLICE_US, SLICE_US};
 pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;

@@ -2,7 +2,7 @@
 //! the key it is about (dotted path, `class[2].name`) so the caller can find its line.
 //! Admission control of class guarantees (shares per core) lives in joule-qos, not here.
 
-use super::class::ClassConfig;
+use super::class::{ClassConfig, SLICE_US};
 use super::{Config, MAX_STAGES};
 
 /// Most tasks a top-N list reports.
@@ -258,6 +258,13 @@ fn bandwidth_problems(c: &ClassConfig) -> Vec<(&'static str, String, &'static st
             Some(q) if b > q => out.push(("burst_us", format!("burst_us = {b} exceeds quota_us = {q}"), "the kernel bounds a burst by the quota")),
             _ => {}
         }
+    }
+    if let Some(us) = c.latency_slice_us.filter(|us| *us != 0 && !SLICE_US.contains(us)) {
+        out.push((
+            "latency_slice_us",
+            format!("latency_slice_us = {us} is outside {}..={} (or 0 for the kernel's default)", SLICE_US.start(), SLICE_US.end()),
+            "300 wakes a labelled class promptly beside capped work",
+        ));
     }
     if let Some(w) = c.weight {
         if !(1..=10_000).contains(&w) {

@@ -35,6 +35,8 @@ pub enum Knob {
     ClassCpuCap { class: String },
     /// The CPUs every thread of a class may run on (sched_setaffinity).
     ClassAffinity { class: String },
+    /// The EEVDF slice of every fair thread of a class (sched_setattr's `sched_runtime`).
+    ClassSlice { class: String },
     /// The rate of the traffic of `interface` in `direction`: all of it, a class's or a flow's.
     RateLimit {
         interface: String,
@@ -52,7 +54,7 @@ impl Knob {
         match self {
             Knob::CpufreqMax { .. } => owner::CPUFREQ,
             Knob::ClassCpuCap { .. } => owner::CGROUP_CPU,
-            Knob::ClassAffinity { .. } => owner::TASK_SCHED,
+            Knob::ClassAffinity { .. } | Knob::ClassSlice { .. } => owner::TASK_SCHED,
             Knob::RateLimit { .. } => owner::TC,
         }
     }
@@ -71,6 +73,7 @@ impl Knob {
             Knob::CpufreqMax { .. } => "cpufreq_max",
             Knob::ClassCpuCap { .. } => "class_cpu_cap",
             Knob::ClassAffinity { .. } => "class_affinity",
+            Knob::ClassSlice { .. } => "class_slice",
             Knob::RateLimit { .. } => "rate_limit",
         }
     }
@@ -82,6 +85,7 @@ impl std::fmt::Display for Knob {
             Knob::CpufreqMax { cpu } => write!(f, "cpu{cpu} max"),
             Knob::ClassCpuCap { class } => write!(f, "class {class} cpu cap"),
             Knob::ClassAffinity { class } => write!(f, "class {class} affinity"),
+            Knob::ClassSlice { class } => write!(f, "class {class} slice"),
             Knob::RateLimit { interface, direction, class, flow } => {
                 let dir = if *direction == Direction::Ingress { "ingress" } else { "egress" };
                 match (class, flow) {
@@ -140,6 +144,8 @@ pub enum Setting {
     Cpus(Vec<usize>),
     /// Mbit/s.
     Mbit(f64),
+    /// A time slice, µs.
+    SliceUs(u32),
 }
 
 impl Setting {
@@ -150,6 +156,7 @@ impl Setting {
             Setting::Unlimited => Some(f64::INFINITY),
             Setting::CpuPct(p) => Some(*p),
             Setting::Mbit(m) => Some(*m),
+            Setting::SliceUs(us) => Some(f64::from(*us)),
             Setting::Cpus(_) => None,
         }
     }
@@ -169,6 +176,7 @@ impl std::fmt::Display for Setting {
             Setting::CpuPct(p) => write!(f, "{p} %"),
             Setting::Cpus(c) => write!(f, "CPUs {}", crate::cpulist::format(c)),
             Setting::Mbit(m) => write!(f, "{m} Mbit/s"),
+            Setting::SliceUs(us) => write!(f, "{us} µs slice"),
         }
     }
 }

@@ -83,6 +83,7 @@ pub fn merge(plan: &mut Plan, facts: &Facts) {
                 asked.push((Knob::ClassCpuCap { class: class.clone() }, req(s, String::new())));
             }
             Want::Affinity { class, cpus } => asked.push((Knob::ClassAffinity { class: class.clone() }, req(Setting::Cpus(cpus.clone()), String::new()))),
+            Want::Slice { class, slice_us } => asked.push((Knob::ClassSlice { class: class.clone() }, req(Setting::SliceUs(*slice_us), String::new()))),
             Want::Elevate { class, cpu, .. } => asked.push((Knob::ClassAffinity { class: class.clone() }, req(Setting::Cpus(vec![*cpu]), String::new()))),
             Want::LimitRate { interface, direction, class, flow, rate_mbit } => {
                 let knob = Knob::RateLimit { interface: interface.clone(), direction: *direction, class: class.clone(), flow: flow.clone() };

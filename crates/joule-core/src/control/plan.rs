@@ -62,6 +62,9 @@ pub enum Want {
     /// Run every thread of `[[class]]` `class` on `cpus` (energy-aware placement's domain);
     /// merged by precedence with the user-space scheduler's binding, within the class's cpuset.
     Affinity { class: String, cpus: Vec<usize> },
+    /// Give every fair thread of `[[class]]` `class` an EEVDF slice of `slice_us` (its
+    /// `latency_slice_us`): it preempts on wake-up what runs with a longer one.
+    Slice { class: String, slice_us: u32 },
     /// Run the user-space scheduler (mechanism 5, docs/elevate.md) on every thread of
     /// `[[class]]` `class`: bound to `cpu`, round-robin with `slice_us` slices, `pattern`
     /// "shared" or "dedicated". No such decision: the scheduler stops and the threads go back.
@@ -114,6 +117,7 @@ impl Want {
             Want::CapClass { .. } => "cap_class",
             Want::FreqCap { .. } => "freq_cap",
             Want::Affinity { .. } => "affinity",
+            Want::Slice { .. } => "slice",
             Want::Elevate { .. } => "elevate",
             Want::Nap { .. } => "nap",
             Want::LimitRate { .. } => "limit_rate",

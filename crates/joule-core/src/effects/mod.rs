@@ -18,7 +18,7 @@ pub use files::Files;
 pub use freezer::{FreezeState, Freezer, FREEZE_SETTLE};
 pub use mounts::{Mounts, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC, TRACEFS_MAGIC};
 pub use net::{tc_handle, FakeLink, Net, Qdisc, QdiscOption, TC_H_ROOT};
-pub use sched::{Sched, SchedAttr};
+pub use sched::{Sched, SchedAttr, FAKE_DEFAULT_SLICE_NS};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -45,6 +45,9 @@ pub struct FakeEffects {
     pub sched: Mutex<BTreeMap<i32, SchedAttr>>,
     /// CPUs each known thread may run on, ascending.
     pub affinity: Mutex<BTreeMap<i32, Vec<usize>>>,
+    /// EEVDF slice of each known thread, ns (0 is never stored: the kernel reports its default,
+    /// [`FAKE_DEFAULT_SLICE_NS`], for a thread without a custom slice); tid 0 is the caller.
+    pub slice: Mutex<BTreeMap<i32, u64>>,
     /// Every mutating call, in order, for assertions (`write PATH VALUE`, `mkdir PATH`, …).
     pub log: Mutex<Vec<String>>,
     /// Writes to these paths fail with EACCES (a read-only cgroupfs, a locked knob).

@@ -1,5 +1,6 @@
-//! Sched: a thread's scheduling policy and RT priority, and the CPUs it may run on
-//! (sched_setaffinity, which the user-space scheduler of mechanism 5 places threads with).
+//! Sched: a thread's scheduling policy and RT priority, its EEVDF slice (the latency hint a
+//! fair thread carries since Linux 6.12), and the CPUs it may run on (sched_setaffinity, which
+//! the user-space scheduler of mechanism 5 places threads with).
 
 use super::{FakeEffects, RealEffects};
 use serde::{Deserialize, Serialize};
@@ -21,10 +22,51 @@ impl SchedAttr {
 pub trait Sched {
     fn get_sched(&self, tid: i32) -> io::Result<SchedAttr>;
     fn set_sched(&self, tid: i32, attr: SchedAttr) -> io::Result<()>;
+    /// Thread `tid`'s EEVDF slice, ns: what `sched_getattr` reports as `sched_runtime` for a
+    /// fair policy (SCHED_OTHER, SCHED_BATCH). None when the thread runs under another policy.
+    /// A kernel before 6.12 has no slice to report and says 0.
+    fn get_slice_ns(&self, tid: i32) -> io::Result<Option<u64>>;
+    /// Gives fair thread `tid` a custom slice of `ns` (the kernel clamps it to 0.1–100 ms), or
+    /// back the kernel's default with 0, keeping its policy, nice value and reset-on-fork.
+    /// EINVAL when the thread no longer runs under a fair policy: it is never demoted.
+    fn set_slice_ns(&self, tid: i32, ns: u64) -> io::Result<()>;
     /// The CPUs thread `tid` may run on, ascending.
     fn get_affinity(&self, tid: i32) -> io::Result<Vec<usize>>;
     /// Lets thread `tid` run only on `cpus` (EINVAL when none of them is online).
     fn set_affinity(&self, tid: i32, cpus: &[usize]) -> io::Result<()>;
+}
+
+/// `struct sched_attr` of `sched_setattr(2)`, up to the utilisation clamps.
+#[repr(C)]
+#[derive(Default)]
+struct RawSchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime_ns: u64,
+    deadline_ns: u64,
+    period_ns: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// `SCHED_FLAG_KEEP_POLICY`: change the parameters under the policy the thread has now.
+const SCHED_FLAG_KEEP_POLICY: u64 = 0x08;
+
+fn is_fair(policy: i32) -> bool {
+    policy == libc::SCHED_OTHER || policy == libc::SCHED_BATCH
+}
+
+fn sched_getattr(tid: i32) -> io::Result<RawSchedAttr> {
+    let mut a = RawSchedAttr::default();
+    let size = std::mem::size_of::<RawSchedAttr>() as libc::c_uint;
+    // SAFETY: the kernel writes at most `size` bytes into `a`, which we own.
+    if unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &mut a as *mut RawSchedAttr, size, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(a)
 }
 
 impl Sched for RealEffects {
@@ -50,6 +92,31 @@ impl Sched for RealEffects {
         }
         Ok(())
     }
+    fn get_slice_ns(&self, tid: i32) -> io::Result<Option<u64>> {
+        let a = sched_getattr(tid)?;
+        Ok(is_fair(a.policy as i32).then_some(a.runtime_ns))
+    }
+    fn set_slice_ns(&self, tid: i32, ns: u64) -> io::Result<()> {
+        let now = sched_getattr(tid)?;
+        if !is_fair(now.policy as i32) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // KEEP_POLICY: if the thread turned real-time since the read, the kernel refuses these
+        // fair parameters (priority 0) instead of demoting it.
+        let a = RawSchedAttr {
+            size: std::mem::size_of::<RawSchedAttr>() as u32,
+            policy: now.policy,
+            flags: SCHED_FLAG_KEEP_POLICY,
+            nice: now.nice,
+            runtime_ns: ns,
+            ..RawSchedAttr::default()
+        };
+        // SAFETY: the kernel reads `a.size` bytes of `a`, which we own.
+        if unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &a as *const RawSchedAttr, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
     fn get_affinity(&self, tid: i32) -> io::Result<Vec<usize>> {
         let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid))?;
         Ok((0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect())
@@ -63,6 +130,9 @@ impl Sched for RealEffects {
         Ok(())
     }
 }
+
+/// The slice the fake reports for a thread without a custom one (this host's kernel: 1.4 ms).
+pub const FAKE_DEFAULT_SLICE_NS: u64 = 1_400_000;
 
 fn no_thread() -> io::Error {
     io::Error::from_raw_os_error(libc::ESRCH)
@@ -80,6 +150,21 @@ impl Sched for FakeEffects {
     fn set_sched(&self, tid: i32, attr: SchedAttr) -> io::Result<()> {
         self.act(format!("sched {tid} {} {}", attr.policy, attr.priority), || {
             *self.sched.lock().unwrap().get_mut(&tid).ok_or_else(no_thread)? = attr;
+            Ok(())
+        })
+    }
+    fn get_slice_ns(&self, tid: i32) -> io::Result<Option<u64>> {
+        let slice = *self.slice.lock().unwrap().get(&tid).ok_or_else(no_thread)?;
+        let fair = self.sched.lock().unwrap().get(&tid).is_none_or(|a| is_fair(a.policy));
+        Ok(fair.then_some(slice))
+    }
+    fn set_slice_ns(&self, tid: i32, ns: u64) -> io::Result<()> {
+        self.act(format!("slice {tid} {ns}"), || {
+            if self.get_slice_ns(tid)?.is_none() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            let ns = if ns == 0 { FAKE_DEFAULT_SLICE_NS } else { ns.clamp(100_000, 100_000_000) };
+            self.slice.lock().unwrap().insert(tid, ns);
             Ok(())
         })
     }
@@ -125,6 +210,41 @@ mod tests {
         assert_eq!(fx.get_sched(7).unwrap(), fifo);
         assert_eq!(fx.set_sched(9, fifo).unwrap_err().raw_os_error(), Some(libc::ESRCH));
         assert_eq!(fx.calls(), vec!["sched 7 1 10"]);
+    }
+
+    #[test]
+    fn fake_slice_is_for_fair_threads_only_and_zero_means_the_default() {
+        let fx = FakeEffects::default();
+        fx.slice.lock().unwrap().extend([(7, FAKE_DEFAULT_SLICE_NS), (8, FAKE_DEFAULT_SLICE_NS)]);
+        fx.sched.lock().unwrap().insert(8, SchedAttr { policy: libc::SCHED_FIFO, priority: 5 });
+        fx.set_slice_ns(7, 300_000).unwrap();
+        assert_eq!(fx.get_slice_ns(7).unwrap(), Some(300_000));
+        fx.set_slice_ns(7, 0).unwrap();
+        assert_eq!(fx.get_slice_ns(7).unwrap(), Some(FAKE_DEFAULT_SLICE_NS));
+        assert_eq!(fx.get_slice_ns(8).unwrap(), None);
+        assert_eq!(fx.set_slice_ns(8, 300_000).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(fx.get_slice_ns(9).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+        assert_eq!(fx.calls(), vec!["slice 7 300000", "slice 7 0"]);
+    }
+
+    #[test]
+    fn real_slice_of_this_thread_reads_back_what_was_set_and_the_default_comes_back() {
+        // A fair thread may give itself a custom slice without privilege (Linux 6.12+).
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let fx = RealEffects;
+        let default = fx.get_slice_ns(tid).unwrap().expect("a test thread runs under SCHED_OTHER");
+        if default == 0 {
+            eprintln!(
+                "SKIP: this kernel ({}) has no custom slices (Linux 6.12+)",
+                std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+            );
+            return;
+        }
+        fx.set_slice_ns(tid, 300_000).unwrap();
+        assert_eq!(fx.get_slice_ns(tid).unwrap(), Some(300_000));
+        fx.set_slice_ns(tid, 0).unwrap();
+        assert_eq!(fx.get_slice_ns(tid).unwrap(), Some(default));
     }
 
     #[test]

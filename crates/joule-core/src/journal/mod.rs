@@ -71,6 +71,14 @@ pub enum Undo {
         #[serde(default)]
         started: Option<u64>,
     },
+    /// Give a fair thread back its old EEVDF slice (`old_ns`, 0: the kernel's default);
+    /// `started` as for MoveTask. Build it with `Undo::slice`.
+    Slice {
+        tid: i32,
+        old_ns: u64,
+        #[serde(default)]
+        started: Option<u64>,
+    },
     /// Thaw a cgroup joule froze (v1 `freezer.state` or v2 `cgroup.freeze`).
     Thaw { cgroup: PathBuf },
     /// Delete the qdisc joule put at `parent` of interface `ifname` (index `ifindex`) in
@@ -112,6 +120,19 @@ impl Undo {
     /// incarnation.
     pub fn affinity(fx: &dyn Effects, tid: i32, old_cpus: Vec<usize>) -> Undo {
         Undo::Affinity { tid, old_cpus, started: start_time(fx, tid) }
+    }
+}
+
+impl Undo {
+    /// The undo of changing fair thread `tid`'s slice away from `old_ns`, pinned to this
+    /// incarnation. The kernel reports a thread without a custom slice as having the default
+    /// one, which is what the calling thread (joule's own, never given one) reports: that
+    /// value is recorded as 0, so the undo gives back "the default", not a custom slice of
+    /// the same length.
+    pub fn slice(fx: &dyn Effects, tid: i32, old_ns: u64) -> Undo {
+        let default = fx.get_slice_ns(0).ok().flatten();
+        let old_ns = if default == Some(old_ns) { 0 } else { old_ns };
+        Undo::Slice { tid, old_ns, started: start_time(fx, tid) }
     }
 }
 
@@ -295,9 +316,10 @@ impl Journal {
         let keep: Vec<&Entry> = all
             .iter()
             .filter(|e| match &e.undo {
-                Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. } => {
-                    *alive.entry((*pid, *started)).or_insert_with(|| same_task(fx, *pid, *started))
-                }
+                Undo::MoveTask { pid, started, .. }
+                | Undo::Sched { tid: pid, started, .. }
+                | Undo::Affinity { tid: pid, started, .. }
+                | Undo::Slice { tid: pid, started, .. } => *alive.entry((*pid, *started)).or_insert_with(|| same_task(fx, *pid, *started)),
                 _ => true,
             })
             .filter(|e| seen.insert(serde_json::to_string(&(&e.owner, &e.undo)).unwrap_or_default()))

@@ -50,7 +50,8 @@ pub(super) enum Outcome {
 /// - task moves into a `cgroup.procs`/`tasks` file on a cgroup filesystem, cgroups and bpffs
 ///   pins removed, cgroups thawed, ifb devices deleted;
 /// - scheduling put back only to a policy no stronger than the one the task has now (joule
-///   raised it: undoing never raises), and every task record pinned to a start time.
+///   raised it: undoing never raises), a fair thread's slice (no privilege), and every task
+///   record pinned to a start time.
 ///
 /// `Ok(None)`: fine; `Ok(Some(why))`: refused; Err: the target could not be looked at
 /// (`NotFound`: gone).
@@ -94,7 +95,9 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
             let (real, m) = on(dir)?;
             (!cgroup(m)).then(|| format!("{} is not a cgroup", real.display()))
         }
-        Undo::Sched { started: None, .. } | Undo::Affinity { started: None, .. } => Some("a task record without a start time".to_string()),
+        Undo::Sched { started: None, .. } | Undo::Affinity { started: None, .. } | Undo::Slice { started: None, .. } => {
+            Some("a task record without a start time".to_string())
+        }
         Undo::Sched { tid, old, .. } => {
             let now = fx.get_sched(*tid)?;
             let rt = |a: &crate::effects::SchedAttr| a.policy == libc::SCHED_FIFO || a.policy == libc::SCHED_RR;
@@ -104,7 +107,8 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
             })
         }
         Undo::LinkDelete { kind, .. } => (kind != "ifb").then(|| format!("joule only creates ifb devices, not {kind:?}")),
-        Undo::Affinity { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
+        // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
+        Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
     };
     Ok(why)
 }
@@ -180,7 +184,10 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
         Undo::Unmount { path, magic } => Ok(if undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
-        Undo::MoveTask { pid, started, .. } | Undo::Sched { tid: pid, started, .. } | Undo::Affinity { tid: pid, started, .. }
+        Undo::MoveTask { pid, started, .. }
+        | Undo::Sched { tid: pid, started, .. }
+        | Undo::Affinity { tid: pid, started, .. }
+        | Undo::Slice { tid: pid, started, .. }
             if !same_task(fx, *pid, *started) =>
         {
             Ok(Outcome::Gone)
@@ -188,6 +195,12 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
         Undo::MoveTask { pid, procs_file, .. } => gone_ok(fx.write(procs_file, &pid.to_string())),
         Undo::Sched { tid, old, .. } => gone_ok(fx.set_sched(*tid, *old)),
         Undo::Affinity { tid, old_cpus, .. } => gone_ok(fx.set_affinity(*tid, old_cpus)),
+        // A thread that left the fair policies since (made real-time by its app) has no
+        // fair slice to put back: nothing of joule's is left on it.
+        Undo::Slice { tid, old_ns, .. } => match fx.set_slice_ns(*tid, *old_ns) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(Outcome::Gone),
+            r => gone_ok(r),
+        },
         Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
         Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
             let deleted = undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;

@@ -149,6 +149,12 @@ impl Sched for CgFake {
     fn set_sched(&self, t: i32, a: SchedAttr) -> io::Result<()> {
         self.fx.set_sched(t, a)
     }
+    fn get_slice_ns(&self, t: i32) -> io::Result<Option<u64>> {
+        self.fx.get_slice_ns(t)
+    }
+    fn set_slice_ns(&self, t: i32, ns: u64) -> io::Result<()> {
+        self.fx.set_slice_ns(t, ns)
+    }
     fn get_affinity(&self, t: i32) -> io::Result<Vec<usize>> {
         self.fx.get_affinity(t)
     }

@@ -124,11 +124,12 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
         a.push(Box::new(cpufreq));
     }
     let placing = cfg.energy.enabled && !cfg.energy.targets.is_empty();
-    if placing || cfg.elevate.enabled() {
+    let slicing = cfg.agent.apply_classes && cfg.classes.iter().any(|c| c.slice_us().is_some());
+    if placing || slicing || cfg.elevate.enabled() {
         if root {
             a.push(Box::new(TaskSchedActuator::new()));
         } else {
-            tracing::warn!("not root: [energy] placement and [elevate] decisions are published but not applied");
+            tracing::warn!("not root: [energy] placement, classes' latency slices and [elevate] decisions are published but not applied");
         }
     }
     if cfg.thermal.scheduler == ThermalScheduler::Scx {

@@ -20,11 +20,13 @@ pub enum BenchCmd {
     /// achieved CPU share per group for each configuration, joule's admission verdict, and the
     /// cost of small periods.
     RtShare(rt_share::RtShareArgs),
-    /// Default scheduling vs joule acting on the thermal stage, back to back with the same
+    /// joule against what a user would pick instead (nothing, a step-wise governor throttling
+    /// every task alike, a Thunderbolt-like cap on batch work), modes interleaved, with the same
     /// loads (fio random read/write, stress-ng CPU workers in a best-effort class, a labelled
-    /// task measuring its wake-up latency): peak and mean temperature (sensor, else joule's RC
-    /// model on measured utilisation, labelled so), throughput, latency, seconds per stage and
-    /// the throughput cost of each stage. Needs root, fio and stress-ng.
+    /// task measuring its wake-up latency) and the same independent thermal plant (two nodes
+    /// and leakage, fed by this machine's CPU busy time; no thermal sensor here): plant peak and
+    /// time over the limit, labelled wake-up p50/p99, fio MiB/s, best-effort work and reaction
+    /// time, medians and ranges over runs. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
     /// The seed's user-space scheduler study (priority elevation trick) on this machine:
     /// the physical floor, switching accuracy at µs slices (shared/dedicated, processes/

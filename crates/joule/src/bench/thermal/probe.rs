@@ -16,6 +16,10 @@ pub struct ProbeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration_s: f64,
+    /// Give the probe this EEVDF slice first, µs (100–100000; Linux 6.12+), as a class's
+    /// `latency_slice_us` would (scripts/nested-cap-latency.sh compares slices).
+    #[arg(long)]
+    pub slice_us: Option<u32>,
 }
 
 fn monotonic_ns() -> i128 {
@@ -34,6 +38,11 @@ fn sleep_until_ns(t: i128) {
 pub fn run(a: &ProbeArgs) -> anyhow::Result<()> {
     anyhow::ensure!((100..=1_000_000).contains(&a.period_us), "--period-us must be 100 to 1000000");
     anyhow::ensure!(a.duration_s.is_finite() && a.duration_s > 0.0 && a.duration_s <= 3600.0, "--duration-s must be in (0, 3600]");
+    if let Some(us) = a.slice_us {
+        anyhow::ensure!(joule_core::config::SLICE_US.contains(&us), "--slice-us must be 100 to 100000");
+        use joule_core::effects::Sched;
+        joule_core::effects::RealEffects.set_slice_ns(0, u64::from(us) * 1000).context("while setting the probe's slice")?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("while installing signal handlers")?;
