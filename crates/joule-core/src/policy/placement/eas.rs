@@ -157,7 +157,9 @@ pub fn decide(model: &EnergyModel, apps: &[App], cost: &NetCost, limits_mbit: &[
                 (1, Thread { task_util: app, softirq_util: soft, rt: false })
             }
             AppKind::Cpu { threads, .. } => (*threads, Thread { task_util: CAPACITY_SCALE, softirq_util: 0.0, rt: false }),
-            AppKind::Rt { runtime_us, period_us, .. } => (1, Thread { task_util: CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64, softirq_util: 0.0, rt: true }),
+            AppKind::Rt { runtime_us, period_us, .. } => {
+                (1, Thread { task_util: CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64, softirq_util: 0.0, rt: true })
+            }
         };
         owner.extend(std::iter::repeat_n(i, n as usize));
         threads.extend(std::iter::repeat_n(t, n as usize));
