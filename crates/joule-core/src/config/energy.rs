@@ -1,6 +1,6 @@
 //! `[energy]`: energy-aware placement (mechanism 2, the energy half). Off by default. Says
 //! where the energy model comes from (the kernel, `[[energy.domain]]` tables, or a model file),
-//! which policy places (`joule`, or the EAS-like baseline `eas`), and per `[[class]]` the QoS
+//! which policy places (`joule`, or the EAS baseline `eas`), and per `[[class]]` the QoS
 //! target placement must meet (`[[energy.target]]`: a network app's bandwidth, a CPU app's
 //! performance fraction, or an RT app's deadline).
 
@@ -27,8 +27,9 @@ pub enum PlacementPolicyKind {
     /// advisory bandwidth limits.
     #[default]
     Joule,
-    /// The baseline: capacity-greedy like Linux EAS (smallest domain where the thread's own
-    /// utilisation fits, schedutil frequency), blind to softirq work, no bandwidth limit.
+    /// The baseline: Linux EAS's wake-up rule (per domain the CPU with the most spare capacity
+    /// where the thread's own utilisation fits, the one whose domain's modelled energy grows
+    /// least), schedutil frequency, blind to softirq work, no bandwidth limit.
     Eas,
 }
 

@@ -1,5 +1,6 @@
 //! Models for unit tests: a homogeneous 4-CPU machine with three OPPs (the shape of an x86
-//! laptop with cpufreq), beside the shipped XU4 model (`EnergyModel::odroid_xu4`).
+//! laptop with cpufreq) and a one-little, two-big machine priced by hand, beside the shipped XU4
+//! model (`EnergyModel::odroid_xu4`).
 
 use super::{EnergyModel, Opp, PerfDomain};
 use crate::Origin;
@@ -14,6 +15,32 @@ pub fn homogeneous() -> EnergyModel {
             static_mw: 50.0,
             power_source: Origin::Model,
         }],
+        from: "test".into(),
+        notes: vec![],
+    }
+}
+
+/// A little/big machine small enough to price by hand: one little CPU whose top OPP is
+/// expensive, two big CPUs. Powers in mW per busy CPU.
+pub fn little_big() -> EnergyModel {
+    let opp = |mhz: u64, capacity: f64, power_mw: f64| Opp { frequency_khz: mhz * 1000, capacity, power_mw };
+    EnergyModel {
+        domains: vec![
+            PerfDomain {
+                name: "little".into(),
+                cpus: vec![0],
+                opps: vec![opp(500, 200.0, 50.0), opp(1000, 400.0, 600.0)],
+                static_mw: 0.0,
+                power_source: Origin::Model,
+            },
+            PerfDomain {
+                name: "big".into(),
+                cpus: vec![1, 2],
+                opps: vec![opp(600, 300.0, 150.0), opp(2000, 1024.0, 1500.0)],
+                static_mw: 0.0,
+                power_source: Origin::Model,
+            },
+        ],
         from: "test".into(),
         notes: vec![],
     }

@@ -3,7 +3,8 @@
 //! a bandwidth limit (held on the interface the target names), so every target is met at the least modelled energy. The seed's
 //! (EANeM) point is built in: a network app's CPU demand comes from its flow state (bandwidth
 //! and mean packet size, `energy::NetCost`), softirq work included, and its bandwidth is
-//! limited to the target, which bounds that softirq work. `eas.rs` is the EAS-like baseline;
+//! limited to the target, which bounds that softirq work. `eas.rs` is the baseline: the kernel's
+//! energy-aware wake-up rule priced on the same model;
 //! `eval.rs` scores any placement on the model, so both are judged by the same arithmetic.
 //!
 //! The search is exhaustive over class → domain (domains^classes, ≤ 4096 combinations; beyond
@@ -178,9 +179,10 @@ pub fn decide_joule(model: &EnergyModel, apps: &[App], cost: &NetCost, headroom_
     best.unwrap_or_else(|| score(&[]))
 }
 
-/// The EAS-like baseline's decision, scored on the same model.
-pub fn decide_eas(model: &EnergyModel, apps: &[App], cost: &NetCost) -> (Placement, Outcome) {
-    let p = eas::decide(model, apps, cost);
+/// The EAS baseline's decision, scored on the same model. `limits_mbit` (one per app, or
+/// empty): the bandwidth each network app is held to; None sends what it offers.
+pub fn decide_eas(model: &EnergyModel, apps: &[App], cost: &NetCost, limits_mbit: &[Option<f64>]) -> (Placement, Outcome) {
+    let p = eas::decide(model, apps, cost, limits_mbit);
     let o = evaluate(model, apps, &p, cost);
     (p, o)
 }
@@ -293,7 +295,7 @@ impl PlacementPolicy {
     fn decisions(&self, apps: &[App]) -> Vec<(&'static str, Want, String)> {
         let (p, o) = match self.kind {
             PlacementPolicyKind::Joule => decide_joule(&self.model, apps, &self.cost, self.headroom_pct),
-            PlacementPolicyKind::Eas => decide_eas(&self.model, apps, &self.cost),
+            PlacementPolicyKind::Eas => decide_eas(&self.model, apps, &self.cost, &[]),
         };
         let mut out = Vec::new();
         for (i, a) in apps.iter().enumerate() {

@@ -44,9 +44,10 @@ pub enum BenchCmd {
     /// Network QoS (issue 11) in two network namespaces joined by veth: the limiter's accuracy
     /// with iperf3 (TCP, UDP; achieved vs target, its CPU cost), a 1 ms SCHED_FIFO task's
     /// wake-up latency and deadline misses under a small-packet flood on its CPU (idle, flood,
-    /// flood with joule's limiter), and the energy placement: joule's policy and an EAS-like
-    /// baseline over the same traces on the Odroid-XU4 model, perf per watt (model) beside the
-    /// seed's 4.79× / 3.11× / 2.35×. The network sections need root and iperf3.
+    /// flood with joule's limiter), and the energy placement: joule's policy and the kernel's
+    /// EAS wake-up rule over the same traces on the Odroid-XU4 model, perf per watt (model,
+    /// with no sender limited and with joule's limits for both) beside the seed's
+    /// 4.79× / 3.11× / 2.35×. The network sections need root and iperf3.
     NetQos(netqos::NetQosArgs),
     /// The latency probe `bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]

@@ -26,7 +26,7 @@ fn xu4_bulk_ftp_goes_little_and_slow_with_a_limit_where_eas_races_at_line_rate()
     let m = EnergyModel::odroid_xu4();
     let apps = [net("ftp", 100.0, 1448.0, 1000.0)];
     let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
-    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default(), &[]);
     assert!(jo.all_met() && eo.all_met());
     assert_eq!(domain_of(&m, &jp, 0), "a7");
     assert_eq!(freq_mhz(&m, &jp, "a7"), 600, "100 Mbit/s of bulk traffic fits the lowest A7 OPP");
@@ -48,7 +48,7 @@ fn xu4_cpu_app_gets_the_lowest_big_opp_meeting_its_fraction() {
         assert_eq!(domain_of(&m, &jp, 0), "a15", "no A7 OPP reaches {frac} of an A15 at 1.8 GHz");
         assert_eq!(freq_mhz(&m, &jp, "a15"), mhz);
         assert_ne!(jp.threads[0][0], jp.threads[0][1], "two threads, two CPUs");
-        let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+        let (ep, eo) = decide_eas(&m, &apps, &NetCost::default(), &[]);
         assert_eq!(freq_mhz(&m, &ep, "a15"), 1800, "schedutil runs a CPU-bound thread at the top");
         assert!(eo.perf_uncapped() > jo.perf_uncapped() && eo.power_mw > jo.power_mw);
     }
@@ -60,7 +60,7 @@ fn xu4_small_packets_eas_misplaces_by_the_thread_alone_joule_counts_the_softirq(
     // 200 Mbit/s of 200-byte packets: the thread's own work fits an A7 with margin, the
     // softirq work does not.
     let apps = [net("rpc", 200.0, 200.0, 200.0)];
-    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default(), &[]);
     assert_eq!(domain_of(&m, &ep, 0), "a7");
     assert!(!eo.all_met(), "{eo:?}");
     let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
@@ -83,7 +83,7 @@ fn homogeneous_machine_degenerates_to_the_lowest_opp_that_meets_the_targets() {
     let m = homogeneous();
     let apps = [net("ftp", 400.0, 1448.0, 1000.0), cpu("batch", 0.3, 1)];
     let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
-    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default());
+    let (ep, eo) = decide_eas(&m, &apps, &NetCost::default(), &[]);
     assert!(jo.all_met(), "{jo:?}");
     assert_eq!(jp.domain, vec![Some(0), Some(0)], "one domain: nothing to choose");
     assert_eq!(freq_mhz(&m, &jp, "all"), 1000, "0.3 × 3 GHz fits the 1 GHz OPP");

@@ -181,7 +181,7 @@ pub fn run(args: &NetQosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The placement section (the energy half, `placement.rs`): joule and the EAS-like baseline on
+/// The placement section (the energy half, `placement.rs`): joule and the EAS baseline on
 /// the XU4 model (and this machine's with `--host-model`); the rows go to `placement`, the
 /// ratios beside the seed's, the assumptions and the models to `placement_*`.
 fn placement_section(args: &NetQosArgs, out: &mut serde_json::Value) -> anyhow::Result<Vec<placement::PlacementRow>> {
@@ -201,7 +201,7 @@ fn placement_section(args: &NetQosArgs, out: &mut serde_json::Value) -> anyhow::
     let rows = placement::run(&opts)?;
     let vs: Vec<serde_json::Value> = placement::versus_seed(&rows, "odroid-xu4")
         .into_iter()
-        .map(|(r, s)| serde_json::json!({ "group": r.group, "joule_over_eas": r.capped, "joule_over_eas_uncapped": r.uncapped, "seed": s, "source": "model" }))
+        .map(|(r, s)| serde_json::json!({ "group": r.group, "limits": r.limits, "joule_over_eas_uncapped": r.uncapped, "joule_over_eas": r.capped, "seed": s, "source": "model" }))
         .collect();
     let models: Vec<&joule_core::energy::EnergyModel> = opts.models.iter().map(|m| &m.1).collect();
     out["placement"] = serde_json::to_value(&rows)?;
