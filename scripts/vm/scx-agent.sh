@@ -132,7 +132,7 @@ load)
 	config "$lab"
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
-	be=/sys/fs/cgroup/joule/batch
+	be=/sys/fs/cgroup/joule.batch
 	until_s 20 has_procs "$be" || { echo "be_cgroup_empty=1"; ps -eo pid,ppid,comm,stat,cgroup; cat "$OUT/stress-ng.log"; }
 	echo "be_tasks=$(wc -l <"$be/cgroup.procs")"
 	echo "cpus_online=$(nproc) cpus_possible=$(cat /sys/devices/system/cpu/possible)"
@@ -197,7 +197,7 @@ eject)
 	bash "$HERE/set-temp.sh" 95
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
-	be=/sys/fs/cgroup/joule/batch
+	be=/sys/fs/cgroup/joule.batch
 	until_s 20 has_procs "$be" || echo "be_cgroup_empty=1"
 	until_s 20 snap_stage_is 3 || echo "stage3_never=1"
 	echo "path_before=$(plan 'd["want"]["path"]' | tr -d ' ')"

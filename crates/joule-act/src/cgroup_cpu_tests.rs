@@ -24,7 +24,9 @@ fn applies_holds_the_members_and_the_merged_cap_then_releases() {
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
     let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
     acts.init_all(&mut cx).unwrap();
-    assert!(fx.exists(std::path::Path::new("/cg/joule/batch")));
+    // A best-effort class is an idle group beside joule's (docs/qos.md, "Best-effort classes").
+    assert!(fx.exists(std::path::Path::new("/cg/joule.batch")));
+    assert_eq!(fx.file("/cg/joule.batch/cpu.idle").as_deref(), Some("1"));
 
     // A process starts matching. Without a decision to hold the classes, nothing moves.
     proc_fixture(pd.path(), 600, "thirdparty", "/");
@@ -39,22 +41,22 @@ fn applies_holds_the_members_and_the_merged_cap_then_releases() {
     };
     acts.reconcile_all(&plan_of(vec![]), &mut cx);
     assert_eq!(acts.status()[0].state.to_json()["holding"], false);
-    assert_eq!(fx.file("/cg/joule/batch/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
+    assert_eq!(fx.file("/cg/joule.batch/cgroup.procs").as_deref(), Some(""), "moved without a decision to hold");
 
     let hold = Want::HoldClasses { classes: vec!["batch".into()] };
     acts.reconcile_all(&plan_of(vec![hold.clone(), Want::CapClass { class: "batch".into(), cpu_pct: 15.0 }]), &mut cx);
     let st = &acts.status()[0];
     assert!(st.ok, "{:?}", st.last_error);
-    assert_eq!(fx.file("/cg/joule/batch/cgroup.procs").as_deref(), Some("600"));
-    assert_eq!(fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
+    assert_eq!(fx.file("/cg/joule.batch/cgroup.procs").as_deref(), Some("600"));
+    assert_eq!(fx.file("/cg/joule.batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
     let fams = st.state.families();
     assert_eq!(fams[0].samples, vec![(l(&[("class", "batch")]), joule_core::metric::Value::Number(0.15))]);
     // The stage cools: the cap lifts.
     acts.reconcile_all(&plan_of(vec![hold, Want::CapClass { class: "batch".into(), cpu_pct: 100.0 }]), &mut cx);
-    assert_eq!(fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("max 100000"));
+    assert_eq!(fx.file("/cg/joule.batch/cpu.max").as_deref(), Some("max 100000"));
 
     assert!(acts.shutdown_all(&mut cx).is_empty());
-    assert!(!fx.exists(std::path::Path::new("/cg/joule")), "released");
+    assert!(!fx.exists(std::path::Path::new("/cg/joule")) && !fx.exists(std::path::Path::new("/cg/joule.batch")), "released");
     assert!(journal::entries(jd.path()).unwrap().is_empty());
     assert_eq!(&events[..2], ["qos_applied", "actuator_started"]);
     assert!(events.contains(&"qos_reconciled".to_string()) && events.contains(&"class_caps".to_string()), "{events:?}");

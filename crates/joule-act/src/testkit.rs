@@ -18,6 +18,7 @@ pub fn cgroup_v2(cpus: &str) -> Arc<FakeEffects> {
         ("cgroup.subtree_control", ""),
         ("cpu.max", "max 100000"),
         ("cpu.weight", "100"),
+        ("cpu.idle", "0"),
         ("cpuset.cpus", ""),
         ("cgroup.freeze", "0"),
         ("cgroup.events", "populated 0\nfrozen 0\n"),
@@ -33,7 +34,14 @@ pub fn cgroup_v1() -> Arc<FakeEffects> {
     let hiers: [(&str, &[(&str, &str)]); 4] = [
         (
             "cpu",
-            &[("cpu.shares", "1024"), ("cpu.rt_runtime_us", "0"), ("cpu.rt_period_us", "1000000"), ("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")],
+            &[
+                ("cpu.shares", "1024"),
+                ("cpu.rt_runtime_us", "0"),
+                ("cpu.rt_period_us", "1000000"),
+                ("cpu.cfs_quota_us", "-1"),
+                ("cpu.cfs_period_us", "100000"),
+                ("cpu.idle", "0"),
+            ],
         ),
         ("cpuset", &[("cpuset.cpus", ""), ("cpuset.mems", "")]),
         ("cpuacct", &[("cpuacct.usage", "0")]),

@@ -116,7 +116,11 @@ impl Layout {
         m.join(&self.group)
     }
 
-    /// Directory of `class` (with its ancestors) in hierarchy mount `m`.
+    /// Directory of `class` (with its ancestors) in hierarchy mount `m`: `<group>/<ancestors>/
+    /// <class>`, except below a top-level idle class, which lives beside the group as
+    /// `<group>.<class>`. A capped group one level down delays the wake-ups of the tasks above
+    /// it by up to a tick, and `cpu.idle` only lets a waking task preempt an idle group it
+    /// meets at its own level (docs/qos.md, "Best-effort classes").
     pub fn class_dir(&self, m: &Path, plan: &Plan, class: &str) -> PathBuf {
         let mut chain = vec![class.to_string()];
         let mut cur = plan.class(class).and_then(|c| c.parent.clone());
@@ -125,11 +129,21 @@ impl Layout {
             chain.push(p);
         }
         chain.reverse();
-        let mut d = self.top_dir(m);
-        for c in chain {
+        let mut d = match plan.class(&chain[0]) {
+            Some(top) if top.idle => m.join(format!("{}.{}", self.group, top.name)),
+            _ => self.top_dir(m).join(&chain[0]),
+        };
+        for c in &chain[1..] {
             d.push(c);
         }
         d
+    }
+
+    /// Whether `dir` (in hierarchy mount `m`) is joule's: its group or a class's cgroup beside
+    /// it, or below either.
+    pub fn is_ours(&self, m: &Path, plan: &Plan, dir: &Path) -> bool {
+        dir.starts_with(self.top_dir(m))
+            || plan.classes.iter().filter(|c| c.idle && c.parent.is_none()).any(|c| dir.starts_with(self.class_dir(m, plan, &c.name)))
     }
 
     /// Where the tasks of `class` go. v2 forbids tasks in a cgroup that has controllers
@@ -200,7 +214,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
         let jd = layout.top_dir(m);
         if h == Hier::Unified && layout.kind == BackendKind::V2 {
             let mut want = Vec::new();
-            if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some() || c.thermal_capped) {
+            if plan.classes.iter().any(|c| c.cfs.is_some() || c.weight.is_some() || c.thermal_capped || c.idle) {
                 want.push("cpu");
             }
             if plan.classes.iter().any(|c| c.cpus != plan.env.cpus) {
@@ -237,6 +251,9 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                 }
                 if let Some(wt) = c.weight {
                     w(&mut out, d.join("cpu.weight"), wt.to_string(), "CPU weight");
+                }
+                if c.idle {
+                    w(&mut out, d.join("cpu.idle"), "1".into(), "idle group: every waking task preempts it");
                 }
                 let has_kids = plan.classes.iter().any(|k| k.parent.as_deref() == Some(c.name.as_str()));
                 if has_kids {
@@ -300,6 +317,9 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                     }
                     if let Some(wt) = c.weight {
                         w(&mut out, d.join("cpu.shares"), shares_from_weight(wt).to_string(), "cpu.shares = weight × 1024 / 100");
+                    }
+                    if c.idle {
+                        w(&mut out, d.join("cpu.idle"), "1".into(), "idle group: every waking task preempts it");
                     }
                 }
                 _ => {}

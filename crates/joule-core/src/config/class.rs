@@ -36,6 +36,12 @@ pub struct ClassConfig {
     /// wakes, instead of waiting for the next tick. 100–100000, or 0 for the kernel's default.
     /// Unset: [`LABELLED_SLICE_US`] for a `thermal = "labelled"` class, the default otherwise.
     pub latency_slice_us: Option<u32>,
+    /// `cpu.idle` on the class's cgroup (Linux 5.15+, v1 and v2): the group gets the smallest
+    /// weight and every non-idle task that wakes preempts it, so its work takes only what
+    /// nothing else wants. Unset: true for a `thermal = "best_effort"` class without a `weight`
+    /// or RT runtime. An idle top-level class's cgroup lives beside joule's group, not in it
+    /// (docs/qos.md, "Best-effort classes").
+    pub cpu_idle: Option<bool>,
 }
 
 /// The slice a labelled class gets unless it says otherwise, µs. Measured (docs/qos.md,
@@ -74,6 +80,11 @@ pub struct MatchRules {
 }
 
 impl ClassConfig {
+    /// Whether the class's cgroup is a `cpu.idle` one.
+    pub fn idle(&self) -> bool {
+        self.cpu_idle.unwrap_or(self.thermal == ThermalRole::BestEffort && self.weight.is_none() && self.rt_runtime_us.is_none())
+    }
+
     /// The slice joule gives the class's threads, µs; None: it leaves their slices alone.
     pub fn slice_us(&self) -> Option<u32> {
         match self.latency_slice_us {
@@ -169,6 +180,19 @@ mod tests {
 
     fn problems(text: &str) -> String {
         Config::parse(text).err().map(|e| e.iter().map(|p| format!("{:?}: {}\n", p.line, p.message)).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_best_effort_class_is_idle_unless_it_has_a_weight_or_says_no_and_idle_refuses_what_it_contradicts() {
+        let c = |extra: &str| Config::parse(&format!("[[class]]\nname = \"b\"\n{extra}")).unwrap().classes.remove(0);
+        assert!(c("thermal = \"best_effort\"\n").idle());
+        assert!(!c("thermal = \"best_effort\"\nweight = 50\n").idle());
+        assert!(!c("thermal = \"best_effort\"\ncpu_idle = false\n").idle());
+        assert!(c("cpu_idle = true\n").idle() && !c("").idle());
+        let e = problems("[[class]]\nname = \"b\"\ncpu_idle = true\nweight = 50\nrt_runtime_us = 1000\nthermal = \"labelled\"\nmatch = { uid = [0] }\n");
+        for what in ["with a weight", "with RT runtime", "with thermal = \"labelled\""] {
+            assert!(e.contains(&format!("cpu_idle = true {what}")), "{what}: {e}");
+        }
     }
 
     #[test]

@@ -266,6 +266,16 @@ fn bandwidth_problems(c: &ClassConfig) -> Vec<(&'static str, String, &'static st
             "300 wakes a labelled class promptly beside capped work",
         ));
     }
+    if c.cpu_idle == Some(true) {
+        let against = [
+            (c.weight.is_some(), "a weight (the kernel refuses a weight on an idle group)"),
+            (c.rt_runtime_us.is_some(), "RT runtime (an idle group is for work that takes what is left)"),
+            (c.thermal == super::ThermalRole::Labelled, "thermal = \"labelled\" (a protected class cannot yield to everything)"),
+        ];
+        for (_, what) in against.iter().filter(|(set, _)| *set) {
+            out.push(("cpu_idle", format!("cpu_idle = true with {what}"), "leave cpu_idle out, or drop the other key"));
+        }
+    }
     if let Some(w) = c.weight {
         if !(1..=10_000).contains(&w) {
             out.push(("weight", format!("weight = {w} is outside 1..=10000"), "100 is the default"));

@@ -43,6 +43,7 @@ pub(super) fn admit_class(c: &ClassConfig, env: &AdmissionEnv, plan: &mut Plan) 
         weight: c.weight,
         kind,
         thermal_capped: c.thermal == joule_core::config::ThermalRole::BestEffort,
+        idle: c.idle(),
         expected_pct: per_cpu.values().sum(),
         expected_pct_per_cpu: per_cpu,
     })

@@ -56,6 +56,9 @@ pub struct ClassPlan {
     /// `thermal = "best_effort"`: the thermal stages may cap its CFS bandwidth, so its cgroup
     /// needs the cpu controller even without a quota or weight of its own.
     pub thermal_capped: bool,
+    /// `cpu.idle` on its cgroup (`ClassConfig::idle`); a top-level idle class's cgroup lives
+    /// beside joule's group (`Layout::class_dir`).
+    pub idle: bool,
     /// Expected share of each of its CPUs, in % of that CPU.
     pub expected_pct_per_cpu: BTreeMap<usize, f64>,
     /// Sum over its CPUs, top-style (100 % = one CPU): the seed's "CPU 使用率".

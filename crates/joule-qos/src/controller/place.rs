@@ -58,7 +58,7 @@ impl QosController {
     /// Per hierarchy, the `cgroup.procs` of the cgroup a process with `cgroups` is in, when that
     /// is not one of joule's.
     fn origin_of(&self, cgroups: &TaskCgroups) -> Vec<(PathBuf, PathBuf)> {
-        let ours = |d: &std::path::Path, m: &std::path::Path| d.starts_with(m.join(&self.opts.group_name));
+        let ours = |d: &std::path::Path, m: &std::path::Path| self.layout.is_ours(m, &self.plan, d);
         self.layout
             .hiers
             .iter()
@@ -93,7 +93,7 @@ impl QosController {
             self.origins.remove(&pid);
             for (h, m) in &self.layout.hiers {
                 let dir = m.join(info.cgroups.path(h.controller()).unwrap_or("/").trim_start_matches('/'));
-                if !dir.starts_with(m.join(&self.opts.group_name)) {
+                if !self.layout.is_ours(m, &self.plan, &dir) {
                     continue;
                 }
                 let dest = origin.as_ref().and_then(|o| o.iter().find(|(mm, _)| mm == m).map(|(_, f)| f.clone())).unwrap_or_else(|| m.join("cgroup.procs"));

@@ -30,6 +30,7 @@ const KNOBS: &[(&str, &str)] = &[
     ("cpu.max", "max 100000"),
     ("cpu.max.burst", "0"),
     ("cpu.weight", "100"),
+    ("cpu.idle", "0"),
     ("cgroup.subtree_control", ""),
     ("cpuset.cpus", ""),
     ("cpuset.mems", ""),
@@ -548,7 +549,14 @@ fn v1_thermal_cap_is_min_of_configured_and_machine_share_written_once_and_journa
     let mut c = QosController::new_with(&[best_effort("batch", None), best_effort("capped", Some(50_000))], opts(pd.path()), &f).unwrap();
     let j = Journal::open(jd.path()).unwrap();
     c.apply(&j, &f).unwrap();
-    let knob = "/cg/cpu/joule/batch/cpu.cfs_quota_us";
+    // Best-effort classes are idle groups beside joule's (docs/qos.md, "Best-effort classes"),
+    // in every hierarchy; a stray process in one is still taken back as joule's.
+    assert_eq!(f.fx.file("/cg/cpu/joule.batch/cpu.idle").as_deref(), Some("1"));
+    assert!(f.fx.exists(Path::new("/cg/cpuset/joule.batch")) && f.fx.exists(Path::new("/cg/cpu/joule")));
+    let plan = c.plan();
+    assert!(c.layout().is_ours(Path::new("/cg/cpu"), plan, Path::new("/cg/cpu/joule.capped")));
+    assert!(!c.layout().is_ours(Path::new("/cg/cpu"), plan, Path::new("/cg/cpu/joule.other")));
+    let knob = "/cg/cpu/joule.batch/cpu.cfs_quota_us";
     assert_eq!(f.fx.file(knob).as_deref(), Some("-1"));
     assert!(!c.set_cap(&j, &f, "batch", 100.0).unwrap(), "100 % at start changes nothing");
     assert_eq!(writes_to(&f, "batch/cpu.cfs_quota_us"), 0);
@@ -563,9 +571,9 @@ fn v1_thermal_cap_is_min_of_configured_and_machine_share_written_once_and_journa
     assert!(!c.set_cap(&j, &f, "capped", 60.0).unwrap());
     assert_eq!(c.caps()["capped"].quota_us, Some(50_000));
     assert!(c.set_cap(&j, &f, "capped", 15.0).unwrap());
-    assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("30000"));
+    assert_eq!(f.fx.file("/cg/cpu/joule.capped/cpu.cfs_quota_us").as_deref(), Some("30000"));
     assert!(c.set_cap(&j, &f, "capped", 100.0).unwrap());
-    assert_eq!(f.fx.file("/cg/cpu/joule/capped/cpu.cfs_quota_us").as_deref(), Some("50000"), "back to the configured quota");
+    assert_eq!(f.fx.file("/cg/cpu/joule.capped/cpu.cfs_quota_us").as_deref(), Some("50000"), "back to the configured quota");
     assert!(matches!(c.set_cap(&j, &f, "nope", 10.0), Err(QosError::UnknownClass(_))));
     // Killed at the hot stage: the replay of the journal alone leaves nothing.
     drop(c);
@@ -583,11 +591,12 @@ fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
     let mut c = QosController::new_with(&[best_effort("batch", None)], opts(pd.path()), &f).unwrap();
     let j = Journal::open(jd.path()).unwrap();
     c.apply(&j, &f).unwrap();
-    assert_eq!(f.fx.file("/cg/joule/cgroup.subtree_control").as_deref(), Some("+cpu"), "a best-effort class needs cpu.max");
+    assert_eq!(f.fx.file("/cg/cgroup.subtree_control").as_deref(), Some("+cpu"), "a best-effort class needs cpu.max");
+    assert_eq!(f.fx.file("/cg/joule.batch/cpu.idle").as_deref(), Some("1"));
     assert!(c.set_cap(&j, &f, "batch", 15.0).unwrap());
-    assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
+    assert_eq!(f.fx.file("/cg/joule.batch/cpu.max").as_deref(), Some("60000 100000"), "15 % of 4 CPUs");
     assert!(c.set_cap(&j, &f, "batch", 100.0).unwrap());
-    assert_eq!(f.fx.file("/cg/joule/batch/cpu.max").as_deref(), Some("max 100000"));
+    assert_eq!(f.fx.file("/cg/joule.batch/cpu.max").as_deref(), Some("max 100000"));
     c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
 }

@@ -18,7 +18,9 @@ struct BusyClass {
     cgroups_before: String,
     /// The class's CFS knob: v1 `cpu.cfs_quota_us`, v2 `cpu.max`.
     knob: PathBuf,
+    /// joule's group, and the class's own beside it.
     top: PathBuf,
+    class_dir: PathBuf,
     cpus: usize,
     v2: bool,
 }
@@ -46,9 +48,11 @@ impl BusyClass {
         let cpus = std::fs::read_to_string(&cpus_file).ok().and_then(|s| joule_qos::cpulist::parse(s.trim())).map_or(1, |v| v.len());
         let busy = KillOnDrop(Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap());
         let pid = busy.0.id();
-        let knob = top.join("jbe").join(if v2 { "cpu.max" } else { "cpu.cfs_quota_us" });
+        // A best-effort class is an idle group beside joule's (docs/qos.md, "Best-effort classes").
+        let class_dir = top.with_file_name("joule.jbe");
+        let knob = class_dir.join(if v2 { "cpu.max" } else { "cpu.cfs_quota_us" });
         let cgroups_before = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        Some(BusyClass { busy, pid, cgroups_before, knob, top, cpus, v2 })
+        Some(BusyClass { busy, pid, cgroups_before, knob, top, class_dir, cpus, v2 })
     }
 
     fn class_config(&self) -> String {
@@ -109,6 +113,7 @@ fn root_hot_stage_caps_a_best_effort_class_and_restore_after_sigkill_frees_it() 
     let mut agent = Agent::start(&cfg);
     let want = b.capped_value(STAGE3_PCT);
     b.wait_knob(&want);
+    assert_eq!(std::fs::read_to_string(b.class_dir.join("cpu.idle")).unwrap().trim(), "1", "a best-effort class's group is idle");
     let actions = agent.wait_event(0, "thermal_actions");
     assert_eq!((actions["stage"].as_u64(), actions["path"].as_str()), (Some(3), Some("cgroup")), "{actions}");
     assert_eq!(actions["class_cpu_pct"]["jbe"], STAGE3_PCT, "{actions}");
@@ -134,7 +139,7 @@ fn root_hot_stage_caps_a_best_effort_class_and_restore_after_sigkill_frees_it() 
     );
     let out = Command::new(JOULE).args(["restore", "--journal-dir"]).arg(agent.journal_dir()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!b.top.exists(), "restore left {}", b.top.display());
+    assert!(!b.top.exists() && !b.class_dir.exists(), "restore left {} or {}", b.top.display(), b.class_dir.display());
     assert!(!agent.pin_dir.exists(), "restore left {}", agent.pin_dir.display());
     assert!(joule_core::journal::entries(&agent.journal_dir()).unwrap().is_empty());
     assert_eq!(std::fs::read_to_string(format!("/proc/{}/cgroup", b.pid)).unwrap(), b.cgroups_before, "the loop is not back in its cgroups");

@@ -15,6 +15,7 @@ fn class(name: &str, cpus: &[usize], rt: Option<RtBw>) -> ClassPlan {
         weight: None,
         kind: if rt.is_some() { ShareKind::RtGuarantee } else { ShareKind::Relative },
         thermal_capped: false,
+        idle: false,
         expected_pct_per_cpu: BTreeMap::new(),
         expected_pct: 0.0,
     }
