@@ -12,7 +12,8 @@ pub mod thermal;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
-    /// Agent CPU cost at 10 Hz on an idle machine (the baseline), with many extra sleeping
+    /// Agent CPU cost at 10 Hz with every mechanism on (classes, thermal stages, flow monitor,
+    /// nap armed; elevate off) on an idle machine (the baseline), with many extra sleeping
     /// threads (target <1% of one CPU) and with threads that wake thousands of times a second,
     /// plus the in-kernel cost of its eBPF programs per program.
     Overhead(overhead::OverheadArgs),

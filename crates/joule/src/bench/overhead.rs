@@ -133,21 +133,6 @@ fn bpf_prog_ids(pid: u32) -> Vec<u32> {
     ids
 }
 
-fn write_config(dir: &Path, a: &OverheadArgs, bpf: bool) -> anyhow::Result<PathBuf> {
-    let pin = format!("/sys/fs/bpf/joule-bench-{}", std::process::id());
-    let cfg = format!(
-        "[agent]\nperiod_ms = {}\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{}\"\nevent_log = \"{}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf = {bpf}\nbpf_pin_dir = \"{pin}\"\n",
-        a.period_ms,
-        dir.join("journal").display(),
-        dir.join("events.jsonl").display(),
-    );
-    let p = dir.join("joule.toml");
-    std::fs::write(&p, cfg)?;
-    // The agent would refuse a bad config after the bench had started; refuse it here instead.
-    joule_core::config::Config::load(&p).map_err(UsageError::from_display)?;
-    Ok(p)
-}
-
 struct AgentProc(Child);
 
 impl Drop for AgentProc {
@@ -271,7 +256,9 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
         return scale::run(&a, on, off_reason);
     }
     let tmp = tempfile::Builder::new().prefix("joule-bench-").tempdir().context("while creating a temp dir")?;
-    let cfg = write_config(tmp.path(), &a, on)?;
+    // Every mechanism on (two classes, thermal stages, the flow monitor, a nap armed on a port
+    // nobody uses; elevate off): what a configured agent costs, not an empty one.
+    let cfg = scale::write_config(tmp.path(), &a, on, scale::free_port()?)?;
     let scenarios = summary::scenarios(&a);
     let bar = indicatif::ProgressBar::new((a.runs * scenarios.len()) as u64)
         .with_style(indicatif::ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} ({elapsed})").expect("valid template"));
@@ -364,8 +351,8 @@ mod tests {
     #[test]
     fn a_period_the_agent_would_refuse_is_refused_before_any_run() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(write_config(dir.path(), &args(&[]), true).is_ok());
-        let e = write_config(dir.path(), &args(&["--period-ms", "1"]), true).unwrap_err();
+        assert!(scale::write_config(dir.path(), &args(&[]), true, 18080).is_ok());
+        let e = scale::write_config(dir.path(), &args(&["--period-ms", "1"]), true, 18080).unwrap_err();
         assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
     }
 }

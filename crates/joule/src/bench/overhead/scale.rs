@@ -31,7 +31,7 @@ pub fn levels(a: &OverheadArgs) -> Vec<Level> {
 }
 
 /// A TCP port nobody listens on now, for nap's monitor (it only watches it).
-fn free_port() -> anyhow::Result<u16> {
+pub(super) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

@@ -135,7 +135,10 @@ impl Summary<'_> {
             BpfMode::On => "eBPF on (in-kernel cost from BPF run-time stats)".to_string(),
             BpfMode::Off(why) => format!("eBPF off ({why}): no in-kernel cost to report"),
         };
-        format!("joule bench overhead: agent at {} ms period, {} run(s) × {} s after {} s warm-up, {bpf}", a.period_ms, a.runs, a.seconds, a.warmup_s)
+        format!(
+            "joule bench overhead: agent at {} ms period with every mechanism on (classes, thermal stages, flow monitor, nap armed; elevate off), {} run(s) × {} s after {} s warm-up, {bpf}",
+            a.period_ms, a.runs, a.seconds, a.warmup_s
+        )
     }
 
     pub const COLUMNS: [&'static str; 8] =

@@ -109,13 +109,25 @@ fn cpu_hierarchy(cgroup_root: &Path) -> anyhow::Result<Cpu> {
     if v1.join("cpu.cfs_quota_us").exists() {
         return Ok(Cpu::V1(v1));
     }
-    let controllers = std::fs::read_to_string(cgroup_root.join("cgroup.subtree_control")).unwrap_or_default();
+    let controllers = std::fs::read_to_string(cgroup_root.join("cgroup.controllers")).unwrap_or_default();
     anyhow::ensure!(
         controllers.split_whitespace().any(|c| c == "cpu"),
-        "no CPU bandwidth controller under {} (neither cpu/cpu.cfs_quota_us nor cpu in cgroup.subtree_control)",
+        "no CPU bandwidth controller under {} (neither cpu/cpu.cfs_quota_us nor cpu in cgroup.controllers)",
         cgroup_root.display()
     );
     Ok(Cpu::V2(cgroup_root.to_path_buf()))
+}
+
+/// On cgroup v2, enables the cpu controller for the root's children when it is not yet
+/// (a fresh machine's root enables none); returns the file to write `-cpu` to afterwards.
+fn enable_cpu(cpu: &Cpu) -> anyhow::Result<Option<PathBuf>> {
+    let Cpu::V2(root) = cpu else { return Ok(None) };
+    let file = root.join("cgroup.subtree_control");
+    if std::fs::read_to_string(&file).unwrap_or_default().split_whitespace().any(|c| c == "cpu") {
+        return Ok(None);
+    }
+    std::fs::write(&file, "+cpu").with_context(|| format!("while enabling the cpu controller in {}", file.display()))?;
+    Ok(Some(file))
 }
 
 const PERIOD_US: u64 = 100_000;
@@ -127,6 +139,8 @@ pub struct Group {
     cpu: Cpu,
     dir: PathBuf,
     ncpu: usize,
+    /// The root's `cgroup.subtree_control` where the group enabled `cpu` (v2), to disable again.
+    enabled_cpu: Option<PathBuf>,
 }
 
 pub const GROUP_PREFIX: &str = "joule-bench-thermal-";
@@ -138,8 +152,14 @@ impl Group {
             Cpu::V1(m) | Cpu::V2(m) => m.clone(),
         };
         let dir = base.join(format!("{GROUP_PREFIX}{}-{name}", std::process::id()));
-        std::fs::create_dir(&dir).with_context(|| format!("while creating {}", dir.display()))?;
-        let g = Group { cpu, dir, ncpu };
+        let enabled_cpu = enable_cpu(&cpu)?;
+        if let Err(e) = std::fs::create_dir(&dir) {
+            if let Some(f) = &enabled_cpu {
+                let _ = std::fs::write(f, "-cpu");
+            }
+            return Err(e).with_context(|| format!("while creating {}", dir.display()));
+        }
+        let g = Group { cpu, dir, ncpu, enabled_cpu };
         g.cap(None)?;
         Ok(g)
     }
@@ -175,6 +195,11 @@ impl Drop for Group {
                 }
             }
             if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                if let Some(f) = &self.enabled_cpu {
+                    if let Err(e) = std::fs::write(f, "-cpu") {
+                        eprintln!("thermal: could not disable the cpu controller again in {}: {e}", f.display());
+                    }
+                }
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));

@@ -111,6 +111,18 @@ pub struct ThermalArgs {
     /// stress-ng CPU workers; 0 = one per CPU.
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
+    /// Where joule reads the plant's temperature: `plant`, a thermal zone in a tree of the
+    /// bench's own; `acpi`, the VM tier's ACPI zone (scripts/vm/thermal.asl; whole °C, polled
+    /// by the kernel each second, so its thermal tracepoint fires and the in-kernel stage
+    /// follows). Scores are the plant's own value either way.
+    #[arg(long, value_enum, default_value = "plant")]
+    pub zone: ZoneArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneArg {
+    Plant,
+    Acpi,
 }
 
 fn board(b: BoardArg) -> Board {
@@ -180,6 +192,23 @@ pub struct ModeRun {
     pub wakeups: Vec<(f64, f64)>,
     pub stress_cgroup: Option<String>,
     pub agent_errors: Vec<String>,
+    /// The joule mode on the scx path: what the agent's events say of its scheduler.
+    pub scx: Option<ScxSeen>,
+}
+
+/// How often the agent loaded its sched_ext scheduler, and how often the kernel ejected it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScxSeen {
+    pub loaded: u64,
+    pub ejected: u64,
+}
+
+impl ScxSeen {
+    /// From the agent's JSON-lines event log.
+    pub fn from_events(text: &str) -> ScxSeen {
+        let count = |event: &str| text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["event"] == event).count() as u64;
+        ScxSeen { loaded: count("scx_loaded"), ejected: count("scx_ejected") }
+    }
 }
 
 struct Ctx<'a> {
@@ -192,7 +221,8 @@ struct Ctx<'a> {
     ncpu: usize,
     fio: FioJob,
     plant: &'a plant::Running,
-    thermal_root: &'a Path,
+    /// Where the agent reads the plant's zone (None: the machine's own /sys, the ACPI zone).
+    thermal_root: Option<&'a Path>,
     interrupted: &'a AtomicBool,
 }
 
@@ -331,6 +361,8 @@ fn run_mode(mode: Mode, run: usize, cx: &Ctx) -> anyhow::Result<ModeRun> {
         None => Vec::new(),
     };
     drop(agent.take()); // the agent undoes its changes before the next mode
+    let scx = (mode == Mode::Joule && cx.path == ThermalPath::Scx)
+        .then(|| ScxSeen::from_events(&std::fs::read_to_string(dir.join("events.jsonl")).unwrap_or_default()));
     drop(group);
     let probe_text = probe_reader.join().map_err(|_| anyhow::anyhow!("the probe reader panicked"))??;
     let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("while reading {}", p.display()));
@@ -344,6 +376,7 @@ fn run_mode(mode: Mode, run: usize, cx: &Ctx) -> anyhow::Result<ModeRun> {
         wakeups: probe::parse(&probe_text),
         stress_cgroup,
         agent_errors,
+        scx,
     })
 }
 
@@ -373,8 +406,11 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
     fio.lay_out()?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let b = board(a.board);
-    let thermal_root = tmp.path().join("plant-sysfs");
-    let zone = plant::Zone::create(&thermal_root, &b)?;
+    let zone = match a.zone {
+        ZoneArg::Plant => plant::Zone::create(&tmp.path().join("plant-sysfs"), &b)?,
+        ZoneArg::Acpi => plant::Zone::acpi(Path::new("/sys"))?,
+    };
+    let (thermal_root, zone_kind) = (zone.thermal_root().map(Path::to_path_buf), zone.kind());
     let running = plant::Running::start(b, zone, PathBuf::from("/proc/stat"))?;
     let cx = Ctx {
         dir: tmp.path(),
@@ -386,7 +422,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         ncpu,
         fio,
         plant: &running,
-        thermal_root: &thermal_root,
+        thermal_root: thermal_root.as_deref(),
         interrupted: &interrupted,
     };
     let loadavg_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string();
@@ -413,6 +449,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         loadavg_before,
         loadavg_after: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
+        zone: zone_kind,
     };
     s.print();
     if let Some(p) = &a.json {
@@ -427,6 +464,13 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agents_events_count_scheduler_loads_and_ejections() {
+        let log = "{\"event\":\"scx_loaded\",\"ts\":1}\n{\"event\":\"stage\"}\nnot json\n{\"event\":\"scx_ejected\"}\n{\"event\":\"scx_loaded\"}\n";
+        assert_eq!(ScxSeen::from_events(log), ScxSeen { loaded: 2, ejected: 1 });
+        assert_eq!(ScxSeen::from_events(""), ScxSeen { loaded: 0, ejected: 0 });
+    }
 
     fn args(extra: &[&str]) -> ThermalArgs {
         crate::test_args::parse_args("thermal", extra)

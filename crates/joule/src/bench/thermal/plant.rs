@@ -5,8 +5,10 @@
 //! power curve whose static (leakage) part doubles every `leak_doubling_celsius`, and its
 //! parameters those of a named board. Its temperature is presented where joule reads a
 //! sensor: a thermal zone in a sysfs-like tree the agent is pointed at
-//! (`telemetry.thermal_root`), which joule reads as it would a real zone. Every output that
-//! shows it says `temp_source: "plant"`.
+//! (`telemetry.thermal_root`), which joule reads as it would a real zone, or, in the VM tier,
+//! the guest's own ACPI zone (scripts/vm/thermal.asl), so the kernel's thermal tracepoint
+//! fires on it and the in-kernel stage follows. Every output that shows it says
+//! `temp_source: "plant"`; scores are always the plant's own value, never the zone's.
 //!
 //! ```text
 //! P(T_die, u) = base_w + static_w_25 · 2^((T_die − 25) / leak_doubling) + u · dynamic_w_full
@@ -155,12 +157,23 @@ pub fn cpu_ticks(proc_stat: &str) -> Option<(u64, u64)> {
     Some((total.saturating_sub(idle), total))
 }
 
-/// A thermal zone in a sysfs-like tree (`<root>/class/thermal/thermal_zone0/{type,temp,
-/// trip_point_0_*}`), written the way the kernel presents one: millidegrees, and each update
-/// a whole file put in place by rename, so a reader never sees half a number.
-pub struct Zone {
-    dir: PathBuf,
+/// Where the plant's temperature is presented to joule.
+pub enum Zone {
+    /// A thermal zone in a sysfs-like tree of the bench's own (`<root>/class/thermal/
+    /// thermal_zone0/{type,temp,trip_point_0_*}`), written the way the kernel presents one:
+    /// millidegrees, and each update a whole file put in place by rename, so a reader never
+    /// sees half a number. The agent is pointed at `root` (`telemetry.thermal_root`).
+    Tree { root: PathBuf, dir: PathBuf },
+    /// The VM tier's ACPI zone (scripts/vm/thermal.asl): its `_TMP` reads CMOS byte 0x70,
+    /// written here through /dev/nvram (checksum fixed first, as scripts/vm/set-temp.sh does).
+    /// Whole °C, polled by the guest kernel each second. Dropped: 0, the zone's own wave again.
+    Acpi { nvram: std::fs::File },
 }
+
+/// `_IO('p', 0x41)` from <linux/nvram.h>: recompute the CMOS checksum.
+const NVRAM_SETCKS: libc::c_ulong = 0x7041;
+/// CMOS byte 0x70, where /dev/nvram starts at byte 14.
+const NVRAM_TEMP_OFFSET: u64 = 0x70 - 14;
 
 impl Zone {
     pub fn create(root: &Path, board: &Board) -> std::io::Result<Zone> {
@@ -169,15 +182,70 @@ impl Zone {
         std::fs::write(dir.join("type"), format!("plant-{}\n", board.name))?;
         std::fs::write(dir.join("trip_point_0_type"), "passive\n")?;
         std::fs::write(dir.join("trip_point_0_temp"), format!("{}\n", (board.limit_celsius * 1000.0).round() as i64))?;
-        let z = Zone { dir };
+        let z = Zone::Tree { root: root.to_path_buf(), dir };
         z.write(Plant::idle(*board).die_celsius)?;
         Ok(z)
     }
 
+    /// The guest's ACPI zone; an error naming what is missing on a machine without it.
+    pub fn acpi(sysfs: &Path) -> anyhow::Result<Zone> {
+        use anyhow::Context;
+        let zones = std::fs::read_dir(sysfs.join("class/thermal")).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+        anyhow::ensure!(
+            zones.iter().any(|z| std::fs::read_to_string(z.join("type")).is_ok_and(|t| t.trim() == "acpitz")),
+            "--zone acpi: no ACPI thermal zone (type acpitz) under {}: it is the VM tier's (scripts/vm/run.sh --thermal)",
+            sysfs.join("class/thermal").display()
+        );
+        if !Path::new("/dev/nvram").exists() {
+            let _ = std::process::Command::new("modprobe").arg("nvram").status();
+        }
+        let nvram = std::fs::OpenOptions::new().read(true).write(true).open("/dev/nvram").context("--zone acpi: opening /dev/nvram (the nvram driver)")?;
+        Ok(Zone::Acpi { nvram })
+    }
+
+    /// The tree the agent reads its zone from; None: the machine's own /sys.
+    pub fn thermal_root(&self) -> Option<&Path> {
+        match self {
+            Zone::Tree { root, .. } => Some(root),
+            Zone::Acpi { .. } => None,
+        }
+    }
+
+    /// How the zone is presented, for the output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Zone::Tree { .. } => "plant's own zone (telemetry.thermal_root)",
+            Zone::Acpi { .. } => "the guest's ACPI zone (whole °C, polled each second)",
+        }
+    }
+
     pub fn write(&self, celsius: f64) -> std::io::Result<()> {
-        let tmp = self.dir.join(".temp.new");
-        std::fs::write(&tmp, format!("{}\n", (celsius * 1000.0).round() as i64))?;
-        std::fs::rename(&tmp, self.dir.join("temp"))
+        match self {
+            Zone::Tree { dir, .. } => {
+                let tmp = dir.join(".temp.new");
+                std::fs::write(&tmp, format!("{}\n", (celsius * 1000.0).round() as i64))?;
+                std::fs::rename(&tmp, dir.join("temp"))
+            }
+            Zone::Acpi { nvram } => write_cmos_temp(nvram, celsius.round().clamp(1.0, 150.0) as u8),
+        }
+    }
+}
+
+fn write_cmos_temp(nvram: &std::fs::File, byte: u8) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    // SAFETY: an argument-less ioctl on a file we own.
+    if unsafe { libc::ioctl(nvram.as_raw_fd(), NVRAM_SETCKS) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    nvram.write_all_at(&[byte], NVRAM_TEMP_OFFSET)
+}
+
+impl Drop for Zone {
+    fn drop(&mut self) {
+        if let Zone::Acpi { nvram } = self {
+            let _ = write_cmos_temp(nvram, 0);
+        }
     }
 }
 

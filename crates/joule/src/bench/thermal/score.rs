@@ -25,6 +25,8 @@ pub struct Summary {
     pub command: String,
     pub loadavg_before: String,
     pub loadavg_after: String,
+    /// How the plant's temperature reached the agent (`Zone::kind`).
+    pub zone: &'static str,
 }
 
 /// One mode's scores in one run.
@@ -47,6 +49,12 @@ pub struct RunScore {
     pub mean_machine_busy_pct: f64,
     pub stress_cgroup: Option<String>,
     pub agent_errors: Vec<String>,
+    /// The joule mode on the scx path: how often the agent loaded its scheduler and how often
+    /// the kernel ejected it (its `scx_loaded` / `scx_ejected` events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scx_loaded: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scx_ejections: Option<u64>,
 }
 
 /// The temperature at which each mode's controller first acts.
@@ -89,6 +97,8 @@ pub fn score(r: &ModeRun, limit: f64, thresholds: &[f64], duration_s: f64) -> Ru
         mean_machine_busy_pct: 100.0 * r.plant.iter().map(|p| p.util).sum::<f64>() / r.plant.len().max(1) as f64,
         stress_cgroup: r.stress_cgroup.clone(),
         agent_errors: r.agent_errors.clone(),
+        scx_loaded: r.scx.map(|x| x.loaded),
+        scx_ejections: r.scx.map(|x| x.ejected),
     }
 }
 
@@ -193,7 +203,8 @@ impl Summary {
             "bench": "thermal",
             "command": self.command,
             "temp_source": "plant",
-            "note": "no thermal sensor on this machine: every temperature is the bench's plant (the machine's real CPU busy time through the board's model), never joule's own model",
+            "plant_zone": self.zone,
+            "note": "no thermal sensor on this machine: every temperature is the bench's plant (the machine's real CPU busy time through the board's model), never joule's own model; scores are the plant's own value",
             "board": self.board,
             "plant_time_constants_s": { "die": tau_die, "sink": tau_sink },
             "path": match self.path { ThermalPath::Scx => "scx", ThermalPath::Cgroup => "cgroup" },
@@ -223,7 +234,7 @@ impl Summary {
             self.runs.len() / self.modes.len().max(1),
             self.duration_s
         );
-        println!("temperatures are the bench's plant (temp_source: plant): this machine has no thermal sensor; median [min–max] over runs");
+        println!("temperatures are the bench's plant (temp_source: plant; joule reads it through {}): this machine has no thermal sensor; median [min–max] over runs", self.zone);
         let cell = |m: Mode, k: &str, prec: usize| match stat(&Self::of(&scores, m), k) {
             Some((med, lo, hi)) => format!("{med:.prec$} [{lo:.prec$}–{hi:.prec$}]"),
             None => "—".into(),
@@ -257,6 +268,14 @@ impl Summary {
         }
         for s in scores.iter().filter(|s| !s.agent_errors.is_empty()) {
             println!("  run {} {}: agent errors: {:?}", s.run, s.mode.name(), s.agent_errors);
+        }
+        for s in scores.iter().filter(|s| s.scx_loaded.is_some()) {
+            println!(
+                "  run {} joule (scx path): scheduler loaded {} time(s), ejected {} time(s)",
+                s.run,
+                s.scx_loaded.unwrap_or(0),
+                s.scx_ejections.unwrap_or(0)
+            );
         }
     }
 
@@ -316,6 +335,7 @@ mod tests {
             wakeups: late_us.iter().enumerate().map(|(i, l)| (i as f64, *l)).collect(),
             stress_cgroup: None,
             agent_errors: Vec::new(),
+            scx: None,
         }
     }
 
@@ -358,6 +378,7 @@ mod tests {
             command: "test".into(),
             loadavg_before: String::new(),
             loadavg_after: String::new(),
+            zone: "test zone",
         };
         let scores = s.scores();
         let goals = s.goals(&scores);
@@ -368,6 +389,7 @@ mod tests {
         assert_eq!(get("joule/uniform best-effort work").met, Some(true));
         let v = s.json();
         assert_eq!(v["modes"]["joule"]["temp_source"], "plant");
+        assert_eq!(v["plant_zone"], "test zone");
         assert_eq!(v["modes"]["joule"]["plant_peak_celsius"], 79.5);
         assert_eq!(v["modes"]["joule"]["plant_peak_celsius_range"], json!([79.5, 85.0]));
         assert_eq!(v["modes"]["joule"]["runs"].as_array().unwrap().len(), 3);
