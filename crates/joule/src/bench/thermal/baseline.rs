@@ -265,14 +265,25 @@ mod tests {
     #[test]
     fn a_group_caps_in_the_interface_the_machine_has() {
         let root = tempfile::tempdir().unwrap();
-        // v2: cpu in the root's subtree_control.
+        // v2: cpu offered by the root and enabled for its children.
+        std::fs::write(root.path().join("cgroup.controllers"), "cpuset cpu io\n").unwrap();
         std::fs::write(root.path().join("cgroup.subtree_control"), "cpuset cpu io\n").unwrap();
         let g = Group::create(root.path(), "t", 2).unwrap();
         assert_eq!(std::fs::read_to_string(g.dir.join("cpu.max")).unwrap(), "max 100000");
         g.cap(Some(0.25)).unwrap();
         assert_eq!(std::fs::read_to_string(g.dir.join("cpu.max")).unwrap(), "50000 100000");
-        std::mem::forget(g); // a fixture directory holds files: rmdir is for cgroupfs
-                             // v1: cpu/cpu.cfs_quota_us.
+        assert_eq!(g.enabled_cpu, None, "enabled already: nothing to undo");
+        // A fixture directory holds files: rmdir (Drop) is for cgroupfs.
+        std::mem::forget(g);
+        // v2, a fresh root that enables nothing: the group enables cpu, and will disable it.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.controllers"), "cpuset cpu io\n").unwrap();
+        std::fs::write(root.path().join("cgroup.subtree_control"), "").unwrap();
+        let g = Group::create(root.path(), "t", 2).unwrap();
+        assert_eq!(std::fs::read_to_string(root.path().join("cgroup.subtree_control")).unwrap(), "+cpu");
+        assert_eq!(g.enabled_cpu, Some(root.path().join("cgroup.subtree_control")));
+        std::mem::forget(g);
+        // v1: cpu/cpu.cfs_quota_us.
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir(root.path().join("cpu")).unwrap();
         std::fs::write(root.path().join("cpu/cpu.cfs_quota_us"), "-1").unwrap();
