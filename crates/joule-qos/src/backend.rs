@@ -203,9 +203,22 @@ pub fn shares_from_weight(w: u64) -> u64 {
     (w * 1024 / 100).clamp(2, 262_144)
 }
 
-/// The steps that realise `plan` on `layout`, parents before children.
+/// Whether the kernel has `cpu.idle` (Linux 5.15+, v1 and v2). Judged by the release, since the
+/// root cgroup has no such file; a release that cannot be read counts as a recent kernel.
+fn kernel_has_cpu_idle(fx: &dyn Effects) -> bool {
+    let release = read_trimmed(fx, Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default();
+    let mut v = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    match (v.next().flatten(), v.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (5, 15),
+        _ => true,
+    }
+}
+
+/// The steps that realise `plan` on `layout`, parents before children. An idle class on a
+/// kernel without `cpu.idle` (before 5.15) gets an ordinary group, beside joule's all the same.
 pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
     let mut out = Vec::new();
+    let idle_ok = kernel_has_cpu_idle(fx);
     let w = |out: &mut Vec<Step>, path: PathBuf, value: String, what: &str| out.push(Step::Write { path, value, what: what.into(), undo: None });
     // plan.classes is already parents-first (admission visits in topological order).
     for (h, m) in &layout.hiers {
@@ -252,7 +265,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                 if let Some(wt) = c.weight {
                     w(&mut out, d.join("cpu.weight"), wt.to_string(), "CPU weight");
                 }
-                if c.idle {
+                if c.idle && idle_ok {
                     w(&mut out, d.join("cpu.idle"), "1".into(), "idle group: every waking task preempts it");
                 }
                 let has_kids = plan.classes.iter().any(|k| k.parent.as_deref() == Some(c.name.as_str()));
@@ -318,7 +331,7 @@ pub fn steps(layout: &Layout, plan: &Plan, fx: &dyn Effects) -> Vec<Step> {
                     if let Some(wt) = c.weight {
                         w(&mut out, d.join("cpu.shares"), shares_from_weight(wt).to_string(), "cpu.shares = weight × 1024 / 100");
                     }
-                    if c.idle {
+                    if c.idle && idle_ok {
                         w(&mut out, d.join("cpu.idle"), "1".into(), "idle group: every waking task preempts it");
                     }
                 }
@@ -342,6 +355,14 @@ mod tests {
 
     fn hiers(l: &Layout) -> Vec<(Hier, String)> {
         l.hiers.iter().map(|(h, p)| (*h, p.file_name().unwrap().to_string_lossy().into_owned())).collect()
+    }
+
+    #[test]
+    fn cpu_idle_is_judged_by_the_kernel_release() {
+        let fx = |r: &str| joule_core::effects::FakeEffects::default().with_file("/proc/sys/kernel/osrelease", r);
+        assert!(kernel_has_cpu_idle(&fx("6.18.44-fc-v657\n")) && kernel_has_cpu_idle(&fx("5.15.0-91-generic")));
+        assert!(!kernel_has_cpu_idle(&fx("5.10.0-28-amd64")) && !kernel_has_cpu_idle(&fx("4.19.0")));
+        assert!(kernel_has_cpu_idle(&joule_core::effects::FakeEffects::default()), "unreadable: a recent kernel");
     }
 
     #[test]

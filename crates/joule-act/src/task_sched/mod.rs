@@ -110,8 +110,8 @@ impl TaskSchedActuator {
     }
 
     /// Gives fair thread `tid` a slice of `ns`, journalling its old slice before its first
-    /// change. Ok(None) when it had it already, is gone or is not fair (real-time: elevate's,
-    /// or its app's own); Err(Unsupported) on a kernel without custom slices.
+    /// change: `Held` when it had it already, `Skipped` when it is gone or not fair (real-time:
+    /// elevate's, or its app's own), `Unsupported` on a kernel without custom slices.
     fn slice(&mut self, tid: i32, ns: u64, cx: &mut ActCx<'_>) -> Result<SliceOutcome, ActError> {
         let Ok(Some(old)) = cx.fx.get_slice_ns(tid) else { return Ok(SliceOutcome::Skipped) };
         if old == 0 {
