@@ -85,6 +85,9 @@ impl Workload {
     }
 }
 
+/// The poll token of the preemption timer (connections count up from 1, the listener is 0).
+const TIMER_TOKEN: u64 = u64::MAX;
+
 /// Accepts connections and reads requests (non-blocking sockets under one epoll).
 struct Poller {
     epfd: i32,
@@ -121,6 +124,9 @@ impl Poller {
         let n = unsafe { libc::epoll_wait(self.epfd, evs.as_mut_ptr(), 64, timeout_ms) };
         for ev in evs.iter().take(n.max(0) as usize) {
             let token = ev.u64;
+            if token == TIMER_TOKEN {
+                continue; // the preemption timer: `Preempt::dispatch` reads it
+            }
             if token == 0 {
                 while let Ok((s, _)) = self.listener.accept() {
                     let _ = s.set_nonblocking(true);
@@ -196,8 +202,9 @@ impl Server {
         Ok((Poller::new(listener)?, addr, stop.clone(), stop))
     }
 
-    /// The preemptive server of seed 3.4 on `cpu`: a dispatcher, `workers` workers, and with
-    /// `threshold` a switcher (without it, the same server with no preemption).
+    /// The preemptive server of seed 3.4 on `cpu`: a dispatcher and `workers` workers; with
+    /// `threshold`, a request past it is switched out when another waits (without it, the same
+    /// server with no preemption).
     pub fn preemptive(cpu: usize, workers: usize, threshold: Option<Duration>) -> io::Result<Server> {
         let (mut poller, addr, stop, st) = Server::listen()?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -209,17 +216,21 @@ impl Server {
                     return Err(e);
                 }
             };
+            if let Some(fd) = p.timer_fd() {
+                if let Err(e) = poller.add(fd, TIMER_TOKEN) {
+                    let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string())));
+                    return Err(e);
+                }
+            }
             let _ = tx.send(Ok(()));
             while !st.load(Ordering::Relaxed) {
-                let busy = p.has_preempted() || p.queued() > 0;
-                poller.poll(if busy { 0 } else { 20 }, |s, id, ns| {
+                // Blocks until a request or the preemption timer: the dispatcher outranks the
+                // workers, so they run while it waits here.
+                poller.poll(20, |s, id, ns| {
                     let s = s.clone();
                     p.submit(Request { work: Box::new(move || work_ns(ns)), done: Box::new(move || respond(&s, id)) });
                 });
-                p.kick();
-                if p.queued() == 0 {
-                    p.resume_one();
-                }
+                p.dispatch();
             }
             Ok(p.stats())
         })?;
@@ -279,6 +290,10 @@ pub struct ClientReport {
     /// Latency of the long requests only (bimodal), µs.
     #[serde(skip)]
     pub long_latency_us: Vec<f64>,
+    /// When the slowest request was due, ms after the client's start (where a stall was).
+    pub worst_at_ms: f64,
+    /// The same moment on CLOCK_MONOTONIC, ns (to find it in a trace).
+    pub worst_due_ns: u64,
 }
 
 /// Sends requests at `rate_rps` over `conns` connections for `duration`, then waits up to 1 s
@@ -300,6 +315,7 @@ pub fn run_client(addr: SocketAddr, conns: usize, rate_rps: f64, duration: Durat
     let mut next = start;
     let mut k = 0usize;
     let mut last_answer = start;
+    let mut worst_us = 0.0;
     loop {
         let now = now_ns();
         if now >= end + 1_000_000_000 || (now >= end && rep.answered == rep.sent) {
@@ -339,6 +355,11 @@ pub fn run_client(addr: SocketAddr, conns: usize, rate_rps: f64, duration: Durat
                 let id = u64::from_le_bytes(c.try_into().unwrap()) as usize;
                 if let Some(&(at, long)) = sched_at.get(id) {
                     let us = t.saturating_sub(at) as f64 / 1000.0;
+                    if us > worst_us {
+                        worst_us = us;
+                        rep.worst_at_ms = at.saturating_sub(start) as f64 / 1e6;
+                        rep.worst_due_ns = at;
+                    }
                     rep.latency_us.push(us);
                     if long {
                         rep.long_latency_us.push(us);

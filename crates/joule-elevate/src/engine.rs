@@ -8,6 +8,7 @@
 //! `set_prio_seam_ns` vs `set_prio_direct_ns`) and the difference is inside the noise.
 
 use crate::guardian::Guardian;
+use crate::landing::SchedIns;
 use crate::target::Target;
 use crate::timing::{now_ns, WaitMethod, Waiter};
 use crate::{gettid, ElevateError, Prio};
@@ -69,6 +70,10 @@ pub struct ElevateOpts {
     pub journal: Option<Journal>,
     /// Fork a guardian (off only in unit tests, which run on a fake system).
     pub guardian: bool,
+    /// Dedicated pattern: start a target's slice when its switch has landed (its core switched
+    /// to it, [`crate::landing`]) instead of when the switch was asked for. Ignored by the
+    /// shared pattern, whose switch lands when the scheduler sleeps.
+    pub confirm_landing: bool,
 }
 
 impl Default for ElevateOpts {
@@ -82,6 +87,7 @@ impl Default for ElevateOpts {
             schedule: Schedule::RoundRobin,
             journal: None,
             guardian: true,
+            confirm_landing: true,
         }
     }
 }
@@ -96,10 +102,22 @@ pub struct RunReport {
     /// Slices whose wait returned more than one slice late (the scheduler was held off, e.g.
     /// by RT throttling of its core).
     pub late_slices: u64,
+    /// Dedicated pattern with `confirm_landing`: how long each switch took to land (call to
+    /// the raised target's switch-in seen), µs, and the switches not seen to land within
+    /// [`LANDING_WAIT_MAX_NS`] (a target asleep, or a thread that is not the slot's first).
+    #[serde(skip)]
+    pub landing_us: Vec<f64>,
+    /// Their median (NaN → null when none was watched).
+    pub landing_us_median: Option<f64>,
+    pub unlanded: u64,
     /// Threads that exited during the run (dropped without error).
     pub exited: Vec<i32>,
     pub ended_by: &'static str,
 }
+
+/// How long the dedicated scheduler waits to see a switch land before it starts the slice
+/// anyway.
+pub const LANDING_WAIT_MAX_NS: u64 = 200_000;
 
 struct Managed {
     target: Target,
@@ -272,6 +290,12 @@ impl<'a> Elevator<'a> {
         };
         let slice_ns = self.opts.slice_us * 1000;
         let shared = self.opts.pattern == Pattern::Shared;
+        // Dedicated: each slot's first thread, to see its switches land.
+        let mut watch: Vec<Option<SchedIns>> = self
+            .slots
+            .iter()
+            .map(|s| if shared || !self.opts.confirm_landing { None } else { s.first().and_then(|m| SchedIns::open(m.target.tid).ok()) })
+            .collect();
         let mut r = RunReport { start_ns: now_ns(), ..Default::default() };
         let end_ns = duration.map(|d| r.start_ns + d.as_nanos() as u64);
         let mut exited = Vec::new();
@@ -293,7 +317,10 @@ impl<'a> Elevator<'a> {
                 }
                 continue;
             }
+            let mut landed_ns = None;
             if cur != Some(next) {
+                let before = watch[next].as_mut().and_then(|w| w.count().ok());
+                let asked_ns = now_ns();
                 // Raise first: the two briefly share MID, and lowering the old one then
                 // switches straight to the new one (lowering first could let a third run).
                 self.set_slot(next, Prio::MID, &mut exited);
@@ -302,12 +329,24 @@ impl<'a> Elevator<'a> {
                 }
                 cur = Some(next);
                 r.switches += 1;
+                if let (Some(b), Some(w)) = (before, watch[next].as_mut()) {
+                    landed_ns = wait_landing(w, b, asked_ns);
+                    match landed_ns {
+                        Some(t) => r.landing_us.push((t - asked_ns) as f64 / 1000.0),
+                        None => r.unlanded += 1,
+                    }
+                }
             }
             r.slices += 1;
-            // Dedicated: absolute deadlines, so the schedule's period is exact. Shared: the
-            // slice starts after the switch (the scheduler's own wake-up and switch would
-            // otherwise come out of the target's slice; the seed's usleep did the same).
-            deadline = if shared { now_ns() + slice_ns } else { deadline + slice_ns };
+            // Dedicated: absolute deadlines, so the schedule's period is exact — from where
+            // the switch landed when that is watched. Shared: the slice starts after the
+            // switch (the scheduler's own wake-up and switch would otherwise come out of the
+            // target's slice; the seed's usleep did the same).
+            deadline = match landed_ns {
+                _ if shared => now_ns() + slice_ns,
+                Some(t) => t + slice_ns,
+                None => deadline + slice_ns,
+            };
             waiter.wait_until(deadline);
             let now = now_ns();
             if now > deadline + slice_ns {
@@ -320,6 +359,11 @@ impl<'a> Elevator<'a> {
         }
         r.end_ns = now_ns();
         r.exited = exited;
+        if !r.landing_us.is_empty() {
+            let mut v = r.landing_us.clone();
+            v.sort_by(f64::total_cmp);
+            r.landing_us_median = Some(v[v.len() / 2]);
+        }
         Ok(r)
     }
 
@@ -359,6 +403,18 @@ impl<'a> Elevator<'a> {
 impl Drop for Elevator<'_> {
     fn drop(&mut self) {
         self.restore();
+    }
+}
+
+/// Spins until the watched thread's switch-in count passes `before` (the switch landed);
+/// `None` after [`LANDING_WAIT_MAX_NS`] or when the count cannot be read (the thread exited).
+fn wait_landing(w: &mut SchedIns, before: u64, asked_ns: u64) -> Option<u64> {
+    loop {
+        match w.count() {
+            Ok(c) if c > before => return Some(now_ns()),
+            Ok(_) if now_ns() < asked_ns + LANDING_WAIT_MAX_NS => std::hint::spin_loop(),
+            _ => return None,
+        }
     }
 }
 

@@ -18,7 +18,17 @@ fn slots(tids: &[i32]) -> Vec<Vec<Target>> {
 }
 
 fn opts(schedule: Schedule) -> ElevateOpts {
-    ElevateOpts { cpu: 0, sched_cpu: Some(1), slice_us: 100, pattern: Pattern::Dedicated, wait: None, schedule, journal: None, guardian: false }
+    ElevateOpts {
+        cpu: 0,
+        sched_cpu: Some(1),
+        slice_us: 100,
+        pattern: Pattern::Dedicated,
+        wait: None,
+        schedule,
+        journal: None,
+        guardian: false,
+        confirm_landing: false,
+    }
 }
 
 /// The priority changes of the targets only, as `tid:prio`.

@@ -9,6 +9,8 @@
 //!   spin on another), round-robin with µs slices and table-driven schedules.
 //! - [`guardian`]: a forked process that puts every managed thread back when the scheduler
 //!   dies, SIGKILL included (the undo journal covers `joule restore` too).
+//! - [`landing`]: when a switch has taken effect on the targets' core (the dedicated
+//!   pattern waits for it before starting a slice).
 //! - [`timing`]: clocks, sleeps and spins, and the measurements that chose among them.
 //! - [`preempt`]: worker / dispatcher / switcher for request-serving programs (seed 3.4);
 //!   [`demo`] is a loopback TCP server and load client built on it.
@@ -17,6 +19,7 @@
 pub mod demo;
 pub mod engine;
 pub mod guardian;
+pub mod landing;
 pub mod preempt;
 pub mod probe;
 pub mod rt_throttle;

@@ -90,6 +90,36 @@ fn root_elevate_targets_alternate_at_the_requested_slice() {
     }
 }
 
+/// Issue 19's 10 µs pathology: the dedicated scheduler asked for switches faster than the
+/// reschedule IPI delivered them (~20 µs here), so they cancelled out and one target ran for
+/// hundreds of µs. Waiting for each switch to land keeps every run near the slice.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_elevate_dedicated_10us_slices_land_and_stay_short() {
+    if !can_run() {
+        return;
+    }
+    let dir = scratch();
+    let (a, b) = (target(dir.path(), "a", 1.2), target(dir.path(), "b", 1.2));
+    let pids = format!("{},{}", a.0.id(), b.0.id());
+    let v = elevate(dir.path(), &["--cpu", "0", "--pattern", "dedicated", "--slice-us", "10", "--pids", &pids, "--duration-s", "0.7"].map(String::from));
+    let recs = [finish(a), finish(b)];
+    let (from, to) = window(&v);
+    let (lens, _) = run_and_gap_us(&runs(&recs, from, to));
+    let m = median(&lens);
+    let switches = v["run"]["switches"].as_f64().unwrap();
+    let unlanded = v["run"]["unlanded"].as_f64().unwrap();
+    eprintln!(
+        "10 µs dedicated: {} runs, median {m:.1} µs, landing {} µs, {unlanded} of {switches} switches unlanded",
+        lens.len(),
+        v["run"]["landing_us_median"]
+    );
+    assert!(m >= 8.0, "median run {m:.1} µs: under 0.8× the 10 µs slice");
+    assert!(m < 60.0, "median run {m:.1} µs: switches were lost (the pathology ran 300–1,300 µs)");
+    assert!(v["run"]["landing_us_median"].as_f64().is_some_and(|l| l > 0.0), "no landing measured: {}", v["run"]);
+    assert!(unlanded < switches / 10.0, "{unlanded} of {switches} switches never seen to land");
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_table_order_is_obeyed() {

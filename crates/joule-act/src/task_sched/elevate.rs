@@ -97,6 +97,7 @@ impl ElevateRunner {
             schedule: Schedule::RoundRobin,
             journal: Some(journal.clone()),
             guardian: true,
+            confirm_landing: true,
         };
         let tids = slots.iter().map(|s| s[0].tid).collect();
         let stop = Arc::new(AtomicBool::new(false));

@@ -70,6 +70,11 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
 
 /// The bounds a bench's arguments must meet, each with the message naming its flag: every
 /// failed one is reported at once, as a usage error (exit 2).
+/// The kernel's USER_HZ: /proc/stat's ticks per second.
+pub fn ticks_per_s() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map_or(100.0, |v| v as f64)
+}
+
 pub fn check_bounds<S: Into<String>>(checks: impl IntoIterator<Item = (bool, S)>) -> Result<(), crate::UsageError> {
     let problems: Vec<String> = checks.into_iter().filter_map(|(ok, msg)| (!ok).then(|| msg.into())).collect();
     if problems.is_empty() {

@@ -201,6 +201,7 @@ pub fn run(a: ElevateArgs) -> anyhow::Result<()> {
         schedule,
         journal: Some(Journal::open(&a.journal_dir).with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?),
         guardian: true,
+        confirm_landing: true,
     };
     let fx = RealEffects;
     let mut el = Elevator::setup(&fx, slots, opts.clone()).map_err(|e| {

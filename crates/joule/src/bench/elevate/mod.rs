@@ -32,8 +32,9 @@ pub struct ElevateBenchArgs {
     /// Seconds of each measured run (≤ 0.8 keeps RT throttling out of every run).
     #[arg(long, default_value_t = 0.8)]
     pub run_s: f64,
-    /// Runs per table/hol configuration (their latencies are pooled).
-    #[arg(long, default_value_t = 3)]
+    /// Runs per table/hol configuration (table: latencies pooled; hol: modes interleaved,
+    /// medians of the runs) and per switch configuration.
+    #[arg(long, default_value_t = 5)]
     pub repeats: usize,
     /// Slices of the switch and cycles sections, µs.
     #[arg(long, value_delimiter = ',', default_value = "5,10,20,50,100,150")]
@@ -44,6 +45,11 @@ pub struct ElevateBenchArgs {
     /// A request running this long is switched out (hol with preemption), µs.
     #[arg(long, default_value_t = 25)]
     pub threshold_us: u64,
+    /// Dedicated pattern: start each slice when the switch has landed (the default, and what
+    /// `joule elevate` does); `--confirm-landing false` times slices from the call, as before
+    /// issue 19, for comparison.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub confirm_landing: bool,
     /// Only these sections (floor, switch, cycles, table, hol); all by default.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -89,9 +95,26 @@ pub fn run(a: &ElevateBenchArgs) -> anyhow::Result<()> {
     }
     if want("switch") {
         let rows = sections::switch(a)?;
-        println!("\nswitch: run length and gap before re-run (µs), ratio = run median / slice (ideal 1.0)");
+        println!(
+            "\nswitch: run length and gap before re-run (µs), median of {} runs each (range of the runs' medians), ratio = run median / slice (ideal 1.0); landing = call to the raised target switched in (dedicated)",
+            a.repeats
+        );
         print_table(
-            &["pattern", "target", "slice_us", "run_med", "run_sd", "gap_med", "gap_sd", "ratio", "seed_run", "seed_gap"],
+            &[
+                "pattern",
+                "target",
+                "slice_us",
+                "run_med",
+                "run_range",
+                "run_sd",
+                "gap_med",
+                "gap_sd",
+                "ratio",
+                "landing_us",
+                "unlanded",
+                "seed_run",
+                "seed_gap",
+            ],
             &rows.iter().map(sections::switch_row).collect::<Vec<_>>(),
         );
         out["switch"] = json!(rows);
@@ -112,13 +135,41 @@ pub fn run(a: &ElevateBenchArgs) -> anyhow::Result<()> {
         let rows = sections::table(a)?;
         println!("\ntable: server A with busy B and C on CPU 0, 50 µs slices, shared pattern; ratio = p99 / p99 of A alone under the same scheduler");
         print_table(&["order", "p50_us", "p99_us", "rps", "p99_ratio"], &rows.iter().map(sections::lat_row("order")).collect::<Vec<_>>());
+        let st = sections::stalls(&rows);
+        println!(
+            "  stalls (a request over {} ms): {} of {} runs, {} of them with host steal on CPU 0 or 1 during the run ({} runs without a stall had steal)",
+            st["stall_us"].as_f64().unwrap_or(0.0) / 1000.0,
+            st["with_stall"],
+            st["runs"],
+            st["with_stall_and_steal"],
+            st["without_stall_with_steal"]
+        );
         out["table"] = json!(rows);
+        out["table_stalls"] = st;
     }
     if want("hol") {
         let rows = sections::hol(a)?;
-        println!("\nhol: demo server on CPU 0 (8 workers), {} µs threshold; ratio = p99 / p99 of the same workload without preemption", a.threshold_us);
-        print_table(&["workload", "preemption", "p50_us", "p99_us", "rps", "p99_ratio"], &rows.iter().map(sections::hol_row).collect::<Vec<_>>());
+        println!(
+            "\nhol: demo server on CPU 0 (8 workers), {} µs threshold, {} interleaved runs per mode (medians; range of p99); ratio = with / without preemption",
+            a.threshold_us, a.repeats
+        );
+        print_table(
+            &["workload", "preemption", "p50_us", "p99_us", "p99_range", "rps", "p99_ratio", "rps_ratio", "preemptions", "timer_arms"],
+            &rows.iter().map(sections::hol_row).collect::<Vec<_>>(),
+        );
+        let goals = sections::hol_goals(&rows);
+        let met = |k: &str| if goals[k].as_bool() == Some(true) { "met" } else { "MISSED" };
+        println!(
+            "  goals: bimodal p99 {}× better (≥ 5: {}), fixed rps {}× (≥ 0.95: {}), fixed p99 {}× (≤ 1.2: {})",
+            goals["bimodal_p99_gain"],
+            met("bimodal_p99_gain_met"),
+            goals["fixed_rps_ratio"],
+            met("fixed_rps_ratio_met"),
+            goals["fixed_p99_ratio"],
+            met("fixed_p99_ratio_met")
+        );
         out["hol"] = json!(rows);
+        out["hol_goals"] = goals;
     }
     if let Some(p) = &a.json {
         write_json(p, &out)?;
@@ -142,7 +193,8 @@ pub fn run(a: &ElevateBenchArgs) -> anyhow::Result<()> {
         }
         for r in out["hol"].as_array().into_iter().flatten() {
             let p = if r["preemption"].as_bool() == Some(true) { "+pre" } else { "no pre" };
-            lat.push((format!("{} {p}", r["workload"].as_str().unwrap_or("?")), vec![r["p99_us"].as_f64().unwrap_or(0.0)]));
+            let each: Vec<f64> = r["runs"].as_array().into_iter().flatten().filter_map(|x| x["p99_us"].as_f64()).collect();
+            lat.push((format!("{} {p}", r["workload"].as_str().unwrap_or("?")), each));
         }
         let lp = p.with_file_name(format!("{}-latency.svg", p.file_stem().and_then(|s| s.to_str()).unwrap_or("elevate")));
         bar_plot(&lp, "joule elevate: p99 latency (µs)", "p99 µs", &lat)?;

@@ -146,3 +146,41 @@ pub fn rest() {
 pub fn in_s(s: f64) -> u64 {
     now_ns() + (s * 1e9) as u64
 }
+
+/// Time the hypervisor took CPUs 0 and 1 away from this VM so far (steal, /proc/stat, ms at
+/// the kernel's USER_HZ resolution): a run with a stall and steal in it lost the time to the
+/// host, not to anything on this machine.
+pub fn steal_ms() -> [f64; 2] {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    parse_steal_ms(&text, crate::bench::ticks_per_s())
+}
+
+fn parse_steal_ms(stat: &str, user_hz: f64) -> [f64; 2] {
+    let mut out = [0.0; 2];
+    for (i, name) in ["cpu0 ", "cpu1 "].iter().enumerate() {
+        if let Some(l) = stat.lines().find(|l| l.starts_with(name)) {
+            // cpuN user nice system idle iowait irq softirq steal ...
+            let ticks: f64 = l.split_ascii_whitespace().nth(8).and_then(|f| f.parse().ok()).unwrap_or(0.0);
+            out[i] = ticks * 1000.0 / user_hz.max(1.0);
+        }
+    }
+    out
+}
+
+/// Steal between two readings, ms per CPU.
+pub fn steal_since(before: [f64; 2]) -> [f64; 2] {
+    let now = steal_ms();
+    [now[0] - before[0], now[1] - before[1]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_counter_of_each_cpu_line_in_ms() {
+        let stat = "cpu  1 2 3 4 5 6 7 99 0 0\ncpu0 1 2 3 4 5 6 7 12 0 0\ncpu1 1 2 3 4 5 6 7 3 0 0\n";
+        assert_eq!(parse_steal_ms(stat, 100.0), [120.0, 30.0]);
+        assert_eq!(parse_steal_ms("", 100.0), [0.0, 0.0]);
+    }
+}

@@ -91,10 +91,6 @@ fn machine_busy_ticks() -> anyhow::Result<u64> {
     Ok(f[0] + f[1] + f[2] + f[5] + f[6] + f[7])
 }
 
-fn ticks_per_s() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map_or(100.0, |v| v as f64)
-}
-
 fn vm_rss_kb(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
@@ -194,7 +190,7 @@ fn window(cfg: &Path, a: &OverheadArgs, bpf: bool, agent: bool, count: &Counter)
         loop_max_ms,
         rss_mb,
         startup_s,
-        machine_busy_pct: r1.3.saturating_sub(r0.3) as f64 / ticks_per_s() / wall * 100.0,
+        machine_busy_pct: r1.3.saturating_sub(r0.3) as f64 / crate::bench::ticks_per_s() / wall * 100.0,
         starts_per_s: matches!(count, Counter::Starts(_)).then(|| r1.4.saturating_sub(r0.4) as f64 / wall),
         datagrams_per_s: matches!(count, Counter::Datagrams(_)).then(|| r1.4.saturating_sub(r0.4) as f64 / wall),
     })
