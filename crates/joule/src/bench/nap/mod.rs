@@ -156,6 +156,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
     let (mut awake, mut napped) = (Mode::default(), Mode::default());
     let (mut enter_us, mut leave_us, mut found_napping) = (Vec::new(), Vec::new(), 0usize);
     let mut residency = (0.0, 0.0);
+    let mut window_napped = Vec::new();
     let started = Instant::now();
     for round in 0..a.rounds {
         eprintln!("round {}/{}: awake", round + 1, a.rounds);
@@ -172,7 +173,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         eprintln!("round {}/{}: nap (idle {} ms)", round + 1, a.rounds, a.idle_ms);
         let agent_dir = dir.path().join(format!("agent-{round}"));
         std::fs::create_dir_all(&agent_dir)?;
-        let agent = Agent::start(&agent_dir, nginx.pid(), PORT, a.idle_ms, &a.offline_cpus)?;
+        let agent = Agent::start(&agent_dir, &nginx.pids(), PORT, a.idle_ms, &a.offline_cpus)?;
         let t_mode = Instant::now();
         let mut naps_seen = 0;
         for _ in 0..a.spaced {
@@ -211,7 +212,13 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             burst(&ns, addr, a.burst_size)?.into_iter().for_each(|r| record(&mut napped, r, false));
         }
         agent.wait_napping(gap * 4);
-        napped.windows.push(window(&nginx, a.window_s));
+        let res = |st: Option<serde_json::Value>| st.and_then(|s| s["residency_seconds"].as_f64()).unwrap_or(0.0);
+        let r0 = res(agent.status());
+        let w = window(&nginx, a.window_s);
+        // The share of the quiet window nginx spent frozen (the agent's own residency count):
+        // a window the nap did not cover measures an awake server.
+        window_napped.push(((res(agent.status()) - r0) / w.3).clamp(0.0, 1.0));
+        napped.windows.push(w);
         let st = agent.status().unwrap_or_default();
         residency.0 += st["residency_seconds"].as_f64().unwrap_or(0.0);
         residency.1 += t_mode.elapsed().as_secs_f64();
@@ -254,6 +261,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         "enter_ms": { "p50": pct(&enter_us, 50.0) / 1e3, "max": pct(&enter_us, 100.0) / 1e3, "n": enter_us.len(), "what": "arm to frozen (the actuator's last_enter_us)" },
         "leave_ms": { "p50": pct(&leave_us, 50.0) / 1e3, "max": pct(&leave_us, 100.0) / 1e3, "n": leave_us.len(), "what": "SYN seen in the kernel (eBPF timestamp) to thawed" },
         "residency_ratio": residency.0 / residency.1.max(1e-9),
+        "napped_window_share": window_napped,
         "wakeups_per_s": {
             "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2 },
             "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2 },
@@ -278,6 +286,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             vec!["power (model, W)".into(), format!("{:.2}", ra.4), format!("{:.2}", rn.4), String::new()],
         ],
     );
+    println!("napped share of each nap-mode quiet window: {:?}", window_napped.iter().map(|x| format!("{:.0}%", x * 100.0)).collect::<Vec<_>>());
     println!(
         "sent {sent}, answered {}, failed {failed}; {found_napping}/{} spaced requests found the server napping; enter p50 {:.2} ms, leave p50 {:.3} ms (max {:.3}); residency {:.0}%",
         sent - failed,

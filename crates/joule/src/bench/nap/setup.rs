@@ -138,10 +138,13 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn start(dir: &Path, nginx_pid: u32, port: u16, idle_ms: u64, offline_cpus: &[u32]) -> anyhow::Result<Agent> {
+    /// `nginx_pids`: the master and its workers, every one by pid: the workers run as another
+    /// user than the root master, and a child of another uid does not follow its parent into
+    /// a class (docs/security.md), so matching the master alone leaves the workers unfrozen.
+    pub fn start(dir: &Path, nginx_pids: &[u32], port: u16, idle_ms: u64, offline_cpus: &[u32]) -> anyhow::Result<Agent> {
         let journal_dir = dir.join("journal");
         let cfg = format!(
-            "[agent]\nperiod_ms = 50\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{d}/events.jsonl\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"/sys/fs/bpf/joule-bench-nap-{pid}\"\n\n[[class]]\nname = \"bench-nap\"\nmatch.pid = [{nginx_pid}]\n\n[nap]\nenabled = true\nidle_ms = {idle_ms}\nclass = \"bench-nap\"\n\n[nap.monitors]\ntcp_ports = [{port}]\n\n[nap.machine]\ncpus_offline = {offline_cpus:?}\n",
+            "[agent]\nperiod_ms = 50\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{d}/events.jsonl\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"/sys/fs/bpf/joule-bench-nap-{pid}\"\n\n[[class]]\nname = \"bench-nap\"\nmatch.pid = {nginx_pids:?}\n\n[nap]\nenabled = true\nidle_ms = {idle_ms}\nclass = \"bench-nap\"\n\n[nap.monitors]\ntcp_ports = [{port}]\n\n[nap.machine]\ncpus_offline = {offline_cpus:?}\n",
             j = journal_dir.display(),
             d = dir.display(),
             pid = std::process::id(),
