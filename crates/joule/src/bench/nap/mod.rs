@@ -212,12 +212,12 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             burst(&ns, addr, a.burst_size)?.into_iter().for_each(|r| record(&mut napped, r, false));
         }
         agent.wait_napping(gap * 4);
-        let res = |st: Option<serde_json::Value>| st.and_then(|s| s["residency_seconds"].as_f64()).unwrap_or(0.0);
-        let r0 = res(agent.status());
+        // Whether one nap covered the whole quiet window (napping at both ends, no nap begun
+        // in between): a window the nap did not cover measures an awake server.
+        let nap_no = |st: Option<serde_json::Value>| st.filter(|s| s["napping"] == true).and_then(|s| s["naps_total"].as_u64());
+        let n0 = nap_no(agent.status());
         let w = window(&nginx, a.window_s);
-        // The share of the quiet window nginx spent frozen (the agent's own residency count):
-        // a window the nap did not cover measures an awake server.
-        window_napped.push(((res(agent.status()) - r0) / w.3).clamp(0.0, 1.0));
+        window_napped.push(n0.is_some() && n0 == nap_no(agent.status()));
         napped.windows.push(w);
         let st = agent.status().unwrap_or_default();
         residency.0 += st["residency_seconds"].as_f64().unwrap_or(0.0);
@@ -261,7 +261,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         "enter_ms": { "p50": pct(&enter_us, 50.0) / 1e3, "max": pct(&enter_us, 100.0) / 1e3, "n": enter_us.len(), "what": "arm to frozen (the actuator's last_enter_us)" },
         "leave_ms": { "p50": pct(&leave_us, 50.0) / 1e3, "max": pct(&leave_us, 100.0) / 1e3, "n": leave_us.len(), "what": "SYN seen in the kernel (eBPF timestamp) to thawed" },
         "residency_ratio": residency.0 / residency.1.max(1e-9),
-        "napped_window_share": window_napped,
+        "napped_window_covered": window_napped,
         "wakeups_per_s": {
             "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2 },
             "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2 },
@@ -286,7 +286,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             vec!["power (model, W)".into(), format!("{:.2}", ra.4), format!("{:.2}", rn.4), String::new()],
         ],
     );
-    println!("napped share of each nap-mode quiet window: {:?}", window_napped.iter().map(|x| format!("{:.0}%", x * 100.0)).collect::<Vec<_>>());
+    println!("nap-mode quiet windows covered by one nap from end to end: {} of {}", window_napped.iter().filter(|&&c| c).count(), window_napped.len());
     println!(
         "sent {sent}, answered {}, failed {failed}; {found_napping}/{} spaced requests found the server napping; enter p50 {:.2} ms, leave p50 {:.3} ms (max {:.3}); residency {:.0}%",
         sent - failed,
