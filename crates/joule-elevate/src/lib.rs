@@ -12,7 +12,8 @@
 //! - [`landing`]: when a switch has taken effect on the targets' core (the dedicated
 //!   pattern waits for it before starting a slice).
 //! - [`timing`]: clocks, sleeps and spins, and the measurements that chose among them.
-//! - [`preempt`]: worker / dispatcher / switcher for request-serving programs (seed 3.4);
+//! - [`preempt`]: workers and a dispatcher that switches a request out past its threshold
+//!   when another waits (seed 3.4);
 //!   [`demo`] is a loopback TCP server and load client built on it.
 //! - [`probe`]: busy-loop targets that record their own run segments (tests and the bench).
 
