@@ -20,12 +20,12 @@ declare -A CMD=(
   [net-qos-placement]="bench net-qos --only placement --host-model --json docs/results/net-qos-placement.json --plot docs/results/net-qos-placement.svg"
   [rt-share]="bench rt-share --runs 3 --seconds 6 --warmup 1 --json docs/results/rt-share.json --plot docs/results/rt-share.svg"
   [elevate]="bench elevate --json docs/results/elevate.json --plot docs/results/elevate.svg"
-  [nap]="bench nap --json docs/results/nap.json --plot docs/results/nap.svg"
+  [nap]="bench nap --rounds 5 --json docs/results/nap.json --plot docs/results/nap.svg"
 )
 ORDER=(thermal overhead overhead-scale net-qos net-qos-placement rt-share elevate nap)
 declare -A TAKES=(
   [thermal]="~20 min (5 runs x 4 modes x 45 s)" [overhead]="~5 min" [overhead-scale]="~8 min"
-  [net-qos]="~10 min" [net-qos-placement]="~2 min" [rt-share]="~10 min" [elevate]="~15 min" [nap]="~10 min"
+  [net-qos]="~2 min" [net-qos-placement]="~2 min" [rt-share]="~4 min" [elevate]="~6 min" [nap]="~8 min (5 rounds)"
 )
 
 if [[ "${1:-}" == "--list" ]]; then

@@ -26,7 +26,7 @@ pub mod thermal;
 
 pub use error::BpfError;
 pub use flow::{CgroupCounters, FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
-pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
+pub use nap::{NapProbe, NapStop, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;
 pub use probe::probe;

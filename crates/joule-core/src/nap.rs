@@ -46,10 +46,18 @@ impl NapCounters {
         self.woken.notify_all();
     }
     /// Sleeps up to `limit` while napping; returns at once when not napping or on a wake.
-    pub fn sleep_napping(&self, limit: Duration) {
+    /// True when it returned because the nap ended (a wake), false when `limit` passed (or
+    /// there was no nap to sleep through).
+    pub fn sleep_napping(&self, limit: Duration) -> bool {
         let g = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
         let seen = *g;
-        let _ = self.woken.wait_timeout_while(g, limit, |w| *w == seen && self.napping());
+        if !self.napping() {
+            return false;
+        }
+        match self.woken.wait_timeout_while(g, limit, |w| *w == seen && self.napping()) {
+            Ok((g, r)) => !r.timed_out() || *g != seen,
+            Err(_) => false,
+        }
     }
 }
 
@@ -63,16 +71,19 @@ mod tests {
     fn a_loop_sleeping_through_a_nap_wakes_with_the_wake() {
         let c = Arc::new(NapCounters::default());
         let t0 = Instant::now();
-        c.sleep_napping(Duration::from_secs(5));
+        assert!(!c.sleep_napping(Duration::from_secs(5)), "not napping: no nap ended");
         assert!(t0.elapsed() < Duration::from_secs(1), "not napping: no sleep");
         c.napping.store(true, Ordering::Release);
+        // A nap nobody wakes: the limit passes, and the nap goes on.
+        assert!(!c.sleep_napping(Duration::from_millis(20)));
+        assert!(c.napping());
         let c2 = c.clone();
         let waker = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
             c2.woke();
         });
         let t0 = Instant::now();
-        c.sleep_napping(Duration::from_secs(5));
+        assert!(c.sleep_napping(Duration::from_secs(5)), "the wake ended the nap");
         assert!(t0.elapsed() < Duration::from_secs(2), "the wake ended the sleep");
         waker.join().unwrap();
         assert_eq!((c.napping(), c.wakes_total()), (false, 1));

@@ -23,7 +23,7 @@ use joule_telemetry::nap::{TcpPorts, UdpPorts};
 use serde::Serialize;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -82,7 +82,8 @@ pub struct NapActuator {
     cpufreq: Option<FreqRequests>,
     /// When the eBPF count of live TCP sockets was last set from a walk of /proc.
     conns_counted_at: Option<Instant>,
-    stop: Arc<AtomicBool>,
+    /// Ends the waiter thread (it sleeps until a wake or this, with no period).
+    waiter_stop: Option<joule_bpf::nap::NapStop>,
     waiter: Option<JoinHandle<()>>,
     status_file: Option<PathBuf>,
     notes: Vec<String>,
@@ -119,7 +120,7 @@ impl NapActuator {
             freezer,
             cpufreq: cfg.nap.machine.cpufreq_min.then_some(cpufreq),
             conns_counted_at: None,
-            stop: Arc::new(AtomicBool::new(false)),
+            waiter_stop: None,
             waiter: None,
             status_file: None,
             notes: Vec::new(),
@@ -240,7 +241,9 @@ impl Actuator for NapActuator {
         if self.bpf && !ports.is_empty() {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
-            let (c, stop) = (core.clone(), self.stop.clone());
+            let stop = joule_bpf::nap::NapStop::new().map_err(|e| e.to_string())?;
+            self.waiter_stop = Some(stop.clone());
+            let c = core.clone();
             let status_file = cx.journal.dir().join(STATUS_FILE);
             let mut meta = self.meta();
             meta["fast_wake"] = true.into();
@@ -255,7 +258,7 @@ impl Actuator for NapActuator {
                         if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -10) } != 0 {
                             tracing::warn!("nap: could not raise the waiter thread's priority: {}", io::Error::last_os_error());
                         }
-                        let r = waker.run(&stop, Duration::from_millis(100), |w| {
+                        let r = waker.run(&stop, |w| {
                             let reason = format!("{}:{}", if w.proto == NapProto::Udp { "udp" } else { "tcp" }, w.port);
                             // The thaw first; then the status (a small write and a rename,
                             // no fsync); the journal's compaction is the loop's, later.
@@ -300,12 +303,20 @@ impl Actuator for NapActuator {
                 let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone(), counters: None };
                 let udp = UdpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.udp_ports.clone() };
                 let probe = self.probe.as_ref();
+                // With eBPF, its count of live sockets on the ports (a connection queued for
+                // accept is one: it reached ESTABLISHED) and of packets since the decision: no
+                // walk of /proc/net/tcp{,6} on the entry's path (4 ms of its 4.5 here, issue 19).
+                let ebpf_conns = probe.and(self.counters.tcp_conns());
                 let mut last_check = || -> io::Result<Option<String>> {
                     let hits = probe.map_or(seen_hits, |p| p.hits());
                     if hits != seen_hits {
                         return Ok(Some(format!("{} packet(s) on the watched ports since the decision (ebpf)", hits - seen_hits)));
                     }
-                    if !tcp.ports.is_empty() {
+                    if let (false, Some(c)) = (tcp.ports.is_empty(), ebpf_conns) {
+                        if c > 0 {
+                            return Ok(Some(format!("{c} connection(s) on {:?} (ebpf)", tcp.ports)));
+                        }
+                    } else if !tcp.ports.is_empty() {
                         let (c, q) = tcp.count()?;
                         if c + q as usize > 0 {
                             return Ok(Some(format!("{c} connection(s), {q} queued on {:?}", tcp.ports)));
@@ -343,7 +354,9 @@ impl Actuator for NapActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
-        self.stop.store(true, Ordering::Release);
+        if let Some(s) = self.waiter_stop.take() {
+            s.stop();
+        }
         if let Some(core) = &self.core {
             core.wake("shutdown", Instant::now())?;
         }

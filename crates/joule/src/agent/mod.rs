@@ -377,12 +377,14 @@ fn run_loop(
         next += period;
         let now = Instant::now();
         if nap_counters.napping() {
-            // Napping: the loop's own wake-ups count too. A packet on a watched port wakes the
-            // nap through eBPF and ends this sleep with it; then the thawed service gets one
-            // period to answer before the loop samples (and competes for a CPU) again.
-            nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms));
+            // Napping: the loop's own wake-ups count too, so it wakes once per napping period
+            // and not more. A packet on a watched port wakes the nap through eBPF and ends this
+            // sleep with it; then the thawed service gets one period to answer before the loop
+            // samples (and competes for a CPU) again.
+            if nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms)) {
+                std::thread::sleep(period);
+            }
             next = Instant::now() + period;
-            std::thread::sleep(period);
         } else if next > now {
             std::thread::sleep(next - now);
         } else {

@@ -3,9 +3,11 @@
 //! through a veth pair from a client in a network namespace the bench creates. Requests are
 //! spaced so each finds the server napping (the bench waits for the nap, then a random moment up
 //! to idle_ms, before sending), then bursts fire at random moments around the transition. Reported: sent/answered/failed,
-//! latency awake vs napped, time to enter and leave a nap, residency, wake-ups per second
-//! awake vs napped from the kernel (/proc/interrupts LOC and the service's context switches),
-//! and the power model's estimate, labelled `model`.
+//! latency awake vs napped, time to enter and leave a nap, residency, wake-ups per second from
+//! the kernel (/proc/interrupts, the service's and the agent's threads' context switches) over
+//! quiet windows — awake (the agent running, nap armed but not reached), napped, and the
+//! machine's floor (neither nginx nor the agent running, before and after) — and the power
+//! model's estimate, labelled `model`.
 
 mod setup;
 
@@ -53,6 +55,8 @@ pub struct NapArgs {
 }
 
 const PORT: u16 = 18080;
+/// The awake window's agent: nap armed with a threshold its 3 s window never reaches.
+const AWAKE_IDLE_MS: u64 = 3_600_000;
 
 #[derive(Default)]
 struct Mode {
@@ -60,8 +64,7 @@ struct Mode {
     burst_us: Vec<f64>,
     failed: Vec<String>,
     sent: usize,
-    /// (LOC, all interrupts, service context switches, seconds, busy share) per window.
-    windows: Vec<(f64, f64, f64, f64, f64)>,
+    windows: Vec<Window>,
 }
 
 fn pct(v: &[f64], p: f64) -> f64 {
@@ -122,19 +125,51 @@ fn burst(ns: &Netns, addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Result<Du
     })
 }
 
-/// Counts wake-ups over `secs` of quiet.
-fn window(nginx: &Nginx, secs: f64) -> (f64, f64, f64, f64, f64) {
+/// One quiet window's counts, per second (the kernel's: /proc/interrupts, /proc/PID/status).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Window {
+    /// Local timer interrupts, all CPUs.
+    timer_loc: f64,
+    /// Every interrupt, all CPUs.
+    interrupts: f64,
+    /// Context switches of nginx's master and worker.
+    service: f64,
+    /// Context switches of every thread of the agent (0 when none runs).
+    joule: f64,
+    /// Busy share of the whole machine.
+    busy: f64,
+    seconds: f64,
+}
+
+/// Counts wake-ups over `secs` of quiet: the machine's, the service's (`service` pids) and
+/// joule's (every thread of `agent`).
+fn window(service: &[u32], agent: Option<u32>, secs: f64) -> Window {
     let (l0, a0) = setup::interrupts();
-    let c0 = setup::ctx_switches(&nginx.pids());
+    let c0 = setup::ctx_switches(service);
+    let j0 = agent.map_or(0, setup::thread_ctx_switches);
     let (t0, i0) = setup::cpu_times();
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
     let dt = start.elapsed().as_secs_f64();
     let (l1, a1) = setup::interrupts();
-    let c1 = setup::ctx_switches(&nginx.pids());
+    let c1 = setup::ctx_switches(service);
+    let j1 = agent.map_or(0, setup::thread_ctx_switches);
     let (t1, i1) = setup::cpu_times();
-    let busy = 1.0 - (i1.saturating_sub(i0)) as f64 / (t1.saturating_sub(t0)).max(1) as f64;
-    ((l1 - l0) as f64, (a1 - a0) as f64, c1.saturating_sub(c0) as f64, dt, busy)
+    Window {
+        timer_loc: (l1 - l0) as f64 / dt,
+        interrupts: (a1 - a0) as f64 / dt,
+        service: c1.saturating_sub(c0) as f64 / dt,
+        joule: j1.saturating_sub(j0) as f64 / dt,
+        busy: 1.0 - (i1.saturating_sub(i0)) as f64 / (t1.saturating_sub(t0)).max(1) as f64,
+        seconds: dt,
+    }
+}
+
+/// Median and range of one count over windows.
+fn spread(ws: &[Window], f: fn(&Window) -> f64) -> serde_json::Value {
+    let v: Vec<f64> = ws.iter().map(f).collect();
+    let r = |x: f64| (x * 10.0).round() / 10.0;
+    serde_json::json!({ "median": r(report::median(&v)), "min": r(v.iter().copied().fold(f64::INFINITY, f64::min)), "max": r(v.iter().copied().fold(f64::NEG_INFINITY, f64::max)) })
 }
 
 pub fn run(a: &NapArgs) -> anyhow::Result<()> {
@@ -150,6 +185,9 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ns = Netns::create().context("while creating the client's network namespace")?;
     let addr: SocketAddr = format!("{}:{PORT}", ns.host_ip).parse()?;
+    // The machine's own floor: neither the service nor joule running.
+    eprintln!("floor: {} s with neither nginx nor joule running", a.window_s);
+    let mut floor = vec![window(&[], None, a.window_s)];
     let nginx = Nginx::start(&nginx_bin, dir.path(), addr, a.timer_resolution_ms)?;
     let gap = Duration::from_millis(a.idle_ms + 150);
     let mut rng = Lcg(0x2545_F491_4F6C_DD1D);
@@ -168,7 +206,11 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(rng.below(2 * a.idle_ms)));
             burst(&ns, addr, a.burst_size)?.into_iter().for_each(|r| record(&mut awake, r, false));
         }
-        awake.windows.push(window(&nginx, a.window_s));
+        // Awake with joule running: the same agent, nap armed with a threshold the window
+        // never reaches, so the agent's own wake-ups awake are counted like napped ones.
+        let awake_agent = Agent::start(&dir.path().join(format!("agent-awake-{round}")), &nginx.pids(), PORT, AWAKE_IDLE_MS, &[])?;
+        awake.windows.push(window(&nginx.pids(), Some(awake_agent.pid()), a.window_s));
+        awake_agent.stop()?;
 
         eprintln!("round {}/{}: nap (idle {} ms)", round + 1, a.rounds, a.idle_ms);
         let agent_dir = dir.path().join(format!("agent-{round}"));
@@ -216,7 +258,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         // in between): a window the nap did not cover measures an awake server.
         let nap_no = |st: Option<serde_json::Value>| st.filter(|s| s["napping"] == true).and_then(|s| s["naps_total"].as_u64());
         let n0 = nap_no(agent.status());
-        let w = window(&nginx, a.window_s);
+        let w = window(&nginx.pids(), Some(agent.pid()), a.window_s);
         window_napped.push(n0.is_some() && n0 == nap_no(agent.status()));
         napped.windows.push(w);
         let st = agent.status().unwrap_or_default();
@@ -226,17 +268,20 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
     }
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     drop(nginx);
+    std::thread::sleep(Duration::from_millis(300));
+    floor.push(window(&[], None, a.window_s));
     drop(ns);
 
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     let pm = joule_core::config::PowerModelConfig::default();
-    let rates = |m: &Mode| {
-        let secs: f64 = m.windows.iter().map(|w| w.3).sum();
-        let sum = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| m.windows.iter().map(f).sum::<f64>() / secs;
-        let busy = m.windows.iter().map(|w| w.4 * w.3).sum::<f64>() / secs;
-        (sum(|w| w.0), sum(|w| w.1), sum(|w| w.2), busy, pm.idle_watts + busy * ncpu * pm.cpu_dynamic_watts)
+    // Rates over all of a mode's windows (time-weighted), and the power model on their busy share.
+    let rates = |ws: &[Window]| {
+        let secs: f64 = ws.iter().map(|w| w.seconds).sum::<f64>().max(1e-9);
+        let avg = |f: fn(&Window) -> f64| ws.iter().map(|w| f(w) * w.seconds).sum::<f64>() / secs;
+        let busy = avg(|w| w.busy);
+        (avg(|w| w.timer_loc), avg(|w| w.interrupts), avg(|w| w.service), busy, pm.idle_watts + busy * ncpu * pm.cpu_dynamic_watts, avg(|w| w.joule))
     };
-    let (ra, rn) = (rates(&awake), rates(&napped));
+    let (ra, rn, rf) = (rates(&awake.windows), rates(&napped.windows), rates(&floor));
     let sent = awake.sent + napped.sent;
     let failed = awake.failed.len() + napped.failed.len();
     let d = |p: f64| (pct(&napped.spaced_us, p) - pct(&awake.spaced_us, p)) / 1e3;
@@ -263,10 +308,18 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         "residency_ratio": residency.0 / residency.1.max(1e-9),
         "napped_window_covered": window_napped,
         "wakeups_per_s": {
-            "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2 },
-            "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2 },
-            "ratio_awake_to_napped": { "timer_loc": ratio(ra.0, rn.0), "service_context_switches": ratio(ra.2, rn.2) },
-            "source": "kernel: /proc/interrupts LOC (local timer interrupts, all CPUs) and all interrupts, deltas over quiet windows; the service's context switches from /proc/PID/status (nginx master + worker)",
+            "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2, "joule": ra.5 },
+            "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2, "joule": rn.5 },
+            "floor": { "timer_loc": rf.0, "interrupts": rf.1, "service_context_switches": 0.0, "joule": 0.0 },
+            "ratio_awake_to_napped": { "timer_loc": ratio(ra.0, rn.0), "service_context_switches": ratio(ra.2, rn.2), "joule": ratio(ra.5, rn.5) },
+            "napped_over_floor": { "timer_loc": rn.0 - rf.0, "interrupts": rn.1 - rf.1 },
+            "spread": {
+                "awake": { "timer_loc": spread(&awake.windows, |w| w.timer_loc), "joule": spread(&awake.windows, |w| w.joule) },
+                "napped": { "timer_loc": spread(&napped.windows, |w| w.timer_loc), "joule": spread(&napped.windows, |w| w.joule) },
+                "floor": { "timer_loc": spread(&floor, |w| w.timer_loc), "interrupts": spread(&floor, |w| w.interrupts) },
+            },
+            "windows": { "awake": awake.windows, "napped": napped.windows, "floor": floor },
+            "source": "kernel: /proc/interrupts LOC (local timer interrupts, all CPUs) and all interrupts, deltas over quiet windows; the service's context switches from /proc/PID/status (nginx master + worker); joule's: every thread of the agent (/proc/PID/task/*/status). awake = nginx awake with the agent running (nap armed, threshold never reached); napped = the agent with nginx napped; floor = neither running",
         },
         "power_watts": { "awake": ra.4, "napped": rn.4, "source": "model", "what": "joule's utilisation power model (telemetry.power_model defaults) on the windows' measured CPU busy share of the whole machine" },
         "config": { "idle_ms": a.idle_ms, "rounds": a.rounds, "spaced": a.spaced, "bursts": a.bursts, "burst_size": a.burst_size, "window_s": a.window_s, "timer_resolution_ms": a.timer_resolution_ms, "offline_cpus": a.offline_cpus, "nginx": nginx_bin },
@@ -281,8 +334,10 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             vec!["p99 latency (ms)".into(), f(pct(&awake.spaced_us, 99.0) / 1e3), f(pct(&napped.spaced_us, 99.0) / 1e3), f(d(99.0))],
             vec!["max latency (ms)".into(), f(pct(&awake.spaced_us, 100.0) / 1e3), f(pct(&napped.spaced_us, 100.0) / 1e3), f(d(100.0))],
             vec!["burst p99 (ms)".into(), f(pct(&awake.burst_us, 99.0) / 1e3), f(pct(&napped.burst_us, 99.0) / 1e3), String::new()],
-            vec!["LOC timer irqs/s (kernel)".into(), format!("{:.1}", ra.0), format!("{:.1}", rn.0), show(ratio(ra.0, rn.0))],
+            vec!["LOC timer irqs/s (kernel)".into(), format!("{:.1}", ra.0), format!("{:.1}", rn.0), format!("{}; floor {:.1}", show(ratio(ra.0, rn.0)), rf.0)],
+            vec!["all irqs/s (kernel)".into(), format!("{:.1}", ra.1), format!("{:.1}", rn.1), format!("floor {:.1}", rf.1)],
             vec!["service wake-ups/s (kernel)".into(), format!("{:.1}", ra.2), format!("{:.1}", rn.2), show(ratio(ra.2, rn.2))],
+            vec!["joule's wake-ups/s (kernel)".into(), format!("{:.1}", ra.5), format!("{:.1}", rn.5), show(ratio(ra.5, rn.5))],
             vec!["power (model, W)".into(), format!("{:.2}", ra.4), format!("{:.2}", rn.4), String::new()],
         ],
     );

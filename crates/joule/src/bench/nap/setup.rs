@@ -142,6 +142,7 @@ impl Agent {
     /// user than the root master, and a child of another uid does not follow its parent into
     /// a class (docs/security.md), so matching the master alone leaves the workers unfrozen.
     pub fn start(dir: &Path, nginx_pids: &[u32], port: u16, idle_ms: u64, offline_cpus: &[u32]) -> anyhow::Result<Agent> {
+        std::fs::create_dir_all(dir)?;
         let journal_dir = dir.join("journal");
         let cfg = format!(
             "[agent]\nperiod_ms = 50\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{d}/events.jsonl\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"/sys/fs/bpf/joule-bench-nap-{pid}\"\n\n[[class]]\nname = \"bench-nap\"\nmatch.pid = {nginx_pids:?}\n\n[nap]\nenabled = true\nidle_ms = {idle_ms}\nclass = \"bench-nap\"\n\n[nap.monitors]\ntcp_ports = [{port}]\n\n[nap.machine]\ncpus_offline = {offline_cpus:?}\n",
@@ -179,6 +180,10 @@ impl Agent {
         false
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stop(mut self) -> anyhow::Result<()> {
         self.terminate()
     }
@@ -214,6 +219,16 @@ pub fn interrupts() -> (u64, u64) {
 pub fn ctx_switches(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .flat_map(|s| s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).collect::<Vec<_>>())
+        .sum()
+}
+
+/// Context switches of every thread of `pid` (`/proc/PID/status` counts the main thread only).
+pub fn thread_ctx_switches(pid: u32) -> u64 {
+    let tids: Vec<u32> =
+        std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default();
+    tids.iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).ok())
         .flat_map(|s| s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).collect::<Vec<_>>())
         .sum()
 }
