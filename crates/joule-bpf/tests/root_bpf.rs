@@ -435,6 +435,33 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
 /// A zone that stops reporting stops counting: zone A at 95 °C sets stage 3; once only zone B
 /// (50 °C) reports and A's last reading is older than stale_ms, the stage is B's. With no
 /// reading at all, nothing recomputes the stage, so it keeps its last value.
+/// Each change of the stage, and only a change, reaches a thread sleeping on the ring buffer
+/// (what ends a napped agent's sleep), and a stop ends that thread's wait.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_thermal_stage_changes_wake_a_sleeping_reader_and_nothing_else_does() {
+    require_root!();
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
+    let waker = ts.stage_waker().unwrap();
+    let stop = joule_bpf::RingStop::new().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let st = stop.clone();
+    let reader = std::thread::spawn(move || waker.run(&st, |e| tx.send(e).unwrap()));
+    let next = || rx.recv_timeout(Duration::from_secs(2));
+    // 50 °C: stage 0 as before, no event. 85 °C: 0 -> 2. 84 °C: no change. 60 °C: 2 -> 0.
+    for t in [50_000, 85_000, 84_000, 60_000] {
+        ts.feed(1, t, TempSource::Sensor).unwrap();
+    }
+    let e = next().expect("the rise reached the reader");
+    assert_eq!((e.old_stage, e.stage, e.temp_mc, e.zone), (0, 2, 85_000, 1));
+    let e = next().expect("the fall reached the reader");
+    assert_eq!((e.old_stage, e.stage, e.temp_mc), (2, 0, 60_000));
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "a reading that changes no stage sends nothing");
+    stop.stop();
+    reader.join().unwrap().expect("the reader ended without error");
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {

@@ -45,6 +45,12 @@ impl NapCounters {
         *self.wakes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         self.woken.notify_all();
     }
+    /// Ends a [`Self::sleep_napping`] without ending the nap: something the loop must act on
+    /// happened (the in-kernel thermal stage changed).
+    pub fn poke(&self) {
+        *self.wakes.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.woken.notify_all();
+    }
     /// Sleeps up to `limit` while napping; returns at once when not napping or on a wake.
     /// True when it returned because the nap ended (a wake), false when `limit` passed (or
     /// there was no nap to sleep through).
@@ -87,5 +93,21 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(2), "the wake ended the sleep");
         waker.join().unwrap();
         assert_eq!((c.napping(), c.wakes_total()), (false, 1));
+    }
+
+    #[test]
+    fn a_poke_ends_the_sleep_but_not_the_nap() {
+        let c = Arc::new(NapCounters::default());
+        c.napping.store(true, Ordering::Release);
+        let c2 = c.clone();
+        let poker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c2.poke();
+        });
+        let t0 = Instant::now();
+        assert!(c.sleep_napping(Duration::from_secs(5)));
+        assert!(t0.elapsed() < Duration::from_secs(2), "the poke ended the sleep");
+        poker.join().unwrap();
+        assert_eq!((c.napping(), c.wakes_total()), (true, 0), "still napping, no wake counted");
     }
 }

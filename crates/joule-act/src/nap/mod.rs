@@ -83,7 +83,7 @@ pub struct NapActuator {
     /// When the eBPF count of live TCP sockets was last set from a walk of /proc.
     conns_counted_at: Option<Instant>,
     /// Ends the waiter thread (it sleeps until a wake or this, with no period).
-    waiter_stop: Option<joule_bpf::nap::NapStop>,
+    waiter_stop: Option<joule_bpf::RingStop>,
     waiter: Option<JoinHandle<()>>,
     status_file: Option<PathBuf>,
     notes: Vec<String>,
@@ -241,7 +241,7 @@ impl Actuator for NapActuator {
         if self.bpf && !ports.is_empty() {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
-            let stop = joule_bpf::nap::NapStop::new().map_err(|e| e.to_string())?;
+            let stop = joule_bpf::RingStop::new().map_err(|e| e.to_string())?;
             self.waiter_stop = Some(stop.clone());
             let c = core.clone();
             let status_file = cx.journal.dir().join(STATUS_FILE);

@@ -199,6 +199,17 @@ enum joule_nap {
 	JOULE_NAP_RINGBUF_BYTES = 4096,
 };
 
+/* thermal.bpf.c: one change of the machine-wide stage, sent through `thermal_events` so a
+ * loop asleep (a napped agent) learns of it at once instead of at its next period. */
+struct joule_stage_event {
+	__u64 at_ns;      /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__s64 temp_mc;    /* the hottest fresh zone's reading */
+	__u32 stage;      /* the new stage */
+	__u32 old_stage;
+	__u32 zone;
+	__u32 source;     /* enum joule_temp_source */
+};
+
 /* One wake, sent through the ring buffer the first time a watched port sees a SYN (to a
  * listener) or a datagram while the trigger is armed; arming again allows the next one. */
 struct joule_nap_wake {

@@ -25,6 +25,12 @@ struct {
 	__type(value, struct joule_zone_state);
 } thermal_zones SEC(".maps");
 
+/* Every change of the machine-wide stage (struct joule_stage_event); user space sleeps on it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} thermal_events SEC(".maps");
+
 /* Stage rule: rise to n when temp >= threshold[n-1]; fall from n only when
  * temp < threshold[n-1] - hysteresis, possibly several stages at once. */
 static __always_inline __u32 next_stage(__u32 cur, __s64 temp_mc, const struct joule_thermal_config *cfg)
@@ -117,8 +123,20 @@ static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 	st->temp_mc = c.best.temp_mc;
 	st->source = c.best.source;
 	st->updated_ns = now;
-	if (c.best.stage != old)
+	if (c.best.stage != old) {
+		struct joule_stage_event ev = {
+			.at_ns = now,
+			.temp_mc = c.best.temp_mc,
+			.stage = c.best.stage,
+			.old_stage = old,
+			.zone = c.best.zone,
+			.source = c.best.source,
+		};
+
 		__sync_fetch_and_add(&st->transitions, 1);
+		/* Best effort: a full buffer (nobody reading) loses the event, not the stage. */
+		bpf_ringbuf_output(&thermal_events, &ev, sizeof(ev), 0);
+	}
 	return JOULE_FEED_OK;
 }
 

@@ -123,6 +123,12 @@ impl ThermalStage {
         }
     }
 
+    /// The receiving end of `thermal_events` (every change of the machine-wide stage), for a
+    /// thread that sleeps until one: [`StageWaker::run`].
+    pub fn stage_waker(&self) -> Result<StageWaker, BpfError> {
+        Ok(StageWaker { ring: bpf("opening thermal_events", MapHandle::try_from(&self.skel.maps.thermal_events))? })
+    }
+
     pub fn read(&self) -> StageReading {
         stats::read_stage(&*self.skel.maps.thermal_stage).expect("thermal_stage is an array map with one entry of our layout")
     }
@@ -176,5 +182,35 @@ impl Drop for ThermalStage {
         }
         // SAFETY: dropped exactly once, before `_storage` (which fields drop after this).
         unsafe { ManuallyDrop::drop(&mut self.skel) };
+    }
+}
+
+/// One change of the machine-wide stage, as the kernel saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageEvent {
+    /// CLOCK_MONOTONIC ns.
+    pub at_ns: u64,
+    pub stage: u32,
+    pub old_stage: u32,
+    pub temp_mc: i64,
+    pub zone: u32,
+}
+
+/// `thermal_events`' reader; `Send`, so it runs on its own thread.
+pub struct StageWaker {
+    ring: MapHandle,
+}
+
+impl StageWaker {
+    /// Sleeps until a stage change (calling `on_change`) or `stop`, with no period.
+    pub fn run(self, stop: &crate::RingStop, mut on_change: impl FnMut(StageEvent)) -> Result<(), BpfError> {
+        crate::ring::wait(&self.ring, "thermal_events", stop, |data: &[u8]| {
+            if data.len() >= std::mem::size_of::<crate::intf::joule_stage_event>() {
+                // SAFETY: the kernel wrote a joule_stage_event (intf.h) of this size; unaligned
+                // read because ring buffer records are only 8-byte aligned by contract.
+                let e: crate::intf::joule_stage_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
+                on_change(StageEvent { at_ns: e.at_ns, stage: e.stage, old_stage: e.old_stage, temp_mc: e.temp_mc, zone: e.zone });
+            }
+        })
     }
 }

@@ -32,7 +32,7 @@ impl Default for NapConfig {
         Self {
             enabled: false,
             idle_ms: 5000,
-            napping_period_ms: 1000,
+            napping_period_ms: 2000,
             class: None,
             monitors: NapMonitors::default(),
             machine: MachineNap::default(),
@@ -133,7 +133,7 @@ pub(super) fn problems(n: &NapConfig, classes: &[&str]) -> Vec<(String, String, 
             bad("nap.idle_ms", format!("idle_ms = {} is outside 100..=86400000", n.idle_ms), "a few periods at least; 5000 is the default");
         }
         if !(10..=60_000).contains(&n.napping_period_ms) {
-            bad("nap.napping_period_ms", format!("napping_period_ms = {} is outside 10..=60000", n.napping_period_ms), "1000 is the default");
+            bad("nap.napping_period_ms", format!("napping_period_ms = {} is outside 10..=60000", n.napping_period_ms), "2000 is the default");
         }
         if n.class.is_none() && n.machine.is_empty() && !n.system_sleep {
             bad("nap", "nap is enabled but does nothing (no class, no machine nap, no system sleep)".into(), "class = \"web\" freezes that [[class]]");

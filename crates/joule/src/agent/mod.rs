@@ -251,6 +251,12 @@ fn run_loop(
         let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root, &nap_counters);
         sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
     }
+    // A napped loop sleeps a whole napping period; a change of the in-kernel stage (a thermal
+    // tracepoint, or a fed reading) ends that sleep at once, so heat is handled while napped.
+    let stage_wake = match (cfg.nap.enabled, sense.take_stage_waker()) {
+        (true, Some(w)) => Some(StageWake::start(w, nap_counters.clone())?),
+        _ => None,
+    };
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
     let inputs = acting::Inputs { root, ctl, places: places.clone(), stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
@@ -394,6 +400,40 @@ fn run_loop(
     for (name, e) in actuators.shutdown_all(&mut cx) {
         tracing::warn!("stopping the {name} actuator: {e} (the journal replay that follows retries)");
     }
+    drop(stage_wake);
     drop(sense); // detaches BPF programs and removes the pins
     Ok(())
+}
+
+/// The thread that ends a napped loop's sleep when the in-kernel stage changes; stopped and
+/// joined on drop (before the stage's programs are).
+struct StageWake {
+    stop: joule_bpf::RingStop,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StageWake {
+    fn start(waker: joule_bpf::StageWaker, counters: Arc<NapCounters>) -> anyhow::Result<StageWake> {
+        let stop = joule_bpf::RingStop::new()?;
+        let st = stop.clone();
+        let thread = std::thread::Builder::new().name("joule-stage-wake".into()).spawn(move || {
+            let r = waker.run(&st, |e| {
+                tracing::debug!("in-kernel stage {} -> {} ({} m°C, zone {})", e.old_stage, e.stage, e.temp_mc, e.zone);
+                counters.poke();
+            });
+            if let Err(e) = r {
+                tracing::error!("the thermal stage's change events stopped: {e}");
+            }
+        })?;
+        Ok(StageWake { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for StageWake {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

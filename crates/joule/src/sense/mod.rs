@@ -78,6 +78,8 @@ pub struct Snapshotter {
     status: BpfStatus,
     /// What is missing or degraded about eBPF, repeated in every snapshot's notes.
     bpf_notes: Vec<String>,
+    /// The in-kernel stage's change events, for a loop that sleeps through a nap.
+    stage_waker: Option<joule_bpf::StageWaker>,
 }
 
 impl Snapshotter {
@@ -89,7 +91,7 @@ impl Snapshotter {
         let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
         let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
-        let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![] };
+        let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![], stage_waker: None };
         let (pin_dir, journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
@@ -122,6 +124,7 @@ impl Snapshotter {
         if let Some(e) = ts.tracepoint_error() {
             me.bpf_notes.push(format!("thermal/thermal_temperature did not attach ({e}): only the temperatures joule reads and feeds move the stage"));
         }
+        me.stage_waker = Some(ts.stage_waker().context("while opening the thermal stage's change events")?);
         me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc, power)));
         me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
         Ok(me)
@@ -129,6 +132,11 @@ impl Snapshotter {
 
     pub fn bpf_status(&self) -> &BpfStatus {
         &self.status
+    }
+
+    /// The reader of the in-kernel stage's changes (once; None without eBPF).
+    pub fn take_stage_waker(&mut self) -> Option<joule_bpf::StageWaker> {
+        self.stage_waker.take()
     }
 
     /// Appends a source that runs after every other (the nap monitors).
