@@ -165,6 +165,35 @@ fn window(service: &[u32], agent: Option<u32>, secs: f64) -> Window {
     }
 }
 
+/// Scrapes per [`scrape_cost`] round, and the pause between two.
+const SCRAPES: usize = 10;
+const SCRAPE_EVERY: Duration = Duration::from_millis(200);
+
+/// Scrapes the napped agent's /metrics [`SCRAPES`] times and counts what that woke: joule's
+/// context switches per scrape beyond `napped_joule_per_s`, the service's, and whether the nap
+/// (`nap_before`: napping, with this nap number) held through it.
+fn scrape_cost(agent: &Agent, addr: SocketAddr, service: &[u32], napped_joule_per_s: f64, nap_before: Option<u64>) -> serde_json::Value {
+    let (j0, c0, t0) = (setup::thread_ctx_switches(agent.pid()), setup::ctx_switches(service), Instant::now());
+    let mut bytes = 0;
+    let mut failed = 0;
+    for _ in 0..SCRAPES {
+        match setup::scrape(addr) {
+            Ok(n) => bytes = n,
+            Err(_) => failed += 1,
+        }
+        std::thread::sleep(SCRAPE_EVERY);
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let joule = setup::thread_ctx_switches(agent.pid()).saturating_sub(j0) as f64;
+    let held = nap_before.is_some() && agent.status().filter(|s| s["napping"] == true).and_then(|s| s["naps_total"].as_u64()) == nap_before;
+    serde_json::json!({
+        "scrapes": SCRAPES, "failed": failed, "bytes": bytes,
+        "joule_wakeups_per_scrape": ((joule - napped_joule_per_s * dt) / SCRAPES as f64 * 10.0).round() / 10.0,
+        "service_wakeups": setup::ctx_switches(service).saturating_sub(c0),
+        "nap_held": held,
+    })
+}
+
 /// Median and range of one count over windows.
 fn spread(ws: &[Window], f: fn(&Window) -> f64) -> serde_json::Value {
     let v: Vec<f64> = ws.iter().map(f).collect();
@@ -195,6 +224,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
     let (mut enter_us, mut leave_us, mut found_napping) = (Vec::new(), Vec::new(), 0usize);
     let mut residency = (0.0, 0.0);
     let mut window_napped = Vec::new();
+    let mut scrapes: Vec<serde_json::Value> = Vec::new();
     let started = Instant::now();
     for round in 0..a.rounds {
         eprintln!("round {}/{}: awake", round + 1, a.rounds);
@@ -261,6 +291,11 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         let w = window(&nginx.pids(), Some(agent.pid()), a.window_s);
         window_napped.push(n0.is_some() && n0 == nap_no(agent.status()));
         napped.windows.push(w);
+        // What a Prometheus scrape costs while napped: joule's wake-ups per scrape above its
+        // napped rate, the service's (none, when the nap holds) and whether the nap held.
+        if let Some(addr) = agent.metrics_addr() {
+            scrapes.push(scrape_cost(&agent, addr, &nginx.pids(), w.joule, nap_no(agent.status())));
+        }
         let st = agent.status().unwrap_or_default();
         residency.0 += st["residency_seconds"].as_f64().unwrap_or(0.0);
         residency.1 += t_mode.elapsed().as_secs_f64();
@@ -307,6 +342,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         "leave_ms": { "p50": pct(&leave_us, 50.0) / 1e3, "max": pct(&leave_us, 100.0) / 1e3, "n": leave_us.len(), "what": "SYN seen in the kernel (eBPF timestamp) to thawed" },
         "residency_ratio": residency.0 / residency.1.max(1e-9),
         "napped_window_covered": window_napped,
+        "scrape_while_napped": { "rounds": scrapes, "source": "kernel: the agent's threads' and the service's context switches across 10 scrapes of /metrics 200 ms apart, napped; joule's beyond its napped rate" },
         "wakeups_per_s": {
             "awake": { "timer_loc": ra.0, "interrupts": ra.1, "service_context_switches": ra.2, "joule": ra.5 },
             "napped": { "timer_loc": rn.0, "interrupts": rn.1, "service_context_switches": rn.2, "joule": rn.5 },
@@ -327,12 +363,15 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         "duration_s": started.elapsed().as_secs_f64(),
     });
     let f = |x: f64| format!("{x:.3}");
+    // The awake server is the physical floor of a request's latency (an unfrozen server's wake
+    // on its blocked accept): the difference and the ratio to it.
+    let vs_floor = |p: f64| format!("{:+.3} ({:.2}× awake)", d(p), pct(&napped.spaced_us, p) / pct(&awake.spaced_us, p));
     report::print_table(
         &["", "awake", "napped", "napped − awake"],
         &[
-            vec!["p50 latency (ms)".into(), f(pct(&awake.spaced_us, 50.0) / 1e3), f(pct(&napped.spaced_us, 50.0) / 1e3), f(d(50.0))],
-            vec!["p99 latency (ms)".into(), f(pct(&awake.spaced_us, 99.0) / 1e3), f(pct(&napped.spaced_us, 99.0) / 1e3), f(d(99.0))],
-            vec!["max latency (ms)".into(), f(pct(&awake.spaced_us, 100.0) / 1e3), f(pct(&napped.spaced_us, 100.0) / 1e3), f(d(100.0))],
+            vec!["p50 latency (ms)".into(), f(pct(&awake.spaced_us, 50.0) / 1e3), f(pct(&napped.spaced_us, 50.0) / 1e3), vs_floor(50.0)],
+            vec!["p99 latency (ms)".into(), f(pct(&awake.spaced_us, 99.0) / 1e3), f(pct(&napped.spaced_us, 99.0) / 1e3), vs_floor(99.0)],
+            vec!["max latency (ms)".into(), f(pct(&awake.spaced_us, 100.0) / 1e3), f(pct(&napped.spaced_us, 100.0) / 1e3), vs_floor(100.0)],
             vec!["burst p99 (ms)".into(), f(pct(&awake.burst_us, 99.0) / 1e3), f(pct(&napped.burst_us, 99.0) / 1e3), String::new()],
             vec!["LOC timer irqs/s (kernel)".into(), format!("{:.1}", ra.0), format!("{:.1}", rn.0), format!("{}; floor {:.1}", show(ratio(ra.0, rn.0)), rf.0)],
             vec!["all irqs/s (kernel)".into(), format!("{:.1}", ra.1), format!("{:.1}", rn.1), format!("floor {:.1}", rf.1)],
@@ -342,6 +381,17 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         ],
     );
     println!("nap-mode quiet windows covered by one nap from end to end: {} of {}", window_napped.iter().filter(|&&c| c).count(), window_napped.len());
+    let per_scrape: Vec<f64> = scrapes.iter().filter_map(|r| r["joule_wakeups_per_scrape"].as_f64()).collect();
+    if !per_scrape.is_empty() {
+        println!(
+            "a /metrics scrape while napped: {:.1} of joule's wake-ups (median of {} rounds), {} of the service's, the nap held in {} of {} rounds",
+            report::median(&per_scrape),
+            per_scrape.len(),
+            scrapes.iter().filter_map(|r| r["service_wakeups"].as_u64()).sum::<u64>(),
+            scrapes.iter().filter(|r| r["nap_held"] == true).count(),
+            scrapes.len()
+        );
+    }
     println!(
         "sent {sent}, answered {}, failed {failed}; {found_napping}/{} spaced requests found the server napping; enter p50 {:.2} ms, leave p50 {:.3} ms (max {:.3}); residency {:.0}%",
         sent - failed,

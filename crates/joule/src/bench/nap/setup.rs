@@ -184,6 +184,14 @@ impl Agent {
         self.child.id()
     }
 
+    /// Where the agent serves /metrics (its `listening` event).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        let log = std::fs::read_to_string(self.journal_dir.parent()?.join("events.jsonl")).ok()?;
+        let url =
+            log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|e| e["event"] == "listening")?["metrics"].as_str()?.to_string();
+        url.strip_prefix("http://")?.strip_suffix("/metrics")?.parse().ok()
+    }
+
     pub fn stop(mut self) -> anyhow::Result<()> {
         self.terminate()
     }
@@ -221,6 +229,16 @@ pub fn ctx_switches(pids: &[u32]) -> u64 {
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
         .flat_map(|s| s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).collect::<Vec<_>>())
         .sum()
+}
+
+/// One plain HTTP/1.0 GET of /metrics; the body's size.
+pub fn scrape(addr: SocketAddr) -> std::io::Result<usize> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut body = Vec::new();
+    s.read_to_end(&mut body)?;
+    Ok(body.len())
 }
 
 /// Context switches of every thread of `pid` (`/proc/PID/status` counts the main thread only).
