@@ -102,12 +102,13 @@ pub struct RunReport {
     /// Slices whose wait returned more than one slice late (the scheduler was held off, e.g.
     /// by RT throttling of its core).
     pub late_slices: u64,
-    /// Dedicated pattern with `confirm_landing`: how long each switch took to land (call to
-    /// the raised target's switch-in seen), µs, and the switches not seen to land within
+    /// Dedicated pattern with `confirm_landing`: how long the switches took to land (call to
+    /// the raised target's switch-in seen), µs — the first [`LANDING_SAMPLES`], so a run with
+    /// no end (the agent's) keeps a bounded list — and the switches not seen to land within
     /// [`LANDING_WAIT_MAX_NS`] (a target asleep, or a thread that is not the slot's first).
     #[serde(skip)]
     pub landing_us: Vec<f64>,
-    /// Their median (NaN → null when none was watched).
+    /// Their median (None when no switch was watched).
     pub landing_us_median: Option<f64>,
     pub unlanded: u64,
     /// Threads that exited during the run (dropped without error).
@@ -118,6 +119,9 @@ pub struct RunReport {
 /// How long the dedicated scheduler waits to see a switch land before it starts the slice
 /// anyway.
 pub const LANDING_WAIT_MAX_NS: u64 = 200_000;
+
+/// How many landing times a run keeps (800 KB).
+pub const LANDING_SAMPLES: usize = 100_000;
 
 struct Managed {
     target: Target,
@@ -332,14 +336,16 @@ impl<'a> Elevator<'a> {
                 if let (Some(b), Some(w)) = (before, watch[next].as_mut()) {
                     landed_ns = wait_landing(w, b, asked_ns);
                     match landed_ns {
-                        Some(t) => r.landing_us.push((t - asked_ns) as f64 / 1000.0),
+                        Some(t) if r.landing_us.len() < LANDING_SAMPLES => r.landing_us.push((t - asked_ns) as f64 / 1000.0),
+                        Some(_) => {}
                         None => r.unlanded += 1,
                     }
                 }
             }
             r.slices += 1;
-            // Dedicated: absolute deadlines, so the schedule's period is exact — from where
-            // the switch landed when that is watched. Shared: the slice starts after the
+            // Dedicated: the slice runs from where the switch landed when that is watched (a
+            // slice is time the target runs; the period stretches by the landing), else
+            // absolute deadlines, so the period is exact. Shared: the slice starts after the
             // switch (the scheduler's own wake-up and switch would otherwise come out of the
             // target's slice; the seed's usleep did the same).
             deadline = match landed_ns {
