@@ -58,6 +58,17 @@ fn median(v: &[f64]) -> f64 {
     s[s.len() / 2]
 }
 
+/// `joule elevate` for 0.7 s on two busy targets on CPU 0: its JSON, the targets' merged runs
+/// and the window they were cut to.
+fn two_targets(dir: &Path, pattern: &str, slice_us: u64) -> (serde_json::Value, Vec<joule_elevate::probe::Run>, (u64, u64)) {
+    let (a, b) = (target(dir, "a", 1.2), target(dir, "b", 1.2));
+    let pids = format!("{},{}", a.0.id(), b.0.id());
+    let v = elevate(dir, &["--cpu", "0", "--pattern", pattern, "--slice-us", &slice_us.to_string(), "--pids", &pids, "--duration-s", "0.7"].map(String::from));
+    let recs = [finish(a), finish(b)];
+    let (from, to) = window(&v);
+    (v, runs(&recs, from, to), (from, to))
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_elevate_targets_alternate_at_the_requested_slice() {
@@ -66,15 +77,7 @@ fn root_elevate_targets_alternate_at_the_requested_slice() {
     }
     let dir = scratch();
     for (pattern, slice_us) in [("dedicated", 1000u64), ("shared", 1000)] {
-        let (a, b) = (target(dir.path(), "a", 1.2), target(dir.path(), "b", 1.2));
-        let pids = format!("{},{}", a.0.id(), b.0.id());
-        let v = elevate(
-            dir.path(),
-            &["--cpu", "0", "--pattern", pattern, "--slice-us", &slice_us.to_string(), "--pids", &pids, "--duration-s", "0.7"].map(String::from),
-        );
-        let recs = [finish(a), finish(b)];
-        let (from, to) = window(&v);
-        let rs = runs(&recs, from, to);
+        let (_, rs, (from, to)) = two_targets(dir.path(), pattern, slice_us);
         let (lens, gaps) = run_and_gap_us(&rs);
         let expected = (to - from) as f64 / 1000.0 / slice_us as f64;
         // Merged runs alternate by construction; what can fail is how long they are and how
@@ -100,12 +103,8 @@ fn root_elevate_dedicated_10us_slices_land_and_stay_short() {
         return;
     }
     let dir = scratch();
-    let (a, b) = (target(dir.path(), "a", 1.2), target(dir.path(), "b", 1.2));
-    let pids = format!("{},{}", a.0.id(), b.0.id());
-    let v = elevate(dir.path(), &["--cpu", "0", "--pattern", "dedicated", "--slice-us", "10", "--pids", &pids, "--duration-s", "0.7"].map(String::from));
-    let recs = [finish(a), finish(b)];
-    let (from, to) = window(&v);
-    let (lens, _) = run_and_gap_us(&runs(&recs, from, to));
+    let (v, rs, _) = two_targets(dir.path(), "dedicated", 10);
+    let (lens, _) = run_and_gap_us(&rs);
     let m = median(&lens);
     let switches = v["run"]["switches"].as_f64().unwrap();
     let unlanded = v["run"]["unlanded"].as_f64().unwrap();

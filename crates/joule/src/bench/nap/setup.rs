@@ -225,10 +225,13 @@ pub fn interrupts() -> (u64, u64) {
 
 /// Context switches (voluntary + involuntary) of these processes: the service's own wake-ups.
 pub fn ctx_switches(pids: &[u32]) -> u64 {
-    pids.iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-        .flat_map(|s| s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).collect::<Vec<_>>())
-        .sum()
+    pids.iter().map(|p| status_ctx_switches(&format!("/proc/{p}/status"))).sum()
+}
+
+/// Voluntary + involuntary context switches in one `status` file (0 when it is gone).
+fn status_ctx_switches(path: &str) -> u64 {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).sum()
 }
 
 /// One plain HTTP/1.0 GET of /metrics; the body's size.
@@ -245,10 +248,7 @@ pub fn scrape(addr: SocketAddr) -> std::io::Result<usize> {
 pub fn thread_ctx_switches(pid: u32) -> u64 {
     let tids: Vec<u32> =
         std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default();
-    tids.iter()
-        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).ok())
-        .flat_map(|s| s.lines().filter(|l| l.contains("ctxt_switches:")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).collect::<Vec<_>>())
-        .sum()
+    tids.iter().map(|t| status_ctx_switches(&format!("/proc/{pid}/task/{t}/status"))).sum()
 }
 
 /// Busy share of the whole machine from two /proc/stat `cpu` lines (0..1).
