@@ -16,6 +16,7 @@ pub mod fsread;
 pub mod journal;
 pub mod membership;
 pub mod metric;
+pub mod mountinfo;
 pub mod mounts;
 pub mod nap;
 pub mod netlimit;

@@ -154,18 +154,7 @@ fn answer(shared: &Shared, req: &Request<Incoming>, procs: Processes) -> (String
 
 /// Whether `procfs` is mounted with `hidepid` (other users' processes hidden from /proc).
 pub fn proc_hides_pids(procfs: &std::path::Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
-    info.lines().any(|l| {
-        let mut halves = l.splitn(2, " - ");
-        let (Some(left), Some(right)) = (halves.next(), halves.next()) else { return false };
-        let mount_point = left.split_whitespace().nth(4);
-        let mut r = right.split_whitespace();
-        let fstype = r.next();
-        let super_opts = r.nth(1).unwrap_or("");
-        fstype == Some("proc")
-            && mount_point.is_some_and(|m| std::path::Path::new(m) == procfs)
-            && super_opts.split(',').any(|o| o.starts_with("hidepid=") && o != "hidepid=0" && o != "hidepid=off")
-    })
+    joule_core::mountinfo::read(std::path::Path::new("/proc/self/mountinfo")).iter().any(|m| m.mount_point == procfs && m.hides_pids())
 }
 
 /// What every connection shares.

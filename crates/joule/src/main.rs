@@ -4,6 +4,7 @@
 mod agent;
 mod bench;
 mod cmd;
+mod doctor;
 mod exporter;
 mod exposition;
 mod metrics;
@@ -63,6 +64,8 @@ enum Cmd {
     /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    // Its help (with examples) is the doc comment of `DoctorArgs`.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Where the config comes from, shared by subcommands that read it.
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Nap(c) => cmd::nap::run(c),
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Doctor(a) => doctor::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,7 @@ fn checks() -> Vec<(&'static str, String)> {
     vec![
         ("sched_ext", "uname -r && cat /sys/kernel/sched_ext/state".to_string()),
         ("monitor", format!("{} monitor --once --json", joule.display())),
+        ("doctor", format!("{} doctor --json", joule.display())),
         ("qos_v2", format!("bash {} {}", repo_root().join("scripts/vm/qos-v2.sh").display(), joule.display())),
         ("scx_run", format!("bash {} {} run", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_kill", format!("bash {} {} kill", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
@@ -26,7 +27,7 @@ fn checks() -> Vec<(&'static str, String)> {
         (
             "bench_thermal_scx",
             format!(
-                "{j} bench thermal --path scx --zone acpi --runs 1 --duration-s 20 --warmup-s 5 --limit-celsius 75 --json $JOULE_VM_OUT/bench-thermal.json \
+                "{j} bench thermal --path scx --zone acpi --runs 1 --duration-s 30 --warmup-s 5 --limit-celsius 82 --json $JOULE_VM_OUT/bench-thermal.json \
                  >$JOULE_VM_OUT/bench-thermal.out 2>&1; echo rc=$?; tail -n 25 $JOULE_VM_OUT/bench-thermal.out; echo '--- json'; \
                  cat $JOULE_VM_OUT/bench-thermal.json",
                 j = joule.display()
@@ -86,6 +87,27 @@ fn vm_kernel_has_sched_ext() {
     let state = lines.next().unwrap_or_default().trim();
     println!("guest kernel {release}: sched_ext state = {state}");
     assert!(["disabled", "enabling", "enabled", "disabling"].contains(&state), "unexpected sched_ext state {state:?}");
+}
+
+/// The guest is the kind of host users run: pure cgroup v2, no RT group scheduling, sched_ext.
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_doctor_names_the_backends_of_a_pure_v2_kernel_without_rt_group_sched() {
+    let Some(out) = check("doctor") else { return };
+    assert_eq!(out.status, 0, "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", out.describe()));
+    let f = &v["facts"];
+    assert_eq!((f["cgroup"]["layout"].as_str(), f["cgroup"]["cpu_controller"].as_str()), (Some("unified"), Some("v2")), "{f}");
+    assert_eq!(f["cgroup"]["rt_group_sched"], false, "{f}");
+    assert!(f["sched_ext"].is_string() && f["btf"] == true, "{f}");
+    let backend = |m: &str| {
+        let c = v["backends"].as_array().unwrap().iter().find(|c| c["mechanism"].as_str().is_some_and(|x| x.starts_with(m))).cloned();
+        c.unwrap_or_else(|| panic!("no {m}: {}", v["backends"]))
+    };
+    for (m, want) in [("class CPU", "cgroupfs v2"), ("RT classes", "none"), ("nap", "cgroup v2 cgroup.freeze"), ("thermal stage", "ebpf")] {
+        assert_eq!(backend(m)["backend"].as_str(), Some(want), "{m}: {}", backend(m));
+    }
+    println!("guest: {}", v["backends"].as_array().unwrap().iter().map(|c| format!("{} = {}", c["mechanism"], c["backend"])).collect::<Vec<_>>().join("; "));
 }
 
 #[test]
@@ -294,7 +316,7 @@ fn zone_check(name: &str) -> Option<&'static VmOutput> {
 /// on this path under TCG it did not (docs/results/thermal.md, "The scx path").
 #[test]
 #[ignore = "tier 3: vm"]
-fn vm_bench_thermal_round_on_the_scx_path_cools_the_plant_without_ejection() {
+fn vm_bench_thermal_round_on_the_scx_path_holds_the_limit_without_ejection() {
     let Some(out) = zone_check("bench_thermal_scx") else { return };
     let (head, json) = out.stdout.split_once("--- json").unwrap_or_else(|| panic!("no JSON:\n{}", out.describe()));
     assert!(head.contains("rc=0"), "the bench failed:\n{}", out.describe());
@@ -328,6 +350,13 @@ fn vm_bench_thermal_round_on_the_scx_path_cools_the_plant_without_ejection() {
     assert!(joule["scx_loaded"].as_u64().is_some_and(|n| n >= 1), "joule's scheduler never loaded:\n{head}");
     assert_eq!(joule["scx_ejections"].as_u64(), Some(0), "the kernel ejected joule's scheduler:\n{head}");
     assert!(peak("joule") < peak("none") - 1.0, "joule's scheduler did not cool the plant: {:.1} °C vs none's {:.1}\n{head}", peak("joule"), peak("none"));
+    // The limit held as the bench's goal defines it: at most 0.5 °C over, at most 1 % of the run.
+    let pct_over = mode("joule")["pct_time_over_limit"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        peak("joule") <= limit + 0.5 && pct_over <= 1.0,
+        "joule's scx path did not hold the limit: peak {:.2} °C, {pct_over:.1} % of the run over {limit}\n{head}",
+        peak("joule")
+    );
 }
 
 /// A check's `key=value` line parsed as a number.
@@ -374,11 +403,12 @@ fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelle
     assert!(num(&kv, "be_tasks_after") >= 1.0, "stress-ng was gone before the stage 3 phase ended:\n{}", out.describe());
     // Stage 0: best-effort hogs come after fio and the labelled task, but get the rest.
     assert!(s0 > 0.2, "the best-effort class barely ran at stage 0: {s0}");
-    // Stage 3's budget is 15 % of the machine. It is enforced per dispatch: a run that starts
-    // within the budget ends at a tick, which TCG delivers late, and aging serves the queue
-    // whatever the budget, so the measured share runs above it (0.23-0.27 measured under
-    // TCG); twice the budget is the bound.
-    assert!(s3 < s0 && s3 < 0.3, "stage 3 did not cut the best-effort class towards its budget: {s0} -> {s3}");
+    // Stage 3's budget is 15 % of the machine, for the whole class (0.145 measured under TCG).
+    // It is enforced per dispatch and a run ends at a tick that TCG delivers late, which the
+    // next window pays back; 0.2 leaves room for that. Before the whole class was gated, the
+    // wait boost lifted throttled hogs out of the budget's reach and aging served them every
+    // 100 ms: 0.23-0.27.
+    assert!(s3 < s0 && s3 < 0.2, "stage 3 did not cut the best-effort class to its budget: {s0} -> {s3}");
     assert!(num(&kv, "stage3_held") > 0.0, "the budget never held best-effort tasks back (no idle injected):\n{}", out.describe());
     assert_eq!(num(&kv, "stage0_held"), 0.0, "stage 0 held best-effort tasks back: a tax");
     assert!(num(&kv, "stage3_labelled_dispatches") > 0.0, "the labelled queue was not used at stage 3");

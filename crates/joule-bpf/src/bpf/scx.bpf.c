@@ -39,6 +39,7 @@ s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, 
 /* Set from Rust before load (ScxOpts). Zeros are guarded so an unset table still schedules. */
 const volatile struct joule_scx_stage_cfg stage_cfg[JOULE_SCX_STAGE_ROWS];
 const volatile __u64 age_ns = 100000000ULL;      /* a waiting queue is served after this */
+const volatile __u64 be_age_ns = 1000000000ULL; /* the same for the best-effort queue */
 const volatile __u64 wait_boost_ns = 10000000ULL; /* a task that waits this long ranks up */
 const volatile __u32 nr_cpus = 1;                 /* possible CPUs, for the aging timer's kicks */
 const volatile __u32 nr_online_cpus = 1;          /* online CPUs at load: the best-effort budget's base */
@@ -257,9 +258,12 @@ static __always_inline __u32 task_class(struct task_struct *p)
 	return CLS_NORMAL;
 }
 
-/* The DSQ a task goes to: its class first (labelled: the always-served queue), then its score;
- * a best-effort task ranks one queue lower, and its CPU hogs go to the best-effort queue. */
-static __always_inline __u32 task_queue(const struct task_ctx *c)
+/* The DSQ a task goes to: its class first (labelled: the always-served queue), then its score.
+ * A best-effort task ranks one queue lower and its CPU hogs go to the best-effort queue; at a
+ * stage with a best-effort budget the whole class goes there, as the cgroup path's quota caps
+ * the whole class: a throttled hog waits long, and the wait boost would otherwise lift it into
+ * a score queue the budget does not gate. */
+static __always_inline __u32 task_queue(const struct task_ctx *c, __u32 stage)
 {
 	__u32 q;
 
@@ -270,6 +274,8 @@ static __always_inline __u32 task_queue(const struct task_ctx *c)
 		return JOULE_SCX_DSQ_LABELLED;
 	if (c->cls != CLS_BEST_EFFORT)
 		return q;
+	if (be_budget_ns(stage))
+		return JOULE_SCX_DSQ_BEST_EFFORT;
 	return q + 1 >= JOULE_SCX_SCORE_DSQS ? JOULE_SCX_DSQ_BEST_EFFORT : q + 1;
 }
 
@@ -306,7 +312,7 @@ s32 BPF_STRUCT_OPS(joule_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wa
 	stage = current_stage();
 	c = task_ctx(p);
 	now = bpf_ktime_get_ns();
-	if (c && !queue_served(task_queue(c), stage, now))
+	if (c && !queue_served(task_queue(c, stage), stage, now))
 		return cpu;
 	if (c)
 		c->ready_ns = now;
@@ -323,7 +329,7 @@ void BPF_STRUCT_OPS(joule_enqueue, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *c = task_ctx(p);
 	__u64 now = bpf_ktime_get_ns();
 	__u32 stage = current_stage();
-	__u32 q = task_queue(c);
+	__u32 q = task_queue(c, stage);
 
 	if (c)
 		c->ready_ns = now;
@@ -367,6 +373,14 @@ static __always_inline bool serve(__u64 q, __u64 now, bool aged, struct joule_sc
 	return true;
 }
 
+/* How long queue q may wait before aging serves it. The best-effort queue waits longer: a
+ * spent budget holds it back by design, and aging it every age_ns would hand each of its tasks
+ * a run per age_ns past the budget. */
+static __always_inline __u64 queue_age_ns(__u32 q)
+{
+	return q == JOULE_SCX_DSQ_BEST_EFFORT ? be_age_ns : age_ns;
+}
+
 static __always_inline bool serve_labelled(struct joule_scx_stats *s)
 {
 	if (!scx_bpf_dsq_move_to_local(JOULE_SCX_DSQ_LABELLED))
@@ -402,7 +416,7 @@ void BPF_STRUCT_OPS(joule_dispatch, s32 cpu, struct task_struct *prev)
 			aged_left[q] = 0;
 			continue;
 		}
-		if (aged_left[q] <= 0 && (__s64)(now - queue_since_ns[q]) >= (__s64)age_ns)
+		if (aged_left[q] <= 0 && (__s64)(now - queue_since_ns[q]) >= (__s64)queue_age_ns(q))
 			aged_left[q] = nr;
 		if (aged_left[q] > 0 && serve(q, now, true, s))
 			return;

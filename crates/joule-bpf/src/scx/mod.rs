@@ -5,6 +5,7 @@
 //! `joule_core::sched_ext`, re-exported here.
 
 mod opts;
+use opts::best_effort_age_ms;
 mod stats;
 
 pub use joule_core::sched_ext::{KernelState, SYSFS_SCHED_EXT};
@@ -81,6 +82,7 @@ impl Scx {
             dst.best_effort_permille = src.best_effort_permille;
         }
         rodata.age_ns = opts.age_ms * 1_000_000;
+        rodata.be_age_ns = best_effort_age_ms(opts.age_ms) * 1_000_000;
         rodata.wait_boost_ns = opts.wait_boost_ms.saturating_mul(1_000_000);
         rodata.nr_cpus = bpf("counting possible CPUs", libbpf_rs::num_possible_cpus())? as u32;
         // SAFETY: sysconf only reads a system value; a failure is -1, handled below.

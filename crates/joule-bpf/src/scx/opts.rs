@@ -44,6 +44,17 @@ pub fn table_from_rows(rows: &[StageRow]) -> Vec<StageRow> {
 /// A queue that waited this long is served whatever the stage: far below the kernel's
 /// watchdog (30 s by default), which ejects a scheduler that leaves a task unrun.
 pub const DEFAULT_AGE_MS: u64 = 100;
+/// The best-effort queue ages this many times slower than the others: a spent budget holds it
+/// back by design, and aging it every `age_ms` would hand each of its tasks a run per `age_ms`
+/// past the budget.
+pub const BEST_EFFORT_AGE_FACTOR: u64 = 10;
+
+/// The best-effort queue's aging bound for an `age_ms`: [`BEST_EFFORT_AGE_FACTOR`] times it,
+/// never past [`MAX_AGE_MS`] (the watchdog's margin) nor under `age_ms`.
+pub fn best_effort_age_ms(age_ms: u64) -> u64 {
+    age_ms.saturating_mul(BEST_EFFORT_AGE_FACTOR).min(MAX_AGE_MS).max(age_ms)
+}
+
 /// A task that waits this long for a CPU on average gains a point of score.
 pub const DEFAULT_WAIT_BOOST_MS: u64 = 10;
 /// Longest aging bound accepted: well inside the kernel's default 30 s watchdog.
@@ -119,6 +130,14 @@ pub(crate) fn validate(opts: &ScxOpts) -> Result<[joule_scx_stage_cfg; JOULE_SCX
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_effort_queue_ages_slower_within_the_watchdogs_margin() {
+        assert_eq!(best_effort_age_ms(DEFAULT_AGE_MS), 1_000);
+        assert_eq!(best_effort_age_ms(MAX_AGE_MS), MAX_AGE_MS, "never past the watchdog's margin");
+        assert_eq!(best_effort_age_ms(1_000), MAX_AGE_MS);
+        assert_eq!(best_effort_age_ms(1), 10);
+    }
 
     #[test]
     fn default_table_degrades_step_by_step() {

@@ -438,7 +438,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         path,
         board: b,
         limit_celsius: cx.limit_celsius,
-        thresholds_celsius: agent::thresholds_celsius(cx.limit_celsius),
+        thresholds_celsius: agent::stages(cx.limit_celsius, cx.thermal_root).0,
         duration_s: a.duration_s,
         warmup_s: a.warmup_s,
         workers: cx.workers,

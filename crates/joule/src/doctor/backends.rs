@@ -1,0 +1,103 @@
+//! Which way each of joule's mechanisms acts on a machine with these [`Facts`], and why: what
+//! `joule doctor` tells an operator before anything is enabled. The choices mirror the agent's
+//! own (the qos backend's hierarchy choice, the thermal path, the sensors' fallbacks).
+
+use super::facts::Facts;
+use joule_core::config::{Config, ThermalScheduler};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Choice {
+    pub mechanism: &'static str,
+    /// Short name of the way it acts (`cgroupfs v1`, `scx`, `model`, `none`, ...).
+    pub backend: String,
+    pub why: String,
+    /// Something the operator should know before enabling it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+fn choice(mechanism: &'static str, backend: impl Into<String>, why: impl Into<String>) -> Choice {
+    Choice { mechanism, backend: backend.into(), why: why.into(), warning: None }
+}
+
+/// One [`Choice`] per mechanism, in the order the docs list them.
+pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
+    let cg = &f.cgroup;
+    let systemd = cg.managers.contains(&"systemd");
+    let mut out = Vec::new();
+
+    let sensor = match (f.sensors.thermal_zones.len(), f.sensors.hwmon_temp_inputs) {
+        (0, 0) => {
+            choice("thermal sensor", "model", "no thermal zone and no hwmon temperature: the temperature is joule's RC model of utilisation, labelled `model`")
+        }
+        (z, h) => choice("thermal sensor", "sensor", format!("{z} thermal zone(s), {h} hwmon temperature input(s)")),
+    };
+    out.push(sensor);
+    out.push(if f.btf {
+        choice("thermal stage", "ebpf", "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)")
+    } else {
+        choice("thermal stage", "user space", "no <sys>/kernel/btf/vmlinux: joule's BPF programs cannot load")
+    });
+    let want_scx = cfg.thermal.scheduler == ThermalScheduler::Scx;
+    out.push(match (&f.sched_ext, want_scx) {
+        (Some(_), true) => choice("thermal scheduler", "scx", "the config asks for scheduler = \"scx\" and this kernel has sched_ext"),
+        (None, true) => Choice {
+            warning: Some("the config asks for scheduler = \"scx\" but this kernel has no sched_ext".into()),
+            ..choice("thermal scheduler", "cgroup", "no sched_ext: best-effort classes get a CFS quota per stage")
+        },
+        (Some(_), false) => choice("thermal scheduler", "cgroup", "the config's scheduler = \"cgroup\" (sched_ext is available: scheduler = \"scx\")"),
+        (None, false) => choice("thermal scheduler", "cgroup", "no sched_ext in this kernel: best-effort classes get a CFS quota per stage"),
+    });
+    out.push(match (f.sensors.rapl_zones, f.sensors.hwmon_power_inputs) {
+        (0, 0) => choice("power", "model", "no RAPL zone and no hwmon power input: watts are a model, labelled `model`"),
+        (r, h) => choice("power", "sensor", format!("{r} RAPL zone(s), {h} hwmon power input(s)")),
+    });
+    out.push(match &f.sensors.cpufreq_driver {
+        Some(d) => choice("cpufreq caps", d.clone(), "cpu0's scaling_driver; stages cap scaling_max_freq"),
+        None => choice("cpufreq caps", "none", "no cpufreq: stages skip frequency caps"),
+    });
+
+    let mut cpu = match cg.cpu_controller {
+        Some("v1") => {
+            choice("class CPU (quota, weight, cpuset)", "cgroupfs v1", "the cpu controller is bound to a v1 hierarchy; joule creates joule/<class> there")
+        }
+        Some(_) => choice("class CPU (quota, weight, cpuset)", "cgroupfs v2", "the unified hierarchy offers cpu; joule creates joule/<class> in it"),
+        None => choice("class CPU (quota, weight, cpuset)", "none", "no hierarchy offers the cpu controller: classes with CPU knobs are refused"),
+    };
+    if systemd && cg.layout == "unified" {
+        cpu.warning = Some(
+            "systemd is PID 1 on a unified hierarchy and owns the tree (one writer per subtree); joule's systemd backend (D-Bus, a delegated joule.service) is not built yet, and the cgroupfs backend would put joule/<class> at the root and move other units' processes there: give such a host no class with CPU knobs or nap yet (docs/systemd.md)".into(),
+        );
+    }
+    if cg.managers.contains(&"kubelet") {
+        let w = "a kubelet owns kubepods: joule must not move or cap pods' processes";
+        cpu.warning = Some(cpu.warning.map(|x| format!("{x}; {w}")).unwrap_or_else(|| w.into()));
+    }
+    out.push(cpu);
+    out.push(if cg.rt_group_sched {
+        choice("RT classes", "RT group scheduling", "the v1 cpu hierarchy has cpu.rt_runtime_us: per-class RT runtime/period")
+    } else {
+        choice(
+            "RT classes",
+            "none",
+            "no RT group scheduling (cgroup v2, or a kernel without CONFIG_RT_GROUP_SCHED): RT classes are refused; `joule qos plan --rt-fallback-to-cfs` offers the CFS equivalent",
+        )
+    });
+    out.push(match cg.freezer {
+        Some("v1") => choice("nap (freezer)", "cgroup v1 freezer", "a v1 freezer hierarchy is mounted"),
+        Some(_) => choice("nap (freezer)", "cgroup v2 cgroup.freeze", "the unified hierarchy's cgroups have cgroup.freeze"),
+        None => choice("nap (freezer)", "none", "no v1 freezer and no v2 cgroup.freeze: a nap class cannot be frozen"),
+    });
+    out.push(match f.sched_rt_runtime_us {
+        Some(-1) => choice("elevate", "SCHED_FIFO", "kernel.sched_rt_runtime_us = -1: no RT throttling"),
+        Some(us) => choice("elevate", "SCHED_FIFO", format!("kernel.sched_rt_runtime_us = {us}: RT tasks get at most that per second")),
+        None => choice("elevate", "SCHED_FIFO", "kernel.sched_rt_runtime_us unreadable"),
+    });
+    out.push(if f.bpffs_mounted {
+        choice("bpffs", "mounted", "/sys/fs/bpf is a bpf filesystem: the agent pins its maps there")
+    } else {
+        choice("bpffs", "mounted by joule when needed", "/sys/fs/bpf is not mounted; the agent mounts it, journals the mount and unmounts it on exit")
+    });
+    out
+}

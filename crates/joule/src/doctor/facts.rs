@@ -1,0 +1,169 @@
+//! What `joule doctor` reads off a machine: the kernel's offer (BTF, sched_ext, RT group
+//! scheduling, the RT limit), the cgroup layout and who owns it, the sensors, the pseudo
+//! filesystems and /proc's policy. Read-only, and every root is a parameter so a fixture tree
+//! stands in for the machine.
+
+use joule_core::cgroupfs::{Controller, Layout};
+use joule_core::effects::RealEffects;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Where the machine's pseudo filesystems are (`/sys`, `/proc`, `/sys/fs/cgroup`).
+#[derive(Debug, Clone)]
+pub struct Roots {
+    pub sys: PathBuf,
+    pub proc: PathBuf,
+    pub cgroup: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots { sys: "/sys".into(), proc: "/proc".into(), cgroup: "/sys/fs/cgroup".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Facts {
+    pub kernel_release: Option<String>,
+    /// `<sys>/kernel/btf/vmlinux`: what joule's BPF programs are relocated against.
+    pub btf: bool,
+    /// sched_ext's `state` (None: this kernel has no sched_ext).
+    pub sched_ext: Option<String>,
+    pub cgroup: CgroupFacts,
+    /// `kernel.sched_rt_runtime_us` (-1: no limit).
+    pub sched_rt_runtime_us: Option<i64>,
+    pub sensors: Sensors,
+    /// Mounted where joule looks for them (joule mounts them itself when missing).
+    pub bpffs_mounted: bool,
+    pub tracefs_mounted: bool,
+    /// /proc is mounted with `hidepid`: other users' processes are hidden from it.
+    pub proc_hidepid: bool,
+    /// `comm` of PID 1.
+    pub init: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CgroupFacts {
+    /// `v1` (no v2 hierarchy), `hybrid` (v1 controllers and a v2 tree at `unified/`),
+    /// `unified` (pure v2) or `none`.
+    pub layout: &'static str,
+    /// Where the cpu controller is: `v1` or `v2` (None: nowhere joule can use it).
+    pub cpu_controller: Option<&'static str>,
+    pub cpuset_controller: Option<&'static str>,
+    /// `v1` freezer hierarchy, or `v2` (`cgroup.freeze`, Linux 5.2+).
+    pub freezer: Option<&'static str>,
+    /// RT group scheduling: the v1 cpu hierarchy has `cpu.rt_runtime_us` (v2 has no RT knobs).
+    pub rt_group_sched: bool,
+    /// Who else writes this tree: `systemd` (PID 1, single writer per subtree) and/or
+    /// `kubelet` (`kubepods.slice` / `kubepods`); empty: nobody joule knows of.
+    pub managers: Vec<&'static str>,
+    /// What the v2 root's `cgroup.controllers` offers.
+    pub v2_controllers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Sensors {
+    pub thermal_zones: Vec<String>,
+    pub hwmon_temp_inputs: usize,
+    pub hwmon_power_inputs: usize,
+    pub rapl_zones: usize,
+    /// cpu0's `scaling_driver` (None: no cpufreq).
+    pub cpufreq_driver: Option<String>,
+}
+
+fn read_trim(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+fn dir_names(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+impl Facts {
+    pub fn read(r: &Roots) -> Facts {
+        let mounts = joule_core::mountinfo::read(&r.proc.join("self/mountinfo"));
+        Facts {
+            kernel_release: read_trim(&r.proc.join("sys/kernel/osrelease")),
+            btf: r.sys.join("kernel/btf/vmlinux").exists(),
+            sched_ext: read_trim(&r.sys.join(joule_core::sched_ext::SYSFS_SCHED_EXT).join("state")),
+            cgroup: CgroupFacts::read(&r.cgroup, read_trim(&r.proc.join("1/comm")).as_deref()),
+            sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
+            sensors: Sensors::read(&r.sys),
+            bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),
+            tracefs_mounted: mounts.iter().any(|m| m.fstype == "tracefs"),
+            proc_hidepid: mounts.iter().any(|m| m.fstype == "proc" && m.mount_point == r.proc && m.hides_pids()),
+            init: read_trim(&r.proc.join("1/comm")),
+        }
+    }
+}
+
+impl CgroupFacts {
+    fn read(root: &Path, init: Option<&str>) -> CgroupFacts {
+        let layout = Layout::detect(root, &RealEffects);
+        let v1 = |c| layout.v1(c).is_some();
+        let v2 = |name| layout.unified.as_ref().is_some_and(|u| u.offers(name));
+        let place = |c, name| {
+            if v1(c) {
+                Some("v1")
+            } else if v2(name) {
+                Some("v2")
+            } else {
+                None
+            }
+        };
+        let kind = match (Controller::ALL.into_iter().any(v1), &layout.unified) {
+            (false, Some(u)) if u.dir == root => "unified",
+            (true, Some(_)) => "hybrid",
+            (true, None) => "v1",
+            _ => "none",
+        };
+        let freezer = if v1(Controller::Freezer) {
+            Some("v1")
+        } else {
+            // As the nap actuator chooses: a class's v2 cgroup has cgroup.freeze (Linux 5.2+).
+            layout.unified.as_ref().map(|_| "v2")
+        };
+        let tree_roots: Vec<PathBuf> =
+            [layout.v1(Controller::Cpu).map(Path::to_path_buf), layout.unified.as_ref().map(|u| u.dir.clone())].into_iter().flatten().collect();
+        let mut managers = Vec::new();
+        if init == Some("systemd") {
+            managers.push("systemd");
+        }
+        if tree_roots.iter().any(|d| d.join("kubepods.slice").is_dir() || d.join("kubepods").is_dir()) {
+            managers.push("kubelet");
+        }
+        CgroupFacts {
+            layout: kind,
+            cpu_controller: place(Controller::Cpu, "cpu"),
+            cpuset_controller: place(Controller::Cpuset, "cpuset"),
+            freezer,
+            rt_group_sched: layout.v1(Controller::Cpu).is_some_and(|d| d.join("cpu.rt_runtime_us").exists()),
+            managers,
+            v2_controllers: layout.unified.map(|u| u.controllers).unwrap_or_default(),
+        }
+    }
+}
+
+impl Sensors {
+    fn read(sys: &Path) -> Sensors {
+        let thermal = sys.join("class/thermal");
+        let thermal_zones = dir_names(&thermal)
+            .into_iter()
+            .filter(|n| n.starts_with("thermal_zone"))
+            .map(|n| read_trim(&thermal.join(&n).join("type")).map(|t| format!("{n} ({t})")).unwrap_or(n))
+            .collect();
+        let hwmon = sys.join("class/hwmon");
+        let inputs = |kind: &str| {
+            dir_names(&hwmon).iter().map(|h| dir_names(&hwmon.join(h)).iter().filter(|f| f.starts_with(kind) && f.ends_with("_input")).count()).sum()
+        };
+        Sensors {
+            thermal_zones,
+            hwmon_temp_inputs: inputs("temp"),
+            hwmon_power_inputs: inputs("power"),
+            rapl_zones: dir_names(&sys.join("class/powercap")).iter().filter(|n| n.starts_with("intel-rapl:")).count(),
+            cpufreq_driver: read_trim(&sys.join("devices/system/cpu/cpu0/cpufreq/scaling_driver")),
+        }
+    }
+}

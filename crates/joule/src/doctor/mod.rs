@@ -1,0 +1,98 @@
+//! `joule doctor`: what this machine offers joule (the kernel, the cgroup tree and who owns it,
+//! sensors, pseudo filesystems, /proc's policy) and which way each mechanism will act here,
+//! so an operator knows before enabling anything. Reads only; changes nothing.
+
+mod backends;
+mod facts;
+
+pub use backends::{choose, Choice};
+pub use facts::{Facts, Roots};
+
+use std::path::PathBuf;
+
+/// Show what this machine offers joule and which backend each mechanism will use.
+///
+/// Reads the kernel's offer (BTF, sched_ext, RT group scheduling, kernel.sched_rt_runtime_us),
+/// the cgroup layout and who else manages it (systemd as PID 1, a kubelet), the sensors
+/// (thermal zones, hwmon, RAPL, cpufreq), bpffs and /proc's hidepid. Changes nothing; needs
+/// no root (some files are root-only: run it as root to see everything).
+///
+/// Examples:
+///   joule doctor
+///   joule doctor --json | jq '.backends[] | select(.warning)'
+///   joule doctor --config /etc/joule/joule.toml
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub config: crate::ConfigArg,
+    /// Print one JSON document (`facts` and `backends`) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where sysfs is (a fixture tree in tests).
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+    #[arg(long, default_value = "/proc", hide = true)]
+    pub procfs_root: PathBuf,
+    #[arg(long, default_value = "/sys/fs/cgroup", hide = true)]
+    pub cgroup_root: PathBuf,
+}
+
+pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
+    let cfg = a.config.load()?;
+    let facts = Facts::read(&Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), cgroup: a.cgroup_root.clone() });
+    let backends = choose(&facts, &cfg);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "facts": facts, "backends": backends }))?);
+    } else {
+        print!("{}", render(&facts, &backends));
+    }
+    Ok(())
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// The human-readable report.
+pub fn render(f: &Facts, backends: &[Choice]) -> String {
+    let cg = &f.cgroup;
+    let or_none = |o: Option<&str>| o.unwrap_or("none").to_string();
+    let mut s = String::from("this machine\n");
+    let rows = [
+        ("kernel", f.kernel_release.clone().unwrap_or_else(|| "?".into())),
+        ("init (PID 1)", f.init.clone().unwrap_or_else(|| "?".into())),
+        ("BTF", yes(f.btf).into()),
+        ("sched_ext", f.sched_ext.clone().unwrap_or_else(|| "absent".into())),
+        ("cgroup layout", cg.layout.into()),
+        ("cgroup managers", if cg.managers.is_empty() { "none known".into() } else { cg.managers.join(", ") }),
+        ("cpu / cpuset controller", format!("{} / {}", or_none(cg.cpu_controller), or_none(cg.cpuset_controller))),
+        ("v2 controllers", if cg.v2_controllers.is_empty() { "none".into() } else { cg.v2_controllers.join(" ") }),
+        ("RT group scheduling", yes(cg.rt_group_sched).into()),
+        ("sched_rt_runtime_us", f.sched_rt_runtime_us.map(|v| v.to_string()).unwrap_or_else(|| "?".into())),
+        ("thermal zones", if f.sensors.thermal_zones.is_empty() { "none".into() } else { f.sensors.thermal_zones.join(", ") }),
+        ("hwmon temp / power inputs", format!("{} / {}", f.sensors.hwmon_temp_inputs, f.sensors.hwmon_power_inputs)),
+        ("RAPL zones", f.sensors.rapl_zones.to_string()),
+        ("cpufreq driver", f.sensors.cpufreq_driver.clone().unwrap_or_else(|| "none".into())),
+        ("bpffs / tracefs mounted", format!("{} / {}", yes(f.bpffs_mounted), yes(f.tracefs_mounted))),
+        ("/proc hidepid", yes(f.proc_hidepid).into()),
+    ];
+    for (k, v) in rows {
+        s += &format!("  {k:<26} {v}\n");
+    }
+    s += "\nwhat joule will use\n";
+    for b in backends {
+        s += &format!("  {:<34} {:<26} {}\n", b.mechanism, b.backend, b.why);
+        if let Some(w) = &b.warning {
+            s += &format!("  {:<34} warning: {w}\n", "");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

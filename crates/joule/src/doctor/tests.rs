@@ -1,0 +1,114 @@
+//! `joule doctor` on fixture trees: a systemd host on pure cgroup v2 without RT group
+//! scheduling (the hosts users run), and a hybrid v1/v2 host like the one joule is developed on.
+
+use super::*;
+use joule_core::config::Config;
+use std::path::Path;
+
+fn put(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn roots(t: &Path) -> Roots {
+    Roots { sys: t.join("sys"), proc: t.join("proc"), cgroup: t.join("sys/fs/cgroup") }
+}
+
+/// A Debian 13 guest: systemd, pure v2 with cpu/cpuset, no RT group sched, sched_ext, an ACPI zone.
+fn systemd_v2(t: &Path) {
+    put(t, "proc/1/comm", "systemd\n");
+    put(t, "proc/sys/kernel/osrelease", "7.3.0-1-cloud-amd64\n");
+    put(t, "proc/sys/kernel/sched_rt_runtime_us", "950000\n");
+    let bpf = t.join("sys/fs/bpf");
+    put(t, "proc/self/mountinfo", &format!("22 1 0:21 / {} rw - proc proc rw\n30 25 0:26 / {} rw - bpf bpf rw\n", t.join("proc").display(), bpf.display()));
+    put(t, "sys/kernel/btf/vmlinux", "");
+    put(t, "sys/kernel/sched_ext/state", "disabled\n");
+    put(t, "sys/class/thermal/thermal_zone0/type", "acpitz\n");
+    put(t, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
+    put(t, "sys/fs/cgroup/system.slice/nginx.service/cgroup.procs", "");
+}
+
+/// This host's shape: v1 cpu (with RT group sched), cpuset, freezer; v2 at unified/ with no
+/// controllers; no sensors; PID 1 not systemd; /proc with hidepid.
+fn hybrid(t: &Path) {
+    put(t, "proc/1/comm", "process_api\n");
+    put(t, "proc/sys/kernel/sched_rt_runtime_us", "-1\n");
+    put(t, "proc/self/mountinfo", &format!("22 1 0:21 / {} rw - proc proc rw,hidepid=2\n", t.join("proc").display()));
+    put(t, "sys/fs/cgroup/cpu/cpu.rt_runtime_us", "950000\n");
+    put(t, "sys/fs/cgroup/cpu/cpu.shares", "1024\n");
+    put(t, "sys/fs/cgroup/cpuset/cpuset.cpus", "0-1\n");
+    put(t, "sys/fs/cgroup/freezer/tasks", "1\n");
+    put(t, "sys/fs/cgroup/unified/cgroup.controllers", "\n");
+    put(t, "sys/class/hwmon/hwmon0/power1_input", "1000\n");
+    put(t, "sys/devices/system/cpu/cpu0/cpufreq/scaling_driver", "intel_pstate\n");
+}
+
+fn backend<'a>(b: &'a [Choice], m: &str) -> &'a Choice {
+    b.iter().find(|c| c.mechanism.starts_with(m)).unwrap_or_else(|| panic!("no {m} in {b:?}"))
+}
+
+#[test]
+fn a_systemd_host_on_pure_v2_without_rt_group_sched_is_named_as_such() {
+    let t = tempfile::tempdir().unwrap();
+    systemd_v2(t.path());
+    let f = Facts::read(&roots(t.path()));
+    assert_eq!((f.cgroup.layout, f.cgroup.cpu_controller, f.cgroup.freezer), ("unified", Some("v2"), Some("v2")));
+    assert_eq!(f.cgroup.managers, vec!["systemd"]);
+    assert!(!f.cgroup.rt_group_sched && f.btf && f.bpffs_mounted && !f.proc_hidepid);
+    assert_eq!(f.sched_ext.as_deref(), Some("disabled"));
+    assert_eq!(f.sensors.thermal_zones, vec!["thermal_zone0 (acpitz)"]);
+    let mut cfg = Config::default();
+    cfg.thermal.scheduler = joule_core::config::ThermalScheduler::Scx;
+    let b = choose(&f, &cfg);
+    assert_eq!(backend(&b, "thermal sensor").backend, "sensor");
+    assert_eq!(backend(&b, "thermal scheduler").backend, "scx");
+    assert_eq!(backend(&b, "RT classes").backend, "none");
+    assert_eq!(backend(&b, "nap").backend, "cgroup v2 cgroup.freeze");
+    let cpu = backend(&b, "class CPU");
+    assert_eq!(cpu.backend, "cgroupfs v2");
+    assert!(cpu.warning.as_deref().is_some_and(|w| w.contains("docs/systemd.md")), "{cpu:?}");
+    assert_eq!(backend(&b, "power").backend, "model");
+    let text = render(&f, &b);
+    assert!(text.contains("warning: systemd is PID 1"), "{text}");
+}
+
+#[test]
+fn a_hybrid_host_gets_v1_backends_and_its_sensors_and_hidepid_are_seen() {
+    let t = tempfile::tempdir().unwrap();
+    hybrid(t.path());
+    let f = Facts::read(&roots(t.path()));
+    assert_eq!((f.cgroup.layout, f.cgroup.cpu_controller, f.cgroup.freezer), ("hybrid", Some("v1"), Some("v1")));
+    assert!(f.cgroup.managers.is_empty() && f.cgroup.rt_group_sched && f.proc_hidepid && !f.btf && !f.bpffs_mounted);
+    assert_eq!((f.sensors.hwmon_power_inputs, f.sensors.cpufreq_driver.as_deref()), (1, Some("intel_pstate")));
+    let mut cfg = Config::default();
+    cfg.thermal.scheduler = joule_core::config::ThermalScheduler::Scx;
+    let b = choose(&f, &cfg);
+    let sched = backend(&b, "thermal scheduler");
+    assert_eq!(sched.backend, "cgroup");
+    assert!(sched.warning.as_deref().is_some_and(|w| w.contains("no sched_ext")), "{sched:?}");
+    assert_eq!(backend(&b, "thermal stage").backend, "user space");
+    assert_eq!(backend(&b, "thermal sensor").backend, "model");
+    assert_eq!(backend(&b, "power").backend, "sensor");
+    assert_eq!(backend(&b, "class CPU").backend, "cgroupfs v1");
+    assert!(backend(&b, "class CPU").warning.is_none());
+    assert_eq!(backend(&b, "RT classes").backend, "RT group scheduling");
+    assert!(backend(&b, "elevate").why.contains("-1"));
+}
+
+#[test]
+fn a_kubelet_tree_and_an_empty_machine_are_reported_without_a_crash() {
+    let t = tempfile::tempdir().unwrap();
+    systemd_v2(t.path());
+    put(t.path(), "sys/fs/cgroup/kubepods.slice/cgroup.procs", "");
+    let f = Facts::read(&roots(t.path()));
+    assert_eq!(f.cgroup.managers, vec!["systemd", "kubelet"]);
+    assert!(backend(&choose(&f, &Config::default()), "class CPU").warning.as_deref().unwrap().contains("kubelet"));
+    let empty = tempfile::tempdir().unwrap();
+    let f = Facts::read(&roots(empty.path()));
+    assert_eq!((f.cgroup.layout, f.cgroup.cpu_controller, f.kernel_release.as_deref()), ("none", None, None));
+    let b = choose(&f, &Config::default());
+    assert_eq!(backend(&b, "class CPU").backend, "none");
+    assert_eq!(backend(&b, "nap").backend, "none");
+    let _ = render(&f, &b);
+}
