@@ -13,6 +13,7 @@
 #     venv/         python venv with virtme-ng (vng)
 #     cargo/bin/virtiofsd
 #     thermal.aml   SSDT with the guest's ACPI thermal zone (from scripts/vm/thermal.asl)
+#     debian-root/  the systemd guest's root (Debian trixie, systemd, D-Bus, nginx; systemd-guest.sh)
 #     setup.log     output of the last step that did work
 #
 # Environment: JOULE_VM_CACHE (cache dir), JOULE_VM_MIRROR (Debian mirror URL; default: the
@@ -70,40 +71,8 @@ install_packages() {
 }
 
 # --- 2. The sched_ext kernel ---------------------------------------------------------------
-# The Debian mirror this machine already uses: the first http(s) URI of a non-security
-# "deb" entry, from deb822 *.sources files or the one-line sources.list format.
-debian_mirror() {
-  if [ -n "${JOULE_VM_MIRROR:-}" ]; then echo "${JOULE_VM_MIRROR%/}"; return; fi
-  local f uri=""
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -r "$f" ] || continue
-    uri=$(awk 'BEGIN { RS = ""; IGNORECASE = 1 }
-      {
-        types = ""; suites = ""; uris = ""; enabled = "yes"
-        n = split($0, lines, "\n")
-        for (i = 1; i <= n; i++) {
-          l = lines[i]
-          if (l ~ /^Types:/)   { sub(/^Types:[ \t]*/, "", l); types = l }
-          if (l ~ /^Suites:/)  { sub(/^Suites:[ \t]*/, "", l); suites = l }
-          if (l ~ /^URIs:/)    { sub(/^URIs:[ \t]*/, "", l); uris = l }
-          if (l ~ /^Enabled:/) { sub(/^Enabled:[ \t]*/, "", l); enabled = tolower(l) }
-        }
-        if (enabled == "no" || types !~ /(^|[ \t])deb([ \t]|$)/ || suites ~ /-security/) next
-        split(uris, u, /[ \t]+/)
-        if (u[1] ~ /^https?:\/\//) { print u[1]; exit }
-      }' "$f")
-    [ -n "$uri" ] && break
-  done
-  if [ -z "$uri" ] && [ -r /etc/apt/sources.list ]; then
-    uri=$(awk '$1 == "deb" {
-        i = 2
-        if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-        if ($(i) ~ /^https?:\/\// && $(i + 1) !~ /-security/) { print $(i); exit }
-      }' /etc/apt/sources.list)
-  fi
-  [ -n "$uri" ] || die "no Debian mirror in /etc/apt/sources.list{,.d/*.sources}; set JOULE_VM_MIRROR"
-  echo "${uri%/}"
-}
+# shellcheck source=scripts/vm/mirror.sh
+source "$HERE/mirror.sh"
 
 # apt with a private sources file, lists and cache; the system's sources are never touched.
 APT_DIR=$CACHE/apt
@@ -208,3 +177,5 @@ fetch_kernel
 install_virtme_ng
 install_virtiofsd
 compile_thermal_ssdt
+# --- 6. The systemd guest's root (issue 20): debootstrap'd once ------------------------------
+"$HERE/systemd-guest.sh" setup

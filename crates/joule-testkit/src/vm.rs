@@ -1,6 +1,8 @@
 //! The tier-3 harness: runs shell commands as root in a VM booted on the cached sched_ext
-//! kernel, through `scripts/vm/run.sh` (see docs/vm.md). A boot costs 10–15 s under TCG, so
-//! tests share one boot through [`Vm::batch`] where they can.
+//! kernel, through `scripts/vm/run.sh` (see docs/vm.md), or in the systemd guest (a Debian
+//! root with systemd as PID 1 on pure cgroup v2, `scripts/vm/systemd-guest.sh`,
+//! docs/systemd.md). A boot costs 10–15 s under TCG (the systemd guest's ~80 s), so tests share
+//! one boot through [`Vm::batch`] where they can.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,7 @@ impl VmOutput {
 pub struct Vm {
     cache: PathBuf,
     thermal: bool,
+    systemd: bool,
     mem: String,
 }
 
@@ -37,7 +40,7 @@ pub fn repo_root() -> PathBuf {
 impl Vm {
     pub fn new() -> Vm {
         let cache = std::env::var_os("JOULE_VM_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
-        Vm { cache, thermal: false, mem: "2G".into() }
+        Vm { cache, thermal: false, systemd: false, mem: "2G".into() }
     }
 
     /// What `make vm-deps` should have installed and did not, if anything.
@@ -47,6 +50,9 @@ impl Vm {
             if !self.cache.join(rel).exists() {
                 return Some(format!("{what} ({}) ; run make vm-deps", self.cache.join(rel).display()));
             }
+        }
+        if self.systemd && !self.cache.join("debian-root/.joule-ready").exists() {
+            return Some(format!("the systemd guest's root ({}/debian-root); run make vm-deps", self.cache.display()));
         }
         if self.thermal && !self.cache.join("thermal.aml").exists() {
             return Some(format!("{}/thermal.aml; run make vm-deps", self.cache.display()));
@@ -72,6 +78,14 @@ impl Vm {
         self
     }
 
+    /// Boots the systemd guest instead: a throwaway copy of a Debian root, systemd as PID 1,
+    /// nginx.service up, the repo's `target/release/joule` at `/usr/local/bin/joule`. The repo
+    /// itself is not there: checks get what they need through `batch`.
+    pub fn systemd_guest(mut self) -> Vm {
+        self.systemd = true;
+        self
+    }
+
     /// Boots once and runs `cmd` (a bash command line) as root in the repo root.
     pub fn run(&self, cmd: &str, timeout_s: u64) -> VmOutput {
         let rwdir = tempfile::tempdir().expect("results dir");
@@ -87,10 +101,11 @@ impl Vm {
             assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "check name {name}");
             let file = rwdir.path().join(format!("{name}.sh"));
             std::fs::write(&file, cmd).expect("write check");
+            // The systemd guest gets the check scripts copied in (guest_files).
+            let f = if self.systemd { format!("{GUEST_CHECKS}/{name}.sh") } else { file.display().to_string() };
             script.push_str(&format!(
                 "bash {f} >$JOULE_VM_OUT/{name}.out 2>$JOULE_VM_OUT/{name}.err </dev/null; \
-                 echo $? >$JOULE_VM_OUT/{name}.status\n",
-                f = file.display()
+                 echo $? >$JOULE_VM_OUT/{name}.status\n"
             ));
         }
         let whole = self.run_in(rwdir.path(), &script, timeout_s);
@@ -116,6 +131,9 @@ impl Vm {
     }
 
     fn run_in(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
+        if self.systemd {
+            return self.run_systemd(rwdir, cmd, timeout_s);
+        }
         let root = repo_root();
         let mut c = Command::new("bash");
         c.arg(root.join("scripts/vm/run.sh"))
@@ -132,6 +150,41 @@ impl Vm {
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Where the systemd guest finds the batch's check scripts.
+const GUEST_CHECKS: &str = "/joule/checks";
+
+impl Vm {
+    fn run_systemd(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
+        let root = repo_root();
+        let out = tempfile::tempdir().expect("guest output dir");
+        let mut c = Command::new("bash");
+        c.arg(root.join("scripts/vm/systemd-guest.sh"))
+            .args(["run", "--timeout", &timeout_s.to_string(), "--out"])
+            .arg(out.path())
+            .arg("--file")
+            .arg(format!("{}:/usr/local/bin/joule", root.join("target/release/joule").display()))
+            .env("JOULE_VM_CACHE", &self.cache)
+            .current_dir(&root);
+        for e in std::fs::read_dir(rwdir).expect("results dir").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".sh") {
+                c.arg("--file").arg(format!("{}:{GUEST_CHECKS}/{name}", e.path().display()));
+            }
+        }
+        let run = c.arg("--").arg(cmd).output().expect("run scripts/vm/systemd-guest.sh");
+        // What the guest left in $JOULE_VM_OUT goes where batch reads it.
+        for e in std::fs::read_dir(out.path()).expect("guest output dir").flatten() {
+            let _ = std::fs::copy(e.path(), rwdir.join(e.file_name()));
+        }
+        let read = |n: &str| std::fs::read_to_string(out.path().join(n)).unwrap_or_default();
+        VmOutput {
+            status: if run.status.success() { read("status").trim().parse().unwrap_or(-1) } else { run.status.code().unwrap_or(-1) },
+            stdout: read("stdout"),
+            stderr: format!("{}{}", read("stderr"), String::from_utf8_lossy(&run.stderr)),
         }
     }
 }
