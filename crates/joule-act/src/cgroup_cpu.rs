@@ -8,15 +8,16 @@
 //!
 //! Behind [`CpuBackend`] the writes go to cgroupfs (joule-qos's controller); a cgroup tree
 //! another manager owns (the kubelet's `kubepods.slice`) gets [`Unmanaged`], which leaves every
-//! knob alone and says so; asking systemd over D-Bus (`CPUQuota=`, `CPUWeight=`,
-//! `AllowedCPUs=`) is the production-hosts issue's backend.
+//! knob alone and says so; classes that are systemd units get [`WithUnits`], which sets their
+//! units' `CPUQuota=`, `CPUWeight=`, `AllowedCPUs=` through systemd's D-Bus API and reports
+//! drift (docs/systemd.md).
 
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob, Plan, Setting, Want};
 use joule_core::effects::Effects;
 use joule_core::journal::{Journal, RestoreReport};
 use joule_core::membership::{ClassPlace, Membership};
 use joule_core::metric::{l, Family, MetricDef};
-use joule_qos::{ApplyReport, ClassCap, QosController, QosError, ReconcileReport};
+use joule_qos::{ApplyReport, ClassCap, Drift, QosController, QosError, ReconcileReport, UnitClasses};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +29,10 @@ pub const METRICS: &[MetricDef] = &[
         "Share of the whole machine (all CPUs) a best-effort class may use now, its configured quota and the thermal stage's cap together (1 = unlimited); the cgroup_cpu actuator's status has the quota written.",
     ),
     MetricDef::counter("joule_class_moves", "Processes the class mover put into their class's cgroups since the agent started."),
+    MetricDef::counter(
+        "joule_unit_drift",
+        "Times a systemd unit property joule set was found changed by someone else (an administrator's systemctl set-property); joule then leaves it to them until the config changes.",
+    ),
 ];
 
 /// Who writes the classes' cgroups.
@@ -43,7 +48,15 @@ pub trait CpuBackend: Send {
     fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError>;
     fn caps(&self) -> BTreeMap<String, ClassCap>;
     fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError>;
+    /// Properties set through another manager (systemd) that someone else changed since.
+    fn drift(&mut self, _fx: &dyn Effects) -> Vec<Drift> {
+        Vec::new()
+    }
 }
+
+/// How often the actuator asks systemd whether the properties it set still hold (one D-Bus
+/// read per unit property).
+pub const DRIFT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl CpuBackend for QosController {
     fn kind(&self) -> String {
@@ -69,6 +82,77 @@ impl CpuBackend for QosController {
     }
     fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         QosController::release(self, journal, fx)
+    }
+}
+
+/// Classes that are systemd units ([`UnitClasses`]: their knobs through systemd's D-Bus API),
+/// beside the cgroupfs classes of `fs` if any: each call reaches the backend holding the class.
+pub struct WithUnits {
+    pub units: UnitClasses,
+    pub fs: Option<Box<dyn CpuBackend>>,
+}
+
+impl CpuBackend for WithUnits {
+    fn kind(&self) -> String {
+        let units = format!("systemd (D-Bus) for {} unit class(es)", self.units.class_names().len());
+        self.fs.as_ref().map_or(units.clone(), |f| format!("{units} + {}", f.kind()))
+    }
+    fn classes(&self) -> usize {
+        self.units.class_names().len() + self.fs.as_ref().map_or(0, |f| f.classes())
+    }
+    fn places(&self) -> Vec<ClassPlace> {
+        // A unit class's processes stay in their units; only cgroupfs classes have places.
+        self.fs.as_ref().map(|f| f.places()).unwrap_or_default()
+    }
+    fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
+        let mut report = self.units.apply(journal, fx)?;
+        if let Some(f) = &mut self.fs {
+            match f.apply(journal, fx) {
+                Ok(r) => {
+                    report.writes += r.writes;
+                    report.created.extend(r.created);
+                    report.adopted.extend(r.adopted);
+                    report.moved.extend(r.moved);
+                    report.vanished.extend(r.vanished);
+                    report.notes.extend(r.notes);
+                }
+                Err(e) => {
+                    let _ = self.units.release(journal, fx);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(report)
+    }
+    fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        match &mut self.fs {
+            Some(f) => f.hold(journal, fx, members),
+            None => Ok(ReconcileReport::default()),
+        }
+    }
+    fn drift(&mut self, fx: &dyn Effects) -> Vec<Drift> {
+        self.units.drift(fx)
+    }
+    fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
+        match &mut self.fs {
+            Some(f) if !self.units.class_names().iter().any(|c| c == class) => f.set_cap(journal, fx, class, cpu_pct),
+            _ => self.units.set_cap(journal, fx, class, cpu_pct),
+        }
+    }
+    fn caps(&self) -> BTreeMap<String, ClassCap> {
+        let mut caps = self.fs.as_ref().map(|f| f.caps()).unwrap_or_default();
+        caps.extend(self.units.caps().clone());
+        caps
+    }
+    fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
+        let mut r = self.units.release(journal, fx)?;
+        if let Some(f) = &mut self.fs {
+            let more = f.release(journal, fx)?;
+            r.undone += more.undone;
+            r.already_gone += more.already_gone;
+            r.failed.extend(more.failed);
+        }
+        Ok(r)
     }
 }
 
@@ -115,6 +199,8 @@ pub struct CgroupCpuState {
     pub holding: bool,
     pub moved_total: u64,
     pub recreated_total: u64,
+    /// "unit property" -> times joule found a property it set changed by someone else.
+    pub drift_total: BTreeMap<String, u64>,
 }
 
 impl ActuatorState for CgroupCpuState {
@@ -125,6 +211,15 @@ impl ActuatorState for CgroupCpuState {
         vec![
             METRICS[0].with(self.caps.iter().map(|(c, cap)| (l(&[("class", c)]), cap.ratio)).collect()),
             METRICS[1].with(vec![(vec![], self.moved_total as f64)]),
+            METRICS[2].with(
+                self.drift_total
+                    .iter()
+                    .map(|(k, n)| {
+                        let (unit, property) = k.split_once(' ').unwrap_or((k, ""));
+                        (l(&[("unit", unit), ("property", property)]), *n as f64)
+                    })
+                    .collect(),
+            ),
         ]
     }
 }
@@ -138,12 +233,14 @@ pub struct CgroupCpuActuator {
     /// The last hold failed part-way: the next one looks at every member, not only those the
     /// reading says changed.
     retry_all: bool,
+    /// When it last asked the backend for drift.
+    drift_checked: Option<std::time::Instant>,
 }
 
 impl CgroupCpuActuator {
     pub fn new(backend: Box<dyn CpuBackend>) -> CgroupCpuActuator {
         let state = CgroupCpuState { backend: backend.kind(), classes: backend.classes(), ..Default::default() };
-        CgroupCpuActuator { backend, state, held_generation: None, retry_all: false }
+        CgroupCpuActuator { backend, state, held_generation: None, retry_all: false, drift_checked: None }
     }
 }
 
@@ -178,6 +275,20 @@ impl Actuator for CgroupCpuActuator {
                 self.state.moved_total += r.moved.len() as u64;
                 self.state.recreated_total += r.recreated.len() as u64;
                 (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());
+            }
+        }
+        if self.drift_checked.is_none_or(|t| t.elapsed() >= DRIFT_CHECK) {
+            self.drift_checked = Some(std::time::Instant::now());
+            for d in self.backend.drift(cx.fx) {
+                tracing::warn!(
+                    "{} {} was set to {} by joule and is now {}: someone else changed it; joule leaves it to them until the config changes",
+                    d.unit,
+                    d.property,
+                    d.set,
+                    d.found
+                );
+                *self.state.drift_total.entry(format!("{} {}", d.unit, d.property)).or_default() += 1;
+                (cx.events)("unit_drift", serde_json::to_value(&d).unwrap_or_default());
             }
         }
         let mut changed = Vec::new();

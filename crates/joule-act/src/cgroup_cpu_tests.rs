@@ -5,7 +5,7 @@
 use super::*;
 use crate::testkit::{cgroup_v2, proc_fixture};
 use joule_core::control::{merge, Actuators, Facts};
-use joule_core::effects::Files;
+use joule_core::effects::{Files, Units};
 use joule_core::journal;
 use joule_qos::QosOpts;
 
@@ -79,4 +79,40 @@ fn an_unmanaged_tree_is_left_alone_and_says_who_owns_it() {
     assert!(fx.calls().is_empty(), "nothing written: {:?}", fx.calls());
     assert!(a.state().to_json()["backend"].as_str().unwrap().contains("kubelet"));
     assert!(events[0].1["notes"][0].as_str().unwrap().contains("belong to kubelet"), "{events:?}");
+}
+
+#[test]
+fn unit_classes_go_to_systemd_beside_cgroupfs_ones_and_drift_is_reported_once() {
+    let fx = joule_core::effects::FakeEffects::default().with_unit("batch.slice").with_unit("nginx.service");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let cfg = joule_core::config::Config::parse(
+        "[[class]]\nname = \"web\"\nmatch = { unit = [\"nginx.service\"] }\nweight = 300\n\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { slice = [\"batch.slice\"] }\n",
+    )
+    .unwrap();
+    let units = UnitClasses::new(&cfg.classes, 2).unwrap();
+    let mut acts = Actuators::new(vec![Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: None })))]);
+    let mut events = Vec::new();
+    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    acts.init_all(&mut cx).unwrap();
+    assert_eq!(fx.calls(), vec!["set-property nginx.service CPUWeight=300"]);
+    let mut plan = Plan::default();
+    plan.push("thermal", Some(owner::CGROUP_CPU), Want::CapClass { class: "batch".into(), cpu_pct: 15.0 }, "stage 3");
+    merge(&mut plan, &Facts::default());
+    acts.reconcile_all(&plan, &mut cx);
+    assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
+    assert_eq!(fx.calls()[1], "set-property batch.slice CPUQuotaPerSecUSec=300000", "15 % of 2 CPUs");
+    // An administrator's change: reported once (event and metric), then left alone.
+    fx.set_unit_property("nginx.service", "CPUWeight", &joule_core::effects::UnitValue::U64(50)).unwrap();
+    std::thread::sleep(DRIFT_CHECK);
+    acts.reconcile_all(&plan, &mut cx);
+    std::thread::sleep(DRIFT_CHECK);
+    acts.reconcile_all(&plan, &mut cx);
+    let fams = acts.status()[0].state.families();
+    assert_eq!(fams[2].samples, vec![(l(&[("unit", "nginx.service"), ("property", "CPUWeight")]), joule_core::metric::Value::Number(1.0))]);
+    assert!(acts.shutdown_all(&mut cx).is_empty());
+    assert_eq!(events.iter().filter(|e| *e == "unit_drift").count(), 1, "{events:?}");
+    assert_eq!(fx.unit_property("batch.slice", "CPUQuotaPerSecUSec").unwrap(), joule_core::effects::UnitValue::U64(u64::MAX), "restored");
+    assert_eq!(fx.unit_property("nginx.service", "CPUWeight").unwrap(), joule_core::effects::UnitValue::U64(50), "the administrator's stays");
 }

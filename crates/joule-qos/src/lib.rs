@@ -6,17 +6,20 @@
 //! recorded in the undo journal first, rolled back as a whole on failure) → `reconcile` keeps
 //! newly matching tasks in place → `status` reports achieved shares → `release` undoes it.
 //! In the agent, joule-act's `cgroup_cpu` actuator runs that flow in the control loop, with
-//! the class membership the agent reads once per period.
+//! the class membership the agent reads once per period. Classes that are systemd units go
+//! to [`UnitClasses`] instead: systemd's D-Bus API, never its cgroup files (docs/systemd.md).
 
 pub mod admission;
 pub mod backend;
 pub mod controller;
 pub mod cpulist;
 pub mod seed;
+pub mod units;
 
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassCap, ClassStatus, QosController, QosOpts, ReconcileReport};
+pub use units::{Drift, UnitClasses};
 
 use std::path::PathBuf;
 

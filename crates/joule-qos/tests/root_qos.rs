@@ -7,7 +7,7 @@
 //! machine's RT budget).
 
 use joule_core::config::{ClassConfig, MatchRules};
-use joule_core::effects::{Files, Mounts, Net, Qdisc, RealEffects, Sched, SchedAttr};
+use joule_core::effects::{Files, Mounts, Net, Qdisc, RealEffects, Sched, SchedAttr, UnitValue, Units};
 use joule_core::journal::{self, Journal};
 use joule_core::testing::{is_root, require};
 use joule_qos::{BackendKind, QosController, QosOpts};
@@ -330,6 +330,22 @@ impl Mounts for DiesAt {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
     fn unmount(&self, _: &Path) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+}
+
+/// This host has no systemd: the applier never reaches a unit.
+impl Units for DiesAt {
+    fn unit_property(&self, _: &str, _: &str) -> io::Result<UnitValue> {
+        Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+    fn set_unit_property(&self, _: &str, _: &str, _: &UnitValue) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn freeze_unit(&self, _: &str) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn thaw_unit(&self, _: &str) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
 }

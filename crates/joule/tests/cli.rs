@@ -320,3 +320,19 @@ fn root_doctor_names_this_hosts_backends_as_the_kernel_shows_them() {
     assert!(v["backends"].as_array().unwrap().iter().any(|c| c["why"].as_str().unwrap().contains(&format!("= {rt}"))), "{}", v["backends"]);
     println!("{}", v["backends"].as_array().unwrap().iter().map(|c| format!("{} = {}", c["mechanism"], c["backend"])).collect::<Vec<_>>().join("; "));
 }
+
+#[test]
+fn qos_leaves_classes_of_systemd_units_to_the_agent_and_says_so() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("j.toml");
+    std::fs::write(&cfg, "[[class]]\nname = \"web\"\nmatch = { unit = [\"nginx.service\"] }\nquota_us = 30000\n").unwrap();
+    let out = joule(&["qos", "--config", cfg.to_str().unwrap(), "plan"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("web") && err.contains("systemd units") && err.contains("run the agent"), "{err}");
+    // A unit name systemd would not accept is refused with its line.
+    std::fs::write(&cfg, "[[class]]\nname = \"web\"\nmatch = { unit = [\"../etc.service\"] }\n").unwrap();
+    let out = joule(&["check-config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not a systemd service or scope name"), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -13,6 +13,17 @@ const BOOT_TIMEOUT_S: u64 = 600;
 const CHECKS: &[(&str, &str)] = &[
     ("doctor", "joule doctor --json"),
     ("nginx", "systemctl is-active nginx.service; systemctl show -p ControlGroup,FreezerState,CPUQuotaPerSecUSec,AllowedCPUs nginx.service"),
+    // The shipped unit, as a user installs it (docs/deploy.md).
+    (
+        "install",
+        concat!(
+            "cat >/etc/systemd/system/joule.service <<'JOULE_UNIT'\n",
+            include_str!("../../../deploy/joule.service"),
+            "JOULE_UNIT\nsystemctl daemon-reload"
+        ),
+    ),
+    // Last: it runs the agent twice against nginx.service.
+    ("units", include_str!("../../../scripts/vm/systemd-units.sh")),
 ];
 
 fn vm() -> Option<Vm> {
@@ -60,4 +71,46 @@ fn vm_systemd_guest_doctor_names_systemd_as_the_trees_owner_and_the_v2_backends(
         "systemd guest: {}",
         v["backends"].as_array().unwrap().iter().map(|c| format!("{} = {}", c["mechanism"], c["backend"])).collect::<Vec<_>>().join("; ")
     );
+}
+
+/// `key=value` lines of a check.
+fn kv(out: &VmOutput) -> BTreeMap<&str, &str> {
+    out.stdout.lines().filter_map(|l| l.split_once('=')).collect()
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_systemd_unit_class_reaches_the_unit_through_systemd_and_restore_after_sigkill_leaves_it_as_found() {
+    let Some(out) = check("units") else { return };
+    let kv = kv(out);
+    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    println!("found: {}\napplied: {}\nafter SIGKILL of joule.service + its ExecStopPost: {}", get("found"), get("applied_props"), get("restored"));
+    assert_eq!(get("applied"), "yes", "the quota never reached nginx.service:\n{}", out.describe());
+    assert!(get("applied_props").contains("AllowedCPUs=1"), "{}", get("applied_props"));
+    // The unit keeps its processes: systemd counts them, they live in its cgroup, and joule
+    // made no cgroup of its own at the root.
+    assert_eq!(get("tasks_applied"), get("tasks_found"), "{}", out.describe());
+    assert!(get("procs_in_unit").parse::<u32>().unwrap() >= 2, "{}", out.describe());
+    assert_eq!(get("nginx_cgroups").trim(), "/system.slice/nginx.service", "{}", out.describe());
+    assert_eq!(get("joule_cgroups_at_root"), "0", "{}", out.describe());
+    assert_eq!(get("restored"), get("found"), "joule.service's ExecStopPost restore did not leave the unit as found:\n{}", out.describe());
+    assert_eq!(get("stop_post_result"), "status=0", "the shipped unit's ExecStopPost failed:\n{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_systemd_a_set_property_by_hand_is_reported_as_drift_and_the_administrator_wins() {
+    let Some(out) = check("units") else { return };
+    let kv = kv(out);
+    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    assert_eq!(get("applied2"), "yes", "{}", out.describe());
+    assert!(get("drift_events").parse::<u32>().unwrap() >= 1, "no unit_drift event:\n{}", out.describe());
+    assert!(
+        get("drift_metric").contains(r#"property="CPUQuotaPerSecUSec""#) && get("drift_metric").contains(r#"unit="nginx.service""#),
+        "{}",
+        get("drift_metric")
+    );
+    assert_eq!(get("agent_rc"), "0", "{}", out.describe());
+    // The agent's own stop undid what it set, but not the administrator's 50 %.
+    assert!(get("after_stop").contains("CPUQuotaPerSecUSec=500ms") && get("after_stop").contains("AllowedCPUs= "), "{}", get("after_stop"));
 }

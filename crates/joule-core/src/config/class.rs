@@ -77,6 +77,11 @@ pub struct MatchRules {
     pub exe: Vec<String>,
     pub pid: Vec<i32>,
     pub uid: Vec<u32>,
+    /// systemd system units (`nginx.service`, a `.scope`): on a systemd host the class acts on
+    /// these units through systemd (docs/systemd.md); a process matches when it lives in one.
+    pub unit: Vec<String>,
+    /// systemd slices (`batch.slice`): as `unit`, for every unit below the slice too.
+    pub slice: Vec<String>,
 }
 
 impl ClassConfig {
@@ -130,15 +135,43 @@ impl MatchRules {
             && (self.comm.is_empty() || self.comm.iter().any(|c| c == comm))
             && (self.exe.is_empty() || exe.is_some_and(|e| self.exe.iter().any(|x| std::path::Path::new(x) == e)))
             && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)))
-            && (self.cgroup.is_empty() || cgroups.into_iter().any(|path| self.cgroup_matches(path.as_ref())))
+            && self.cgroups_match(cgroups)
+    }
+
+    /// The `cgroup`, `unit` and `slice` rules against a task's cgroup paths (each kind given
+    /// must hold for one of them). A unit or slice is matched as a path component outside
+    /// every delegated subtree: a user's own manager may name a unit `nginx.service` too.
+    fn cgroups_match(&self, cgroups: impl IntoIterator<Item = impl AsRef<str>>) -> bool {
+        if self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() {
+            return true;
+        }
+        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
+        let has = |names: &[String]| names.is_empty() || paths.iter().any(|p| !delegated(p) && p.split('/').any(|seg| names.iter().any(|n| n == seg)));
+        (self.cgroup.is_empty() || paths.iter().any(|p| self.cgroup_matches(p))) && has(&self.unit) && has(&self.slice)
+    }
+
+    /// The rules name systemd units or slices and nothing else: the class is those units.
+    pub fn only_units(&self) -> bool {
+        (!self.unit.is_empty() || !self.slice.is_empty())
+            && self.cgroup.is_empty()
+            && self.comm.is_empty()
+            && self.exe.is_empty()
+            && self.pid.is_empty()
+            && self.uid.is_empty()
+    }
+
+    /// Every unit and slice named, units first.
+    pub fn units(&self) -> impl Iterator<Item = &str> {
+        self.unit.iter().chain(&self.slice).map(String::as_str)
     }
 
     /// Whether the rules hold something no unprivileged user can choose for a process: a uid,
-    /// or a cgroup outside every delegated subtree (systemd's `user@UID.service`, where a user
+    /// a system unit or slice (matched outside delegated subtrees only), or a cgroup outside
+    /// every delegated subtree (systemd's `user@UID.service`, where a user
     /// creates cgroups). `comm` and `exe` are claims: anyone can name a process or exec a copy
     /// of a binary; a pid can be won by forking until it comes round.
     pub fn unforgeable(&self) -> bool {
-        !self.uid.is_empty() || (!self.cgroup.is_empty() && self.cgroup.iter().all(|c| !delegated(c)))
+        !self.uid.is_empty() || !self.unit.is_empty() || !self.slice.is_empty() || (!self.cgroup.is_empty() && self.cgroup.iter().all(|c| !delegated(c)))
     }
 
     /// The rules that take the whole machine, in words.
@@ -163,7 +196,13 @@ impl MatchRules {
 
     /// Whether any rule is given.
     pub fn is_empty(&self) -> bool {
-        self.cgroup.is_empty() && self.comm.is_empty() && self.exe.is_empty() && self.pid.is_empty() && self.uid.is_empty()
+        self.cgroup.is_empty()
+            && self.comm.is_empty()
+            && self.exe.is_empty()
+            && self.pid.is_empty()
+            && self.uid.is_empty()
+            && self.unit.is_empty()
+            && self.slice.is_empty()
     }
 }
 

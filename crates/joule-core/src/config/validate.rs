@@ -163,6 +163,17 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         } else if !seen.insert(c.name.as_str()) {
             bad(&key, format!("class name {:?} is used twice", c.name), "class names are unique");
         }
+        for (kind, names, suffixes) in [("unit", &c.matches.unit, &["service", "scope"][..]), ("slice", &c.matches.slice, &["slice"][..])] {
+            for n in names {
+                if !crate::effects::valid_unit_name(n) || !suffixes.iter().any(|x| n.ends_with(&format!(".{x}"))) {
+                    bad(
+                        &format!("class[{i}].match.{kind}"),
+                        format!("{n:?} is not a systemd {} name", suffixes.join(" or ")),
+                        "a name as systemctl prints it, e.g. \"nginx.service\" or \"batch.slice\"",
+                    );
+                }
+            }
+        }
         for comm in &c.matches.comm {
             if comm.len() > 15 {
                 bad(

@@ -1,6 +1,7 @@
 //! The seam in front of privileged side effects, one narrow trait per concern: [`Files`]
 //! (cgroupfs, procfs, sysfs), [`Sched`] (policy, priority, affinity), [`Mounts`], [`Freezer`]
-//! (built on `Files`) and [`Net`] (tc qdiscs over netlink). Actuators and the undo journal go
+//! (built on `Files`), [`Net`] (tc qdiscs over netlink) and [`Units`] (systemd units over
+//! D-Bus). Actuators and the undo journal go
 //! through it, so their logic runs in unit tests against [`FakeEffects`] without root;
 //! [`RealEffects`] is the only implementation that touches the system.
 //!
@@ -13,12 +14,14 @@ mod mounts;
 mod net;
 mod netlink;
 mod sched;
+mod units;
 
 pub use files::Files;
 pub use freezer::{FreezeState, Freezer, FREEZE_SETTLE};
 pub use mounts::{Mounts, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC, TRACEFS_MAGIC};
 pub use net::{tc_handle, FakeLink, Net, Qdisc, QdiscOption, TC_H_ROOT};
 pub use sched::{Sched, SchedAttr, FAKE_DEFAULT_SLICE_NS};
+pub use units::{valid_unit_name, UnitValue, Units, UNIT_PROPERTIES};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -27,9 +30,9 @@ use std::sync::Mutex;
 
 /// Everything privileged joule does. Implemented by every type that implements all the parts,
 /// so `&dyn Effects` reaches `fx.read(..)`, `fx.set_affinity(..)`, `fx.replace_qdisc(..)` alike.
-pub trait Effects: Files + Sched + Mounts + Net {}
+pub trait Effects: Files + Sched + Mounts + Net + Units {}
 
-impl<T: Files + Sched + Mounts + Net + ?Sized> Effects for T {}
+impl<T: Files + Sched + Mounts + Net + Units + ?Sized> Effects for T {}
 
 /// The real system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -66,6 +69,8 @@ pub struct FakeEffects {
     /// (prefix, file, content): a directory created under `prefix` gets `file` with that
     /// content, as a new cgroup gets its knobs from the kernel (see `on_mkdir`).
     pub mkdir_files: Mutex<Vec<(PathBuf, String, String)>>,
+    /// systemd units' resource properties, (unit, property) -> value (`with_unit`).
+    pub units: Mutex<BTreeMap<(String, String), UnitValue>>,
 }
 
 impl FakeEffects {

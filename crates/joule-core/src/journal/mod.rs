@@ -5,7 +5,7 @@
 //! agent leaves nothing behind once any of them runs.
 
 use crate::clock::now_ms;
-use crate::effects::{Effects, SchedAttr};
+use crate::effects::{Effects, SchedAttr, UnitValue};
 use crate::private_fs::{self, Access, PrivateError};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -94,6 +94,15 @@ pub enum Undo {
         handle: u32,
         kind: String,
     },
+    /// Put a systemd unit's resource property back (`property` one of
+    /// `effects::UNIT_PROPERTIES`) through systemd's D-Bus API, as `systemctl set-property
+    /// --runtime` would: `old` is what systemd reported before joule set `set` (`u64::MAX` or an
+    /// empty mask: not set). Only while the property still reads `set`: a value someone else
+    /// put there since (an administrator's) is theirs, and stays. One record per change, so a
+    /// replay newest first walks back through joule's own values to the first `old`.
+    UnitProperty { unit: String, property: String, old: UnitValue, set: UnitValue },
+    /// Thaw a systemd unit joule froze through systemd (ThawUnit).
+    ThawUnit { unit: String },
     /// Delete interface `ifname` that joule created (an ifb for ingress limits) in `netns`,
     /// if it is still of `kind` (a same-named interface of another kind is not ours).
     LinkDelete {

@@ -2,7 +2,10 @@
 //! is emptied pass after pass and its removal retried while the kernel calls it busy.
 
 use super::{same_task, RestoreReport, Undo};
-use crate::effects::{Effects, Freezer, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, FREEZE_SETTLE, PROC_SUPER_MAGIC, SYSFS_MAGIC};
+use crate::effects::{
+    valid_unit_name, Effects, Freezer, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, FREEZE_SETTLE, PROC_SUPER_MAGIC, SYSFS_MAGIC,
+    UNIT_PROPERTIES,
+};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -107,6 +110,10 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
             })
         }
         Undo::LinkDelete { kind, .. } => (kind != "ifb").then(|| format!("joule only creates ifb devices, not {kind:?}")),
+        // systemd checks the value itself; joule only sets the properties it sets, on units.
+        Undo::UnitProperty { unit, property, .. } => (!valid_unit_name(unit) || !UNIT_PROPERTIES.contains(&property.as_str()))
+            .then(|| format!("joule sets only {} of services, slices and scopes, not {property:?} of {unit:?}", UNIT_PROPERTIES.join(", "))),
+        Undo::ThawUnit { unit } => (!valid_unit_name(unit)).then(|| format!("{unit:?} is not a service, slice or scope")),
         // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
         Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
     };
@@ -202,6 +209,12 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
             r => gone_ok(r),
         },
         Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
+        Undo::UnitProperty { unit, property, old, set } => match fx.unit_property(unit, property) {
+            Ok(now) if now.same(set) => gone_ok(fx.set_unit_property(unit, property, old)),
+            Ok(_) => Ok(Outcome::Gone),
+            Err(e) => gone_ok(Err(e)),
+        },
+        Undo::ThawUnit { unit } => gone_ok(fx.thaw_unit(unit)),
         Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
             let deleted = undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
             Ok(if deleted { Outcome::Done } else { Outcome::Gone })

@@ -5,7 +5,7 @@ use super::*;
 use crate::backend::Step;
 use crate::seed;
 use joule_core::config::MatchRules;
-use joule_core::effects::{FakeEffects, Files, Mounts, Net, Qdisc, Sched, SchedAttr};
+use joule_core::effects::{FakeEffects, Files, Mounts, Net, Qdisc, Sched, SchedAttr, UnitValue, Units};
 use joule_core::journal;
 use std::io;
 
@@ -173,6 +173,21 @@ impl Mounts for CgFake {
     }
     fn unmount(&self, p: &Path) -> io::Result<()> {
         self.fx.unmount(p)
+    }
+}
+
+impl Units for CgFake {
+    fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue> {
+        self.fx.unit_property(unit, property)
+    }
+    fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
+        self.fx.set_unit_property(unit, property, value)
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        self.fx.freeze_unit(unit)
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        self.fx.thaw_unit(unit)
     }
 }
 

@@ -3,7 +3,7 @@
 //! class places the membership reading needs. Building them checks the config (admission
 //! control for the classes), so a refused config stops the agent before anything changes.
 
-use joule_act::cgroup_cpu::CgroupCpuActuator;
+use joule_act::cgroup_cpu::{CgroupCpuActuator, CpuBackend, WithUnits};
 use joule_act::cpufreq::CpufreqActuator;
 use joule_act::freezer::{CgroupfsFreezer, FreezerActuator};
 use joule_act::nap::NapActuator;
@@ -16,7 +16,7 @@ use joule_core::control::Actuator;
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::membership::ClassPlace;
 use joule_core::nap::NapCounters;
-use joule_qos::{QosController, QosOpts};
+use joule_qos::{QosController, QosOpts, UnitClasses};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,7 +32,27 @@ pub fn class_controller(cfg: &Config, root: bool) -> anyhow::Result<Option<QosCo
         tracing::warn!("not root: {} class(es) in the config are not applied", cfg.classes.len());
         return Ok(None);
     }
-    Ok(Some(QosController::new(&cfg.classes, qos_opts(cfg)).map_err(crate::UsageError::from_display)?))
+    let fs_classes = cgroupfs_classes(cfg);
+    if fs_classes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(QosController::new(&fs_classes, qos_opts(cfg)).map_err(crate::UsageError::from_display)?))
+}
+
+/// The classes joule makes cgroups for: all but those that are systemd units.
+fn cgroupfs_classes(cfg: &Config) -> Vec<joule_core::config::ClassConfig> {
+    cfg.classes.iter().filter(|c| !c.matches.only_units()).cloned().collect()
+}
+
+/// The classes that are systemd units (`match = { unit = [...] }` and nothing else), acted on
+/// through systemd's D-Bus API (docs/systemd.md); None when there are none.
+pub fn unit_classes(cfg: &Config, root: bool) -> anyhow::Result<Option<UnitClasses>> {
+    if !cfg.agent.apply_classes || !root {
+        return Ok(None);
+    }
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let u = UnitClasses::new(&cfg.classes, ncpus).map_err(crate::UsageError::from_display)?;
+    Ok((!u.is_empty()).then_some(u))
 }
 
 /// The class controller's options from the config: the agent's, and `joule check-config`'s,
@@ -78,7 +98,15 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
     }
     let opts = QosOpts { enforce_admission: false, ..qos_opts(cfg) };
     let key_of = |class: &str| cfg.classes.iter().position(|c| c.name == class).map_or("class".to_string(), |i| format!("class[{i}]"));
-    match QosController::new_with(&cfg.classes, opts, &RealEffects) {
+    let mut out: Vec<(String, String)> = match UnitClasses::new(&cfg.classes, 1) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![("class".to_string(), e.to_string())],
+    };
+    let fs_classes = cgroupfs_classes(cfg);
+    if fs_classes.is_empty() {
+        return out;
+    }
+    out.extend(match QosController::new_with(&fs_classes, opts, &RealEffects) {
         Ok(ctl) => ctl
             .plan()
             .refusals
@@ -86,13 +114,16 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
             .map(|r| (r.classes.first().map_or("class".to_string(), |c| key_of(c)), format!("admission on this machine: {}", r.message)))
             .collect(),
         Err(e) => vec![("class".to_string(), format!("the class cgroups cannot be made on this machine: {e}"))],
-    }
+    });
+    out
 }
 
 /// What the actuators are built from besides the config.
 pub struct Inputs {
     pub root: bool,
     pub ctl: Option<QosController>,
+    /// The classes that are systemd units.
+    pub units: Option<UnitClasses>,
     pub places: Vec<ClassPlace>,
     pub stage_map: Option<PathBuf>,
     /// Whether eBPF may be loaded (the nap's fast wake).
@@ -107,8 +138,10 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
     let fx: Arc<dyn Effects + Send + Sync> = Arc::new(RealEffects);
     let root = i.root;
     let mut a: Vec<Box<dyn Actuator>> = Vec::new();
-    if let Some(ctl) = i.ctl {
-        a.push(Box::new(CgroupCpuActuator::new(Box::new(ctl))));
+    match (i.units, i.ctl) {
+        (Some(units), ctl) => a.push(Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: ctl.map(|c| Box::new(c) as Box<dyn CpuBackend>) })))),
+        (None, Some(ctl)) => a.push(Box::new(CgroupCpuActuator::new(Box::new(ctl)))),
+        (None, None) => {}
     }
     let mut freezing = None;
     if let (true, true, Some(class)) = (cfg.nap.enabled, root, &cfg.nap.class) {

@@ -259,7 +259,8 @@ fn run_loop(
     };
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
-    let inputs = acting::Inputs { root, ctl, places: places.clone(), stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
+    let units = acting::unit_classes(cfg, root)?;
+    let inputs = acting::Inputs { root, ctl, units, places: places.clone(), stage_map, bpf: sense.bpf_status().enabled, nap_counters: nap_counters.clone() };
     let mut actuators = Actuators::new(acting::actuators(cfg, inputs)?);
     let fx = RealEffects;
     let mut emit = |event: &str, fields: serde_json::Value| events.emit(event, fields);

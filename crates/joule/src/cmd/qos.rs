@@ -102,6 +102,24 @@ fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosC
 }
 
 pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
+    // Classes that are systemd units are the agent's to set through systemd (docs/systemd.md):
+    // this command would make cgroups for them and move their units' processes, so it leaves
+    // them out and says so.
+    let units: Vec<&str> = cfg.classes.iter().filter(|c| c.matches.only_units()).map(|c| c.name.as_str()).collect();
+    if !units.is_empty() {
+        eprintln!(
+            "joule qos: class(es) {} name systemd units; the agent sets them through systemd, `joule qos` leaves them out (docs/systemd.md)",
+            units.join(", ")
+        );
+        let mut rest = cfg.clone();
+        rest.classes.retain(|c| !c.matches.only_units());
+        if rest.classes.is_empty() && matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {
+            return Err(
+                crate::UsageError("every [[class]] names systemd units: run the agent, which sets them through systemd (docs/systemd.md)".into()).into()
+            );
+        }
+        return run(args, &rest);
+    }
     let fx = RealEffects;
     let journal_dir: PathBuf = cfg.agent.journal_dir.clone();
     if cfg.classes.is_empty() && matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {

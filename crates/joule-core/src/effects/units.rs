@@ -1,0 +1,250 @@
+//! systemd units through systemd's own D-Bus API (`org.freedesktop.systemd1`): read a unit's
+//! resource property, set it as `systemctl set-property --runtime` does (`SetUnitProperties`
+//! with runtime = true: nothing persists past a reboot), freeze and thaw it. On a host where
+//! systemd owns the cgroup tree this is the one way joule changes another unit (systemd's
+//! rule: one writer per subtree, docs/systemd.md). D-Bus through zbus, never by shelling out
+//! to systemctl.
+
+use super::{not_found, FakeEffects, RealEffects};
+use serde::{Deserialize, Serialize};
+use std::io;
+
+/// A unit property's value, in the D-Bus type systemd gives it: `t` (u64; `u64::MAX` is
+/// systemd's "not set", which SetUnitProperties takes back as a reset) or `ay` (`AllowedCPUs`'
+/// CPU bitmask, CPU 0 in the lowest bit of byte 0; empty: not set).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitValue {
+    U64(u64),
+    Bytes(Vec<u8>),
+}
+
+impl UnitValue {
+    /// Whether two values mean the same: systemd hands a CPU mask back in whole 64-bit words
+    /// (`AllowedCPUs` set as `02` reads `02 00 00 00 00 00 00 00`), so trailing zero bytes
+    /// do not count.
+    pub fn same(&self, other: &UnitValue) -> bool {
+        match (self, other) {
+            (UnitValue::Bytes(a), UnitValue::Bytes(b)) => trim(a) == trim(b),
+            (a, b) => a == b,
+        }
+    }
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let end = b.iter().rposition(|x| *x != 0).map_or(0, |i| i + 1);
+    &b[..end]
+}
+
+impl std::fmt::Display for UnitValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnitValue::U64(u64::MAX) => write!(f, "infinity"),
+            UnitValue::U64(v) => write!(f, "{v}"),
+            UnitValue::Bytes(b) => write!(f, "{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+        }
+    }
+}
+
+/// The resource properties joule sets, with their D-Bus types: what `CPUQuota=`,
+/// `CPUQuotaPeriodSec=`, `CPUWeight=` and `AllowedCPUs=` set.
+pub const UNIT_PROPERTIES: &[&str] = &["CPUQuotaPerSecUSec", "CPUQuotaPeriodUSec", "CPUWeight", "AllowedCPUs"];
+
+/// Whether `name` is a unit joule may act on: a service, slice or scope, named with the
+/// characters systemd allows (no path separators, nothing to escape).
+pub fn valid_unit_name(name: &str) -> bool {
+    let Some((stem, kind)) = name.rsplit_once('.') else { return false };
+    !stem.is_empty()
+        && name.len() <= 255
+        && ["service", "slice", "scope"].contains(&kind)
+        && stem.chars().all(|c| c.is_ascii_alphanumeric() || ":-_.\\@".contains(c))
+}
+
+pub trait Units {
+    /// The current value of `property` (one of [`UNIT_PROPERTIES`]) of `unit`.
+    /// `ErrorKind::NotFound` when there is no such unit.
+    fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue>;
+    /// Sets `property` of `unit` for this boot (SetUnitProperties, runtime = true).
+    fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()>;
+    /// FreezeUnit / ThawUnit: systemd freezes the unit's cgroup and knows it did
+    /// (`FreezerState`), so a stop or restart during the freeze works.
+    fn freeze_unit(&self, unit: &str) -> io::Result<()>;
+    fn thaw_unit(&self, unit: &str) -> io::Result<()>;
+}
+
+fn check_name(unit: &str) -> io::Result<()> {
+    if valid_unit_name(unit) {
+        Ok(())
+    } else {
+        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{unit:?} is not a service, slice or scope name")))
+    }
+}
+
+impl Units for RealEffects {
+    fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue> {
+        check_name(unit)?;
+        dbus::property(unit, property)
+    }
+    fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
+        check_name(unit)?;
+        dbus::set_property(unit, property, value)
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        dbus::manager_call("FreezeUnit", unit)
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        dbus::manager_call("ThawUnit", unit)
+    }
+}
+
+/// The D-Bus side: one system-bus connection per process, made on first use.
+mod dbus {
+    use super::UnitValue;
+    use std::io;
+    use std::sync::OnceLock;
+    use zbus::blocking::{Connection, Proxy};
+    use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
+
+    const DEST: &str = "org.freedesktop.systemd1";
+    const PATH: &str = "/org/freedesktop/systemd1";
+    const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+    fn conn() -> io::Result<&'static Connection> {
+        static CONN: OnceLock<Connection> = OnceLock::new();
+        if let Some(c) = CONN.get() {
+            return Ok(c);
+        }
+        let c = Connection::system().map_err(|e| io::Error::new(io::ErrorKind::NotConnected, format!("the system bus: {e}")))?;
+        Ok(CONN.get_or_init(|| c))
+    }
+
+    /// systemd's errors as io errors: a unit that does not exist is NotFound.
+    fn err(what: &str, e: zbus::Error) -> io::Error {
+        let kind = match &e {
+            zbus::Error::MethodError(name, _, _) if name.as_str().ends_with("NoSuchUnit") => io::ErrorKind::NotFound,
+            zbus::Error::MethodError(name, _, _) if name.as_str().ends_with("AccessDenied") => io::ErrorKind::PermissionDenied,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, format!("{what}: {e}"))
+    }
+
+    fn manager() -> io::Result<Proxy<'static>> {
+        Proxy::new(conn()?, DEST, PATH, MANAGER).map_err(|e| err("systemd's manager", e))
+    }
+
+    pub fn manager_call(method: &str, unit: &str) -> io::Result<()> {
+        manager()?.call::<_, _, ()>(method, &(unit,)).map_err(|e| err(&format!("{method} {unit}"), e))
+    }
+
+    /// The unit type's interface (`org.freedesktop.systemd1.Service`, `.Slice`, `.Scope`),
+    /// where its resource properties live.
+    fn interface(unit: &str) -> &'static str {
+        match unit.rsplit_once('.').map(|(_, k)| k) {
+            Some("slice") => "org.freedesktop.systemd1.Slice",
+            Some("scope") => "org.freedesktop.systemd1.Scope",
+            _ => "org.freedesktop.systemd1.Service",
+        }
+    }
+
+    pub fn property(unit: &str, property: &str) -> io::Result<UnitValue> {
+        let path: OwnedObjectPath = manager()?.call("GetUnit", &(unit,)).map_err(|e| err(&format!("GetUnit {unit}"), e))?;
+        let p = Proxy::new(conn()?, DEST, path, interface(unit)).map_err(|e| err(unit, e))?;
+        let v: OwnedValue = p.get_property(property).map_err(|e| err(&format!("{unit} {property}"), e))?;
+        if let Ok(n) = u64::try_from(&v) {
+            return Ok(UnitValue::U64(n));
+        }
+        Vec::<u8>::try_from(v).map(UnitValue::Bytes).map_err(|e| io::Error::other(format!("{unit} {property}: neither t nor ay: {e}")))
+    }
+
+    pub fn set_property(unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
+        let v = match value {
+            UnitValue::U64(n) => Value::from(*n),
+            UnitValue::Bytes(b) => Value::from(b.clone()),
+        };
+        let props = vec![(property, v)];
+        manager()?.call::<_, _, ()>("SetUnitProperties", &(unit, true, props)).map_err(|e| err(&format!("SetUnitProperties {unit} {property}={value}"), e))
+    }
+}
+
+impl Units for FakeEffects {
+    fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue> {
+        check_name(unit)?;
+        self.units.lock().unwrap().get(&(unit.to_string(), property.to_string())).cloned().ok_or_else(|| not_found(format!("unit {unit} ({property})")))
+    }
+    fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
+        check_name(unit)?;
+        let key = (unit.to_string(), property.to_string());
+        if !self.units.lock().unwrap().contains_key(&key) {
+            return Err(not_found(format!("unit {unit} ({property})")));
+        }
+        // As systemd, which keeps a CPU mask in whole 64-bit words.
+        let stored = match value {
+            UnitValue::Bytes(b) => UnitValue::Bytes([b.as_slice(), &vec![0; (8 - b.len() % 8) % 8]].concat()),
+            v => v.clone(),
+        };
+        self.act(format!("set-property {unit} {property}={value}"), || {
+            self.units.lock().unwrap().insert(key, stored);
+            Ok(())
+        })
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        self.act(format!("freeze-unit {unit}"), || Ok(()))
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        self.act(format!("thaw-unit {unit}"), || Ok(()))
+    }
+}
+
+impl FakeEffects {
+    /// A unit with its resource properties at systemd's defaults (nothing set).
+    pub fn with_unit(self, unit: &str) -> Self {
+        for p in UNIT_PROPERTIES {
+            let v = if *p == "AllowedCPUs" { UnitValue::Bytes(Vec::new()) } else { UnitValue::U64(u64::MAX) };
+            self.units.lock().unwrap().insert((unit.to_string(), p.to_string()), v);
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_are_the_same_whatever_their_trailing_zero_bytes() {
+        assert!(UnitValue::Bytes(vec![2]).same(&UnitValue::Bytes(vec![2, 0, 0, 0, 0, 0, 0, 0])));
+        assert!(UnitValue::Bytes(vec![]).same(&UnitValue::Bytes(vec![0; 8])));
+        assert!(!UnitValue::Bytes(vec![2]).same(&UnitValue::Bytes(vec![3])));
+        assert!(!UnitValue::U64(1).same(&UnitValue::Bytes(vec![1])));
+    }
+
+    #[test]
+    fn unit_names_are_services_slices_or_scopes_without_paths() {
+        for ok in ["nginx.service", "batch.slice", "session-3.scope", "getty@tty1.service", "system-foo\\x2dbar.slice"] {
+            assert!(valid_unit_name(ok), "{ok}");
+        }
+        for bad in ["nginx", ".service", "a/b.service", "x.socket", "x.service\n", "../x.slice", "x y.service"] {
+            assert!(!valid_unit_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_fake_sets_known_units_only_and_logs_each_change() {
+        let fx = FakeEffects::default().with_unit("nginx.service");
+        assert_eq!(fx.unit_property("nginx.service", "CPUWeight").unwrap(), UnitValue::U64(u64::MAX));
+        fx.set_unit_property("nginx.service", "CPUQuotaPerSecUSec", &UnitValue::U64(300_000)).unwrap();
+        fx.set_unit_property("nginx.service", "AllowedCPUs", &UnitValue::Bytes(vec![0b10])).unwrap();
+        assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(300_000));
+        assert_eq!(fx.set_unit_property("gone.service", "CPUWeight", &UnitValue::U64(5)).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(fx.set_unit_property("a/b.service", "CPUWeight", &UnitValue::U64(5)).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        fx.freeze_unit("nginx.service").unwrap();
+        assert_eq!(
+            fx.calls(),
+            vec!["set-property nginx.service CPUQuotaPerSecUSec=300000", "set-property nginx.service AllowedCPUs=02", "freeze-unit nginx.service"]
+        );
+    }
+}
