@@ -154,6 +154,14 @@ impl Vm {
     }
 }
 
+/// One check of a shared boot's results, its output shown on stderr (what a failing test
+/// prints); `results` comes from [`Vm::batch`].
+pub fn shown<'a>(results: &'a BTreeMap<String, VmOutput>, name: &str) -> &'a VmOutput {
+    let out = results.get(name).unwrap_or_else(|| panic!("no check {name} in this boot"));
+    eprintln!("[{name}] {}", out.describe());
+    out
+}
+
 /// Where the systemd guest finds the batch's check scripts.
 const GUEST_CHECKS: &str = "/joule/checks";
 

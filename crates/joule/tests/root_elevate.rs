@@ -205,7 +205,10 @@ fn root_elevate_preemption_bounds_a_long_request() {
         return;
     }
     let (long, short) = long_then_short(Some(Duration::from_micros(50)));
-    assert!(long >= Duration::from_millis(300), "the long request took only {long:?}");
+    // All its work was done: not cut short by the switch (a dropped request answers in µs).
+    // The work is calibrated iterations, and this VM's speed drifts by a few % between the
+    // calibration and the request (294.6 ms seen for 300 ms), hence 0.9×.
+    assert!(long >= Duration::from_millis(270), "the long request took only {long:?}");
     // Switched out on arrival (it is past the threshold) and served at once: ~0.1 ms here.
     assert!(short < Duration::from_millis(5), "with preemption the short request behind a 300 ms one took {short:?}");
     // And the long one finishes in the background without a resume step stretching it.

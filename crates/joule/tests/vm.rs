@@ -3,7 +3,7 @@
 //! asserts on its own check's output. Run with `make test-vm`, or
 //! `cargo test -p joule --test vm -- --ignored vm_ --test-threads=1`.
 
-use joule_testkit::vm::{repo_root, Vm, VmOutput};
+use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -72,9 +72,7 @@ fn results() -> &'static BTreeMap<String, VmOutput> {
 
 fn check(name: &str) -> Option<&'static VmOutput> {
     vm()?;
-    let out = &results()[name];
-    eprintln!("[{name}] {}", out.describe());
-    Some(out)
+    Some(shown(results(), name))
 }
 
 #[test]

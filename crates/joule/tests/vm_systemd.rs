@@ -3,7 +3,7 @@
 //! share one boot (~80 s under TCG), made by the first test that runs. Run with
 //! `cargo test -p joule --test vm_systemd -- --ignored vm_ --test-threads=1`.
 
-use joule_testkit::vm::{Vm, VmOutput};
+use joule_testkit::vm::{shown, Vm, VmOutput};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -37,9 +37,7 @@ fn results() -> &'static BTreeMap<String, VmOutput> {
 
 fn check(name: &str) -> Option<&'static VmOutput> {
     vm()?;
-    let out = &results()[name];
-    eprintln!("[{name}] {}", out.describe());
-    Some(out)
+    Some(shown(results(), name))
 }
 
 #[test]
@@ -65,6 +63,7 @@ fn vm_systemd_guest_doctor_names_systemd_as_the_trees_owner_and_the_v2_backends(
     let backend = |m: &str| v["backends"].as_array().unwrap().iter().find(|c| c["mechanism"].as_str().is_some_and(|x| x.starts_with(m))).cloned().unwrap();
     let cpu = backend("class CPU");
     assert!(cpu["warning"].as_str().is_some_and(|w| w.contains("systemd is PID 1")), "{cpu}");
+    assert_eq!(cpu["backend"], "systemd D-Bus + cgroupfs v2", "{cpu}");
     assert_eq!(backend("RT classes")["backend"], "none");
     assert_eq!(backend("nap")["backend"], "cgroup v2 cgroup.freeze");
     println!(

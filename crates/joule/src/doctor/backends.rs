@@ -65,9 +65,11 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         Some(_) => choice("class CPU (quota, weight, cpuset)", "cgroupfs v2", "the unified hierarchy offers cpu; joule creates joule/<class> in it"),
         None => choice("class CPU (quota, weight, cpuset)", "none", "no hierarchy offers the cpu controller: classes with CPU knobs are refused"),
     };
-    if systemd && cg.layout == "unified" {
+    if systemd && cg.layout == "unified" && cpu.backend == "cgroupfs v2" {
+        cpu.backend = "systemd D-Bus + cgroupfs v2".into();
+        cpu.why = "classes matched only by unit/slice: their units' CPUQuota/CPUWeight/AllowedCPUs through systemd; other classes: joule/<class> in the unified hierarchy".into();
         cpu.warning = Some(
-            "systemd is PID 1 on a unified hierarchy and owns the tree (one writer per subtree); joule's systemd backend (D-Bus, a delegated joule.service) is not built yet, and the cgroupfs backend would put joule/<class> at the root and move other units' processes there: give such a host no class with CPU knobs or nap yet (docs/systemd.md)".into(),
+            "systemd is PID 1 on a unified hierarchy and owns the tree (one writer per subtree): name units (match.unit / match.slice), which joule sets through systemd's D-Bus API; a class matched by comm, uid, exe, pid or cgroup would still get joule/<class> at the root, its processes moved out of their units, and nap has no systemd backend yet (docs/systemd.md)".into(),
         );
     }
     if cg.managers.contains(&"kubelet") {
