@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the test tiers must leave as they found it: the RT throttling sysctl, pseudo-filesystem
 # mounts, joule cgroups in every hierarchy, joule BPF pins and programs, network namespaces and
-# the qdiscs of the machine's interfaces. `save FILE` records it before the tiers run,
+# the qdiscs of the machine's interfaces, the systemd guest's throwaway roots. `save FILE` records it before the tiers run,
 # `compare FILE` fails, naming each difference, when something changed.
 #   scripts/check-leftovers.sh save|compare FILE
 set -euo pipefail
@@ -15,6 +15,8 @@ state() {
   fi
   ip netns list 2>/dev/null | awk '{ print "netns " $1 }' | sort
   tc qdisc show 2>/dev/null | sed 's/ refcnt [0-9]*//' | sort
+  # The systemd guest's throwaway roots (scripts/vm/systemd-guest.sh), 400 MB each.
+  find /var/tmp -maxdepth 1 -name 'joule-systemd-guest.*' 2>/dev/null | sed 's/^/guest-root /' | sort
 }
 case "${1:-}" in
   save) state > "$2" ;;
@@ -28,6 +30,6 @@ case "${1:-}" in
       exit 1
     fi
     rm -f "$now.diff"
-    echo "check-leftovers: nothing left behind (sysctl, mounts, cgroups, pins, BPF programs, netns, qdiscs)" ;;
+    echo "check-leftovers: nothing left behind (sysctl, mounts, cgroups, pins, BPF programs, netns, qdiscs, guest roots)" ;;
   *) echo "usage: $0 save|compare FILE" >&2; exit 2 ;;
 esac

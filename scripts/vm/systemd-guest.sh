@@ -77,8 +77,10 @@ run() {
   [ -x "$virtiofsd" ] && [ -f "$vmlinuz" ] || die "the VM cache lacks virtiofsd or the kernel: make vm-deps"
   mkdir -p "$out"
   local work; work=$(mktemp -d /var/tmp/joule-systemd-guest.XXXXXX)
+  # The throwaway root goes whatever happens (400 MB a boot). Each step may fail (virtiofsd
+  # already gone) without stopping the next: errexit holds inside a trap too.
   # shellcheck disable=SC2064
-  trap "kill \$(cat '$work/virtiofsd.pid' 2>/dev/null) 2>/dev/null; rm -rf '$work'" EXIT
+  trap "kill \$(cat '$work/virtiofsd.pid' 2>/dev/null) 2>/dev/null || true; rm -rf '$work'" EXIT
   cp -a "$ROOT" "$work/root"
   mkdir -p "$work/root/usr/lib/modules" "$work/root/joule/out"
   cp -a "$kdir" "$work/root/usr/lib/modules/$ver"
