@@ -109,14 +109,19 @@ impl UnitClasses {
         self.classes.iter().map(|c| c.name.clone()).collect()
     }
 
-    /// Sets one property, journalling its old value first; nothing when it already holds.
+    /// Sets one property, journalling its old value first. Nothing, and no D-Bus call, when
+    /// joule already holds it at `want` (`drift` reads it back once a second); nothing either
+    /// when someone else changed it since joule set it: `drift` reports that, and they win.
     fn set(&mut self, journal: &Journal, fx: &dyn Effects, unit: &str, property: &'static str, want: &UnitValue) -> Result<bool, QosError> {
         let key = (unit.to_string(), property.to_string());
-        if self.yielded.contains(&key) {
+        if self.yielded.contains(&key) || self.held.get(&key).is_some_and(|h| h.same(want)) {
             return Ok(false);
         }
         let path = PathBuf::from(format!("systemd:{unit}"));
         let now = fx.unit_property(unit, property).map_err(|e| QosError::io(format!("read {property} of {unit}"), &path, e))?;
+        if self.held.get(&key).is_some_and(|h| !now.same(h)) {
+            return Ok(false);
+        }
         if now.same(want) {
             self.held.insert(key, want.clone());
             return Ok(false);

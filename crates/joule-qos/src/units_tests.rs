@@ -85,6 +85,15 @@ fn a_thermal_cap_lowers_the_quota_and_lifting_it_goes_back_to_the_configured_one
     assert_eq!(fx.unit_property("batch.slice", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(u64::MAX), "no quota configured: none");
     u.set_cap(&j, &fx, "web", 50.0).unwrap();
     assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(300_000), "the configured 30 % is lower than the cap");
+    // Held at what it asks: no D-Bus call at all (the agent asks every period).
+    let calls = fx.calls().len();
+    assert!(!u.set_cap(&j, &fx, "batch", 100.0).unwrap());
+    assert_eq!(fx.calls().len(), calls);
+    // Changed by an administrator before drift() looked: a new cap does not overwrite it.
+    fx.set_unit_property("batch.slice", "CPUQuotaPerSecUSec", &UnitValue::U64(700_000)).unwrap();
+    assert!(!u.set_cap(&j, &fx, "batch", 15.0).unwrap());
+    assert_eq!(fx.unit_property("batch.slice", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(700_000));
+    assert_eq!(u.drift(&fx).len(), 1, "and drift() reports it");
     assert!(matches!(u.set_cap(&j, &fx, "nope", 50.0), Err(QosError::UnknownClass(_))));
 }
 
