@@ -114,7 +114,9 @@ EOF
   for i in $(seq 50); do [ -S "$work/vfs.sock" ] && break; sleep 0.1; done
   [ -S "$work/vfs.sock" ] || die "virtiofsd did not start: $(cat "$work/virtiofsd.log")"
   local rc=0
-  timeout "$timeout_s" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 2 -m 2G \
+  # Single-threaded TCG, as run.sh: multi-threaded TCG lets a vCPU run stale code while the
+  # kernel patches its text (a static key flipped by a BPF attach), an oops (docs/vm.md).
+  timeout "$timeout_s" qemu-system-x86_64 -machine q35 -accel tcg,thread=single -cpu max -smp 2 -m 2G \
     -object memory-backend-memfd,id=mem,size=2G,share=on -numa node,memdev=mem \
     -chardev socket,id=vfs,path="$work/vfs.sock" \
     -device vhost-user-fs-pci,chardev=vfs,tag=rootfs \
