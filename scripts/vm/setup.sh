@@ -38,8 +38,9 @@ KERNEL_FLAVOUR=cloud-amd64
 #   kmod                         depmod for the cached kernel; modprobe inside the guest
 #   file                         vng reads the kernel version with it
 #   busybox-static               vng's initramfs, used when it must load modules early
+#   debootstrap                  the systemd guest's root (systemd-guest.sh)
 PKGS=(qemu-system-x86 libseccomp-dev libcap-ng-dev pkg-config python3 python3-venv
-      acpica-tools kmod file busybox-static)
+      acpica-tools kmod file busybox-static debootstrap)
 
 LOG=$CACHE/setup.log
 

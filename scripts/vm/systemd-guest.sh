@@ -34,9 +34,7 @@ source "$HERE/mirror.sh"
 setup() {
   [ -f "$ROOT/.joule-ready" ] && return 0
   [ "$(id -u)" = 0 ] || die "need root to debootstrap $ROOT"
-  command -v debootstrap >/dev/null || {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-  }
+  command -v debootstrap >/dev/null || die "no debootstrap: run make vm-deps (setup.sh installs it)"
   local mirror log=$CACHE/debian-root.log
   mirror=$(debian_mirror)
   say "debootstrapping Debian $SUITE into $ROOT (once; log: $log)"

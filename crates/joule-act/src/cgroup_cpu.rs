@@ -94,11 +94,11 @@ pub struct WithUnits {
 
 impl CpuBackend for WithUnits {
     fn kind(&self) -> String {
-        let units = format!("systemd (D-Bus) for {} unit class(es)", self.units.class_names().len());
+        let units = format!("systemd (D-Bus) for {} unit class(es)", self.units.len());
         self.fs.as_ref().map_or(units.clone(), |f| format!("{units} + {}", f.kind()))
     }
     fn classes(&self) -> usize {
-        self.units.class_names().len() + self.fs.as_ref().map_or(0, |f| f.classes())
+        self.units.len() + self.fs.as_ref().map_or(0, |f| f.classes())
     }
     fn places(&self) -> Vec<ClassPlace> {
         // A unit class's processes stay in their units; only cgroupfs classes have places.
@@ -135,7 +135,7 @@ impl CpuBackend for WithUnits {
     }
     fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
         match &mut self.fs {
-            Some(f) if !self.units.class_names().iter().any(|c| c == class) => f.set_cap(journal, fx, class, cpu_pct),
+            Some(f) if !self.units.has(class) => f.set_cap(journal, fx, class, cpu_pct),
             _ => self.units.set_cap(journal, fx, class, cpu_pct),
         }
     }

@@ -109,6 +109,15 @@ impl UnitClasses {
         self.classes.iter().map(|c| c.name.clone()).collect()
     }
 
+    pub fn len(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Whether `class` is one of these (asked every period: no allocation).
+    pub fn has(&self, class: &str) -> bool {
+        self.classes.iter().any(|c| c.name == class)
+    }
+
     /// Sets one property, journalling its old value first. Nothing, and no D-Bus call, when
     /// joule already holds it at `want` (`drift` reads it back once a second); nothing either
     /// when someone else changed it since joule set it: `drift` reports that, and they win.

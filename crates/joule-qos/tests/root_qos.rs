@@ -342,12 +342,6 @@ impl Units for DiesAt {
     fn set_unit_property(&self, _: &str, _: &str, _: &UnitValue) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
-    fn freeze_unit(&self, _: &str) -> io::Result<()> {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
-    }
-    fn thaw_unit(&self, _: &str) -> io::Result<()> {
-        Err(io::Error::from_raw_os_error(libc::EPERM))
-    }
 }
 
 impl Net for DiesAt {

@@ -1,9 +1,9 @@
 //! systemd units through systemd's own D-Bus API (`org.freedesktop.systemd1`): read a unit's
 //! resource property, set it as `systemctl set-property --runtime` does (`SetUnitProperties`
-//! with runtime = true: nothing persists past a reboot), freeze and thaw it. On a host where
+//! with runtime = true: nothing persists past a reboot). On a host where
 //! systemd owns the cgroup tree this is the one way joule changes another unit (systemd's
 //! rule: one writer per subtree, docs/systemd.md). D-Bus through zbus, never by shelling out
-//! to systemctl.
+//! to systemctl. (`FreezeUnit`/`ThawUnit` for nap join when the nap actuator uses them.)
 
 use super::{not_found, FakeEffects, RealEffects};
 use serde::{Deserialize, Serialize};
@@ -66,10 +66,6 @@ pub trait Units {
     fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue>;
     /// Sets `property` of `unit` for this boot (SetUnitProperties, runtime = true).
     fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()>;
-    /// FreezeUnit / ThawUnit: systemd freezes the unit's cgroup and knows it did
-    /// (`FreezerState`), so a stop or restart during the freeze works.
-    fn freeze_unit(&self, unit: &str) -> io::Result<()>;
-    fn thaw_unit(&self, unit: &str) -> io::Result<()>;
 }
 
 fn check_name(unit: &str) -> io::Result<()> {
@@ -88,14 +84,6 @@ impl Units for RealEffects {
     fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
         check_name(unit)?;
         dbus::set_property(unit, property, value)
-    }
-    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
-        check_name(unit)?;
-        dbus::manager_call("FreezeUnit", unit)
-    }
-    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
-        check_name(unit)?;
-        dbus::manager_call("ThawUnit", unit)
     }
 }
 
@@ -132,10 +120,6 @@ mod dbus {
 
     fn manager() -> io::Result<Proxy<'static>> {
         Proxy::new(conn()?, DEST, PATH, MANAGER).map_err(|e| err("systemd's manager", e))
-    }
-
-    pub fn manager_call(method: &str, unit: &str) -> io::Result<()> {
-        manager()?.call::<_, _, ()>(method, &(unit,)).map_err(|e| err(&format!("{method} {unit}"), e))
     }
 
     /// The unit type's interface (`org.freedesktop.systemd1.Service`, `.Slice`, `.Scope`),
@@ -189,14 +173,6 @@ impl Units for FakeEffects {
             Ok(())
         })
     }
-    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
-        check_name(unit)?;
-        self.act(format!("freeze-unit {unit}"), || Ok(()))
-    }
-    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
-        check_name(unit)?;
-        self.act(format!("thaw-unit {unit}"), || Ok(()))
-    }
 }
 
 impl FakeEffects {
@@ -241,10 +217,6 @@ mod tests {
         assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(300_000));
         assert_eq!(fx.set_unit_property("gone.service", "CPUWeight", &UnitValue::U64(5)).unwrap_err().kind(), io::ErrorKind::NotFound);
         assert_eq!(fx.set_unit_property("a/b.service", "CPUWeight", &UnitValue::U64(5)).unwrap_err().kind(), io::ErrorKind::InvalidInput);
-        fx.freeze_unit("nginx.service").unwrap();
-        assert_eq!(
-            fx.calls(),
-            vec!["set-property nginx.service CPUQuotaPerSecUSec=300000", "set-property nginx.service AllowedCPUs=02", "freeze-unit nginx.service"]
-        );
+        assert_eq!(fx.calls(), vec!["set-property nginx.service CPUQuotaPerSecUSec=300000", "set-property nginx.service AllowedCPUs=02"]);
     }
 }

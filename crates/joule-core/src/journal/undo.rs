@@ -113,7 +113,6 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
         // systemd checks the value itself; joule only sets the properties it sets, on units.
         Undo::UnitProperty { unit, property, .. } => (!valid_unit_name(unit) || !UNIT_PROPERTIES.contains(&property.as_str()))
             .then(|| format!("joule sets only {} of services, slices and scopes, not {property:?} of {unit:?}", UNIT_PROPERTIES.join(", "))),
-        Undo::ThawUnit { unit } => (!valid_unit_name(unit)).then(|| format!("{unit:?} is not a service, slice or scope")),
         // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
         Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
     };
@@ -214,7 +213,6 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
             Ok(_) => Ok(Outcome::Gone),
             Err(e) => gone_ok(Err(e)),
         },
-        Undo::ThawUnit { unit } => gone_ok(fx.thaw_unit(unit)),
         Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {
             let deleted = undo_replace(fx, netns.as_deref(), ifname, *ifindex, *parent, *handle, kind)?;
             Ok(if deleted { Outcome::Done } else { Outcome::Gone })

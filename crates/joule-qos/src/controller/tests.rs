@@ -183,12 +183,6 @@ impl Units for CgFake {
     fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
         self.fx.set_unit_property(unit, property, value)
     }
-    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
-        self.fx.freeze_unit(unit)
-    }
-    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
-        self.fx.thaw_unit(unit)
-    }
 }
 
 impl Net for CgFake {

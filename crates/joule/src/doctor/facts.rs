@@ -84,17 +84,18 @@ fn dir_names(p: &Path) -> Vec<String> {
 impl Facts {
     pub fn read(r: &Roots) -> Facts {
         let mounts = joule_core::mountinfo::read(&r.proc.join("self/mountinfo"));
+        let init = read_trim(&r.proc.join("1/comm"));
         Facts {
             kernel_release: read_trim(&r.proc.join("sys/kernel/osrelease")),
             btf: r.sys.join("kernel/btf/vmlinux").exists(),
             sched_ext: read_trim(&r.sys.join(joule_core::sched_ext::SYSFS_SCHED_EXT).join("state")),
-            cgroup: CgroupFacts::read(&r.cgroup, read_trim(&r.proc.join("1/comm")).as_deref()),
+            cgroup: CgroupFacts::read(&r.cgroup, init.as_deref()),
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),
             tracefs_mounted: mounts.iter().any(|m| m.fstype == "tracefs"),
             proc_hidepid: mounts.iter().any(|m| m.fstype == "proc" && m.mount_point == r.proc && m.hides_pids()),
-            init: read_trim(&r.proc.join("1/comm")),
+            init,
         }
     }
 }
