@@ -7,10 +7,22 @@
 #            as found.
 #   round 2: an administrator's `systemctl set-property` on a property joule set is reported as
 #            drift (event and metric) and survives the agent's own stop.
+#   round 3: nap of the unit class through systemd (FreezeUnit): FreezerState agrees, the first
+#            request wakes it, SIGKILL + ExecStopPost thaws it, and an operator's job on the
+#            napped unit (refused by systemd 257 on a frozen unit) thaws it so that reload,
+#            restart and stop then work.
+#   round 4: a `joule/web` tree as an earlier version left it, holding an nginx worker:
+#            `joule restore` puts the worker back into nginx.service and removes the tree.
+#   round 5: a class matched by comm + uid (nginx's master and workers, and the sleeps of a
+#            transient service that also runs a shell): its quota and cpuset reach
+#            nginx.service, which holds only the class's processes; the other unit is shared
+#            and refused with a note; nothing moves.
 set -u
 mkdir -p /etc/joule
 out=${JOULE_VM_OUT:-/tmp}
-cat >/etc/joule/joule.toml <<'EOF'
+# The config's head every round shares: the agent and a class that is nginx.service.
+config_head() {
+  cat <<'EOF'
 [agent]
 journal_dir = "/run/joule"
 event_log = "/run/joule-events.jsonl"
@@ -19,6 +31,9 @@ status_interval_ms = 0
 [[class]]
 name = "web"
 match = { unit = ["nginx.service"] }
+EOF
+}
+{ config_head; cat <<'EOF'; } >/etc/joule/joule.toml
 quota_us = 30000
 period_us = 100000
 cpus = "1"
@@ -29,6 +44,7 @@ wait_for() { # PATTERN: until `props` matches, at most 60 s (TCG)
   for i in $(seq 300); do props | grep -q -- "$1" && return 0; sleep 0.2; done
   return 1
 }
+echo "t_round1=$(date +%s)"
 echo "found=$(props)"
 echo "tasks_found=$(systemctl show -p TasksCurrent --value nginx.service)"
 
@@ -48,6 +64,7 @@ echo "stop_post_result=$(systemctl show -p ExecStopPost --value joule.service | 
 systemctl stop joule.service
 journalctl -u joule.service --no-pager >"$out/joule-unit.log" 2>&1
 
+echo "t_round2=$(date +%s)"
 # Round 2: the agent by hand (its events and metrics read directly).
 : >/run/joule-events.jsonl
 joule agent --config /etc/joule/joule.toml --no-bpf >"$out/agent2.log" 2>&1 &
@@ -60,4 +77,103 @@ echo "drift_metric=$(curl -s 127.0.0.1:9977/metrics | grep '^joule_unit_drift_to
 kill -TERM "$agent"; wait "$agent"; echo "agent_rc=$?"
 echo "after_stop=$(props)"
 cp /run/joule-events.jsonl "$out/events.jsonl" 2>/dev/null
+
+echo "t_round3=$(date +%s)"
+# Round 3's nginx: round 2's 50 % quota gone, and a stop timeout that fits TCG (Debian's
+# nginx.service has TimeoutStopSec=5; a graceful stop under TCG took 10 s without joule).
+systemctl set-property --runtime nginx.service CPUQuota=
+mkdir -p /run/systemd/system/nginx.service.d
+printf '[Service]\nTimeoutStopSec=60\n' >/run/systemd/system/nginx.service.d/joule-test.conf
+systemctl daemon-reload
+stopped() { echo "$(systemctl is-active nginx.service) procs=$(pgrep -x nginx | wc -l) $(systemctl show -p Result -p ExecMainCode -p ExecMainStatus nginx.service | tr '\n' ' ')"; }
+# Round 3: nap of the unit, the agent again as the shipped unit (eBPF fast wake on port 80).
+# The class asks nothing else of the unit: the nap alone.
+{ config_head; cat <<'EOF2'; } >/etc/joule/joule.toml
+
+[nap]
+enabled = true
+class = "web"
+idle_ms = 1500
+napping_period_ms = 500
+
+[nap.monitors]
+tcp_ports = [80]
+EOF2
+freezer() { systemctl show -p FreezerState --value nginx.service; }
+wait_state() { # STATE [TRIES of 0.2 s]
+  local i
+  for i in $(seq "${2:-300}"); do [ "$(freezer)" = "$1" ] && return 0; sleep 0.2; done
+  return 1
+}
+systemctl reset-failed joule.service 2>/dev/null
+systemctl start joule.service
+wait_state frozen && echo nap_frozen=yes || echo "nap_frozen=no: $(freezer)"
+echo "nap_tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
+echo "nap_cgroup_frozen=$(grep frozen /sys/fs/cgroup/system.slice/nginx.service/cgroup.events)"
+echo "nap_curl=$(curl -s -m 30 -o /dev/null -w '%{http_code} %{time_total}' http://127.0.0.1/)"
+echo "nap_after_curl=$(freezer)"
+wait_state frozen && echo nap_frozen_again=yes || echo "nap_frozen_again=no: $(freezer)"
+systemctl kill -s KILL joule.service
+wait_state running && echo "nap_killed_thawed=yes" || echo "nap_killed_thawed=no: $(freezer)"
+echo "nap_stop_post_result=$(systemctl show -p ExecStopPost --value joule.service | grep -o 'status=[0-9]*' | head -1)"
+systemctl stop joule.service
+systemctl reset-failed joule.service 2>/dev/null
+systemctl start joule.service
+wait_state frozen && echo nap_frozen_third=yes || echo "nap_frozen_third=no: $(freezer)"
+pids_before=$(pgrep -x nginx | sort | tr '\n' ,)
+timeout 60 systemctl reload nginx.service 2>"$out/first-job.err"; echo "nap_first_job_rc=$?"
+echo "nap_first_job_err=$(head -1 "$out/first-job.err")"
+wait_state running 50 && echo "nap_job_thawed=yes" || echo "nap_job_thawed=no: $(freezer)"
+timeout 60 systemctl reload nginx.service; echo "nap_reload_rc=$?"
+timeout 60 systemctl restart nginx.service; echo "nap_restart_rc=$?"
+echo "nap_restart_pids_changed=$([ "$(pgrep -x nginx | sort | tr '\n' ,)" != "$pids_before" ] && echo yes || echo no)"
+echo "nap_restart_curl=$(curl -s -m 30 -o /dev/null -w '%{http_code}' http://127.0.0.1/)"
+t0=$(date +%s%N)
+timeout 60 systemctl stop nginx.service; echo "nap_stop_rc=$?"
+echo "nap_stopped=$(stopped) took_ms=$((($(date +%s%N) - t0) / 1000000))"
+timeout 60 systemctl start nginx.service; echo "nap_start_rc=$?"
+echo "nap_unit_procs=$(wc -l </sys/fs/cgroup/system.slice/nginx.service/cgroup.procs) tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
+systemctl stop joule.service
+echo "nap_final=$(freezer) $(props)"
+echo "nap_wakes=$(journalctl -u joule.service --no-pager | grep -c 'a job was queued on napped')"
+journalctl -u joule.service --no-pager >"$out/joule-unit-nap.log" 2>&1
+echo "nginx_log=$(journalctl -u nginx.service --no-pager | tail -n 8 | tr '\n' '|')"
+echo "nginx_error_log=$(tail -n 6 /var/log/nginx/error.log 2>/dev/null | tr '\n' '|')"
+
+# Round 4: what an earlier version left (joule/<class> at the root, a worker moved there).
+mkdir -p /sys/fs/cgroup/joule/web
+worker=$(pgrep -x nginx | sort -n | tail -1)
+echo "$worker" >/sys/fs/cgroup/joule/web/cgroup.procs
+echo "leftover_before=$(cut -d: -f3 "/proc/$worker/cgroup")"
+mkdir -p /run/joule-empty
+joule restore --journal-dir /run/joule-empty >"$out/restore-leftover.txt" 2>&1; echo "leftover_restore_rc=$?"
+echo "leftover_tree=$([ -d /sys/fs/cgroup/joule ] && echo present || echo gone)"
+echo "leftover_after=$(cut -d: -f3 "/proc/$worker/cgroup")"
+echo "leftover_tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
+
+# Round 5: a class matched by processes (comm + uid), the agent by hand.
+systemd-run --quiet --unit=joule-mixed.service sh -c 'sleep 1000 & while :; do sleep 5; done'
+{ config_head | sed '/^\[\[class\]\]/,$d'; cat <<'EOF3'; } >/etc/joule/joule.toml
+[[class]]
+name = "by-name"
+match = { comm = ["nginx", "sleep"], uid = [0, 33] }
+quota_us = 20000
+period_us = 100000
+cpus = "0"
+EOF3
+: >/run/joule-events.jsonl
+joule agent --config /etc/joule/joule.toml --no-bpf >"$out/agent5.log" 2>&1 &
+agent=$!
+wait_for 'CPUQuotaPerSecUSec=200ms' && echo res_applied=yes || echo res_applied=no
+echo "res_props=$(props)"
+echo "res_mixed=$(systemctl show -p CPUQuotaPerSecUSec -p AllowedCPUs joule-mixed.service | sort | tr '\n' ' ')"
+for i in $(seq 50); do grep -q 'joule-mixed.service is shared' /run/joule-events.jsonl && break; sleep 0.2; done
+echo "res_shared_notes=$(grep -c 'joule-mixed.service is shared' /run/joule-events.jsonl)"
+echo "res_nginx_cgroups=$(for p in $(pgrep -x nginx); do cut -d: -f3 /proc/$p/cgroup; done | sort -u | tr '\n' ' ')"
+echo "res_mixed_cgroups=$(for p in $(pgrep -x sleep) $(pgrep -x sh); do cut -d: -f3 /proc/$p/cgroup; done | sort -u | tr '\n' ' ')"
+echo "res_joule_cgroups=$(find /sys/fs/cgroup -maxdepth 1 -name 'joule*' | wc -l)"
+kill -TERM "$agent"; wait "$agent"; echo "res_agent_rc=$?"
+echo "res_after=$(props)"
+systemctl stop joule-mixed.service
+echo "t_end=$(date +%s)"
 exit 0

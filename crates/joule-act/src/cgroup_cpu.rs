@@ -125,10 +125,12 @@ impl CpuBackend for WithUnits {
         Ok(report)
     }
     fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        match &mut self.fs {
-            Some(f) => f.hold(journal, fx, members),
-            None => Ok(ReconcileReport::default()),
+        let mut r = self.units.resolve(journal, fx, members)?;
+        if let Some(f) = &mut self.fs {
+            let fr = f.hold(journal, fx, members)?;
+            r = ReconcileReport { notes: r.notes, ..fr };
         }
+        Ok(r)
     }
     fn drift(&mut self, fx: &dyn Effects) -> Vec<Drift> {
         self.units.drift(fx)
@@ -271,7 +273,10 @@ impl Actuator for CgroupCpuActuator {
             self.retry_all = true;
             let r = self.backend.hold(cx.journal, cx.fx, members)?;
             self.retry_all = false;
-            if !r.moved.is_empty() || !r.recreated.is_empty() {
+            for n in &r.notes {
+                tracing::info!("{n}");
+            }
+            if !r.moved.is_empty() || !r.recreated.is_empty() || !r.notes.is_empty() {
                 self.state.moved_total += r.moved.len() as u64;
                 self.state.recreated_total += r.recreated.len() as u64;
                 (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());

@@ -6,9 +6,10 @@
 //! The nap freezes and thaws through a [`Freezing`] handle: the thaw runs on the nap waiter's
 //! thread the moment the first packet arrives, so it writes no journal; each freeze is
 //! journalled before its cgroup's first freeze (`Undo::Thaw`, which stands until shutdown:
-//! replaying it on a thawed cgroup changes nothing). Behind [`FreezerBackend`] the writes can go to cgroupfs (here), to systemd
-//! (`FreezeUnit`/`ThawUnit` over D-Bus, for a class that is a unit) or nowhere (another
-//! manager owns the cgroup): the production-hosts issue fills in the other two.
+//! replaying it on a thawed cgroup changes nothing). Behind [`FreezerBackend`] the freeze goes
+//! to cgroupfs ([`CgroupfsFreezer`]) or, for a class that is systemd units, to systemd
+//! ([`SystemdFreezer`]: `FreezeUnit`/`ThawUnit` over D-Bus, `Undo::ThawUnit`), so systemd
+//! knows the unit is frozen (docs/systemd.md).
 
 use joule_core::cgroupfs::Hier;
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan};
@@ -16,7 +17,7 @@ use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
 use joule_core::journal::{Journal, Undo};
 use joule_core::membership::ClassPlace;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,8 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub trait FreezerBackend: Send + Sync {
     /// `cgroupfs`, ... as the status names it.
     fn kind(&self) -> &'static str;
-    /// The cgroup `class` freezes as; an error saying why when it has none.
-    fn cgroup(&self, class: &str) -> Result<PathBuf, String>;
+    /// What undoes a freeze of `class` (journalled before its first freeze); an error saying
+    /// why it cannot be frozen.
+    fn undo(&self, class: &str) -> Result<Vec<Undo>, String>;
+    /// Whether `class` can be frozen here (at start): its cgroup or units exist.
+    fn check(&self, class: &str) -> Result<(), String>;
     fn freeze(&self, class: &str) -> io::Result<()>;
     fn thaw(&self, class: &str) -> io::Result<()>;
 }
@@ -48,7 +52,27 @@ impl FreezerBackend for CgroupfsFreezer {
     fn kind(&self) -> &'static str {
         "cgroupfs"
     }
-    fn cgroup(&self, class: &str) -> Result<PathBuf, String> {
+    fn undo(&self, class: &str) -> Result<Vec<Undo>, String> {
+        Ok(vec![Undo::Thaw { cgroup: self.cgroup(class)? }])
+    }
+    fn check(&self, class: &str) -> Result<(), String> {
+        let cg = self.cgroup(class)?;
+        if !self.fx.exists(&cg) {
+            return Err(format!("class {class}'s cgroup {} does not exist: the class mover makes it first", cg.display()));
+        }
+        Ok(())
+    }
+    fn freeze(&self, class: &str) -> io::Result<()> {
+        self.fx.freeze(&self.cgroup(class).map_err(io::Error::other)?, FREEZE_SETTLE)
+    }
+    fn thaw(&self, class: &str) -> io::Result<()> {
+        self.fx.thaw(&self.cgroup(class).map_err(io::Error::other)?, FREEZE_SETTLE)
+    }
+}
+
+impl CgroupfsFreezer {
+    /// The cgroup `class` freezes as; an error saying why when it has none.
+    pub fn cgroup(&self, class: &str) -> Result<PathBuf, String> {
         let p = self
             .places
             .iter()
@@ -59,11 +83,86 @@ impl FreezerBackend for CgroupfsFreezer {
             .map(|d| d.to_path_buf())
             .ok_or_else(|| format!("class {class} lives in no freezer hierarchy: neither a v1 freezer nor cgroup v2 is mounted"))
     }
-    fn freeze(&self, class: &str) -> io::Result<()> {
-        self.fx.freeze(&self.cgroup(class).map_err(io::Error::other)?, FREEZE_SETTLE)
+}
+
+/// Freezes classes that are systemd units through systemd (`FreezeUnit`/`ThawUnit`): their
+/// processes stay in their units, `systemctl show -p FreezerState` agrees, and joule never
+/// writes the freezer file of a cgroup systemd owns. A unit someone else froze before the
+/// nap (`systemctl freeze`) is left to them: joule neither freezes nor thaws it.
+pub struct SystemdFreezer {
+    fx: Arc<dyn Effects + Send + Sync>,
+    /// class -> its units.
+    units: BTreeMap<String, Vec<String>>,
+    /// Units this backend froze and has not thawed yet.
+    ours: Mutex<BTreeSet<String>>,
+}
+
+impl SystemdFreezer {
+    pub fn new(fx: Arc<dyn Effects + Send + Sync>, units: BTreeMap<String, Vec<String>>) -> Self {
+        Self { fx, units, ours: Mutex::new(BTreeSet::new()) }
     }
+
+    fn units(&self, class: &str) -> Result<&[String], String> {
+        self.units.get(class).map(Vec::as_slice).ok_or_else(|| format!("class {class} is not a class of systemd units"))
+    }
+
+    fn ours(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        self.ours.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl FreezerBackend for SystemdFreezer {
+    fn kind(&self) -> &'static str {
+        "systemd"
+    }
+    fn undo(&self, class: &str) -> Result<Vec<Undo>, String> {
+        Ok(self.units(class)?.iter().map(|u| Undo::ThawUnit { unit: u.clone() }).collect())
+    }
+    fn check(&self, class: &str) -> Result<(), String> {
+        for u in self.units(class)? {
+            self.fx.unit_freezer_state(u).map_err(|e| format!("class {class}: systemd cannot freeze {u}: {e}"))?;
+        }
+        Ok(())
+    }
+    /// Freezes each unit that is running; on a failure thaws the ones this call froze.
+    fn freeze(&self, class: &str) -> io::Result<()> {
+        let mut done: Vec<&String> = Vec::new();
+        for u in self.units(class).map_err(io::Error::other)? {
+            let r = match self.fx.unit_freezer_state(u) {
+                Ok(s) if s == "running" => self.fx.freeze_unit(u).map(|()| done.push(u)),
+                Ok(_) => Ok(()),
+                // A unit that is not loaded (stopped, not started yet) has nothing to freeze.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                for d in &done {
+                    let _ = self.fx.thaw_unit(d);
+                }
+                return Err(e);
+            }
+        }
+        self.ours().extend(done.into_iter().cloned());
+        Ok(())
+    }
+    /// Thaws the units this backend froze (not one someone else froze).
     fn thaw(&self, class: &str) -> io::Result<()> {
-        self.fx.thaw(&self.cgroup(class).map_err(io::Error::other)?, FREEZE_SETTLE)
+        let mut first_err = None;
+        for u in self.units(class).map_err(io::Error::other)? {
+            if !self.ours().contains(u) {
+                continue;
+            }
+            match self.fx.thaw_unit(u) {
+                Ok(()) => {
+                    self.ours().remove(u);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.ours().remove(u);
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 }
 
@@ -86,11 +185,11 @@ struct Core {
     journal: Option<Journal>,
     fx: Arc<dyn Effects + Send + Sync>,
     frozen: BTreeSet<String>,
-    /// Cgroups whose `Undo::Thaw` stands in the journal: recorded before their first freeze
+    /// Classes whose thaw (`Undo::Thaw`, `Undo::ThawUnit`) stands in the journal: recorded before their first freeze
     /// and kept while the actuator runs (replaying it on a thawed cgroup changes nothing), so
     /// a nap's entry does not wait for a journal fsync each time (issue 19: the entry took
     /// ~4.5 ms, most of it that fsync on this machine's disk-backed /run).
-    journalled: BTreeSet<PathBuf>,
+    journalled: BTreeSet<String>,
     freezes_total: u64,
 }
 
@@ -103,19 +202,15 @@ impl Freezing {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The cgroup `class` freezes as (checked at start: a class without one is refused).
-    pub fn cgroup(&self, class: &str) -> Result<PathBuf, String> {
-        self.lock().backend.cgroup(class)
-    }
-
-    /// Freezes `class`'s cgroup, its thaw journalled first; waits (bounded) for it to settle.
+    /// Freezes `class`, its thaw journalled first; waits (bounded) for it to settle.
     pub fn freeze(&self, class: &str) -> io::Result<()> {
         let mut core = self.lock();
-        let cgroup = core.backend.cgroup(class).map_err(io::Error::other)?;
         let j = core.journal.clone().ok_or_else(|| io::Error::other("the freezer actuator has not started (no journal)"))?;
-        if !core.journalled.contains(&cgroup) {
-            j.record(owner::FREEZER, Undo::Thaw { cgroup: cgroup.clone() }).map_err(io::Error::other)?;
-            core.journalled.insert(cgroup);
+        if !core.journalled.contains(class) {
+            for u in core.backend.undo(class).map_err(io::Error::other)? {
+                j.record(owner::FREEZER, u).map_err(io::Error::other)?;
+            }
+            core.journalled.insert(class.to_string());
         }
         core.backend.freeze(class)?;
         core.frozen.insert(class.to_string());
@@ -175,10 +270,7 @@ impl Actuator for FreezerActuator {
 
     fn init(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         for class in &self.classes {
-            let cg = self.core.cgroup(class)?;
-            if !cx.fx.exists(&cg) {
-                return Err(format!("class {class}'s cgroup {} does not exist: the class mover makes it first", cg.display()).into());
-            }
+            self.core.lock().backend.check(class)?;
         }
         self.core.lock().journal = Some(cx.journal.clone());
         Ok(())
@@ -194,5 +286,72 @@ impl Actuator for FreezerActuator {
 
     fn shutdown(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
         self.compact()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::control::ActCx;
+    use joule_core::effects::{FakeEffects, Units};
+
+    /// A started freezer actuator for class `web` = units a.service and b.service.
+    fn systemd(fx: &Arc<FakeEffects>, dir: &std::path::Path) -> (FreezerActuator, Journal) {
+        let units = [("web".to_string(), vec!["a.service".to_string(), "b.service".to_string()])].into();
+        let mut f = FreezerActuator::new(Box::new(SystemdFreezer::new(fx.clone(), units)), fx.clone(), vec!["web".into()]);
+        let journal = Journal::open(dir).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        f.init(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap();
+        (f, journal)
+    }
+
+    #[test]
+    fn a_unit_class_is_frozen_by_systemd_its_thaws_journalled_first() {
+        let fx = Arc::new(FakeEffects::default().with_unit("a.service").with_unit("b.service"));
+        let dir = tempfile::tempdir().unwrap();
+        let (f, journal) = systemd(&fx, dir.path());
+        let h = f.handle();
+        h.freeze("web").unwrap();
+        assert_eq!(fx.calls(), ["freeze-unit a.service", "freeze-unit b.service"]);
+        assert_eq!(fx.unit_freezer_state("b.service").unwrap(), "frozen");
+        let undo: Vec<Undo> = journal.entries().unwrap().into_iter().map(|e| e.undo).collect();
+        assert_eq!(undo, [Undo::ThawUnit { unit: "a.service".into() }, Undo::ThawUnit { unit: "b.service".into() }]);
+        h.thaw("web").unwrap();
+        assert_eq!(&fx.calls()[2..], ["thaw-unit a.service", "thaw-unit b.service"]);
+        // A second nap journals nothing new: the thaws stand until shutdown.
+        h.freeze("web").unwrap();
+        assert_eq!(journal.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_unit_someone_else_froze_is_neither_frozen_nor_thawed_by_the_nap() {
+        let fx = Arc::new(FakeEffects::default().with_unit("a.service").with_unit("b.service"));
+        fx.freeze_unit("b.service").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (f, _journal) = systemd(&fx, dir.path());
+        let h = f.handle();
+        h.freeze("web").unwrap();
+        h.thaw("web").unwrap();
+        assert_eq!(&fx.calls()[1..], ["freeze-unit a.service", "thaw-unit a.service"]);
+        assert_eq!(fx.unit_freezer_state("b.service").unwrap(), "frozen", "the administrator's freeze stays");
+    }
+
+    #[test]
+    fn a_failed_freeze_thaws_what_it_froze_and_a_missing_unit_is_refused_at_start() {
+        let fx = Arc::new(FakeEffects::default().with_unit("a.service").with_unit("b.service"));
+        fx.fail_calls("freeze-unit b.service", libc::EIO);
+        let dir = tempfile::tempdir().unwrap();
+        let (f, _journal) = systemd(&fx, dir.path());
+        assert!(f.handle().freeze("web").is_err());
+        assert_eq!(fx.unit_freezer_state("a.service").unwrap(), "running");
+        assert!(fx.calls().contains(&"thaw-unit a.service".to_string()), "{:?}", fx.calls());
+
+        let fx = Arc::new(FakeEffects::default().with_unit("a.service"));
+        let units = [("web".to_string(), vec!["a.service".to_string(), "b.service".to_string()])].into();
+        let mut f = FreezerActuator::new(Box::new(SystemdFreezer::new(fx.clone(), units)), fx.clone(), vec!["web".into()]);
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        let e = f.init(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap_err();
+        assert!(e.to_string().contains("b.service"), "{e}");
     }
 }

@@ -147,6 +147,18 @@ impl Layout {
     pub fn is_empty(&self) -> bool {
         self.v1.is_empty() && self.unified.is_none()
     }
+
+    /// Pure cgroup v2: the unified hierarchy at `root` itself, no v1 hierarchy.
+    pub fn is_pure_v2(&self, root: &Path) -> bool {
+        self.v1.is_empty() && self.unified.as_ref().is_some_and(|u| u.dir == root)
+    }
+}
+
+/// Whether systemd owns the cgroup tree at `cgroup_root`: PID 1 (under `procfs`) is systemd
+/// and the hierarchy is pure v2, where systemd's rule is one writer per subtree
+/// (docs/systemd.md). Then joule acts on units through systemd and never moves a process.
+pub fn systemd_owns_tree(procfs: &Path, cgroup_root: &Path, fx: &dyn Effects) -> bool {
+    fx.read(&procfs.join("1/comm")).is_ok_and(|c| c.trim() == "systemd") && Layout::detect(cgroup_root, fx).is_pure_v2(cgroup_root)
 }
 
 fn unified(dir: &Path, fx: &dyn Effects) -> Unified {
@@ -187,6 +199,20 @@ mod tests {
         assert_eq!(u.dir, root.join("unified"));
         assert_eq!(u.controllers, ["hugetlb"]);
         assert!(!u.offers("cpu"));
+    }
+
+    #[test]
+    fn systemd_owns_a_pure_v2_tree_only_as_pid_1() {
+        let fx = FakeEffects::default().with_file("/cg/cgroup.controllers", "cpu cpuset").with_file("/proc/1/comm", "systemd\n");
+        let (proc, cg) = (Path::new("/proc"), Path::new("/cg"));
+        assert!(systemd_owns_tree(proc, cg, &fx));
+        let other_init = FakeEffects::default().with_file("/cg/cgroup.controllers", "cpu").with_file("/proc/1/comm", "init\n");
+        assert!(!systemd_owns_tree(proc, cg, &other_init));
+        // The hybrid layout (this development host's): joule owns its joule/ trees.
+        let root = fixture("cgroupfs/hybrid");
+        let hybrid = FakeEffects::default().with_file("/proc/1/comm", "systemd\n");
+        assert!(!Layout::detect(&root, &RealEffects).is_pure_v2(&root));
+        assert!(!systemd_owns_tree(proc, &root, &hybrid), "no cgroup.controllers at the fake's root");
     }
 
     #[test]

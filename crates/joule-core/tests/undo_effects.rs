@@ -2,7 +2,7 @@
 //! journal on `FakeEffects`: what each one asks of the seam, and when it counts as gone.
 //! No root needed; the same records on the real kernel are in `root_effects.rs`.
 
-use joule_core::effects::{tc_handle, FakeEffects, FreezeState, Freezer, Net, Qdisc, Sched, TC_H_ROOT};
+use joule_core::effects::{tc_handle, FakeEffects, FreezeState, Freezer, Net, Qdisc, Sched, Units, TC_H_ROOT};
 use joule_core::journal::{self, Journal, Undo};
 use std::path::Path;
 
@@ -107,4 +107,29 @@ fn qdisc_delete_removes_only_the_qdisc_joule_put() {
     let dir = tempfile::tempdir().unwrap();
     Journal::open(dir.path()).unwrap().record("net", undo("jv0", "fq")).unwrap();
     assert_eq!(journal::entries(dir.path()).unwrap()[0].undo, undo("jv0", "fq"));
+}
+
+#[test]
+fn a_unit_joule_froze_is_thawed_by_replay_and_a_running_one_is_left_alone() {
+    let fx = FakeEffects::default().with_unit("nginx.service").with_unit("other.service");
+    fx.freeze_unit("nginx.service").unwrap();
+    let r = journal::replay(&[Undo::ThawUnit { unit: "nginx.service".into() }, Undo::ThawUnit { unit: "other.service".into() }], &fx);
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(fx.unit_freezer_state("nginx.service").unwrap(), "running");
+    assert_eq!(fx.calls(), ["freeze-unit nginx.service", "thaw-unit nginx.service"], "the running unit got no call");
+    let r = journal::replay(&[Undo::ThawUnit { unit: "../x.service".into() }], &fx);
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert_eq!(fx.calls().len(), 2);
+}
+
+#[test]
+fn a_controller_someone_else_now_uses_below_stays_enabled() {
+    let fx = FakeEffects::default().with_file("/cg/cgroup.subtree_control", "cpu memory");
+    fx.fail_calls("write /cg/cgroup.subtree_control -cpu", libc::EBUSY);
+    let r = journal::replay(&[Undo::Write { path: "/cg/cgroup.subtree_control".into(), old: "-cpu".into() }], &fx);
+    assert!(r.failed.is_empty() && r.already_gone == 1, "{r:?}");
+    // Any other failure of that write is still one.
+    fx.fail_calls("write /cg/cgroup.subtree_control -memory", libc::EIO);
+    let r = journal::replay(&[Undo::Write { path: "/cg/cgroup.subtree_control".into(), old: "-memory".into() }], &fx);
+    assert_eq!(r.failed.len(), 1, "{r:?}");
 }

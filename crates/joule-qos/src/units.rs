@@ -7,18 +7,25 @@
 //! unless someone else changed it since, whose value then stays. The units'
 //! processes stay in their units: systemd's `Tasks:`, kill, freeze and reload keep working.
 //!
+//! **Classes matched by processes** (comm, uid, ...) on such a host are acted on through the
+//! units their processes live in ([`UnitClasses::for_systemd`], [`UnitClasses::resolve`]): a
+//! unit whose every process belongs to the class gets the class's properties; a unit that also
+//! holds other work (a login session, a container, a service with other processes) is shared,
+//! and unit-wide properties are refused for it, with the reason. No process is moved.
+//!
 //! **Drift**: what joule set is remembered; a later value joule did not write (an
 //! administrator's `systemctl set-property`, a `daemon-reload` of a unit file that sets it) is
 //! reported, and the administrator's value wins: joule stops holding that property until the
 //! config changes (a new controller).
 
-use crate::{ApplyReport, ClassCap, QosError, OWNER};
+use crate::{ApplyReport, ClassCap, QosError, ReconcileReport, OWNER};
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, UnitValue};
 use joule_core::journal::{Journal, RestoreReport, Undo};
+use joule_core::membership::Membership;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// systemd's "not set" for a `t` property (USEC_INFINITY / CGROUP_WEIGHT_INVALID).
 const UNSET: u64 = u64::MAX;
@@ -32,6 +39,8 @@ struct UnitClass {
     /// The configured quota (µs per period over all CPUs) and period, for thermal caps.
     quota_us: Option<u64>,
     period_us: u64,
+    /// Its units are those its processes live in (`resolve`), not named in the config.
+    resolved: bool,
 }
 
 /// A property joule set and later found changed by someone else.
@@ -51,6 +60,10 @@ pub struct UnitClasses {
     /// (unit, property) pairs an administrator took over: left alone until a new config.
     yielded: BTreeSet<(String, String)>,
     caps: BTreeMap<String, ClassCap>,
+    /// The unified hierarchy's root, where a resolved unit's processes are listed.
+    cgroup_root: PathBuf,
+    /// Shared units refused per resolved class, as last reported (a note is logged once).
+    shared: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// `AllowedCPUs`' bitmask for a cpu list: CPU n is bit n % 8 of byte n / 8.
@@ -67,9 +80,21 @@ impl UnitClasses {
     /// class that asks what a unit cannot have (RT runtime: cgroup v2 has no RT bandwidth) or
     /// names a cpu list that does not parse is refused with the reason.
     pub fn new(classes: &[ClassConfig], ncpus: usize) -> Result<UnitClasses, QosError> {
+        let units: Vec<ClassConfig> = classes.iter().filter(|c| c.matches.only_units()).cloned().collect();
+        Self::build(&units, ncpus, PathBuf::new())
+    }
+
+    /// Every class of `classes`, on a host whose cgroup tree (unified, at `cgroup_root`)
+    /// systemd owns: those that name units are those units; the others get the units their
+    /// processes live in ([`UnitClasses::resolve`]).
+    pub fn for_systemd(classes: &[ClassConfig], ncpus: usize, cgroup_root: &Path) -> Result<UnitClasses, QosError> {
+        Self::build(classes, ncpus, cgroup_root.to_path_buf())
+    }
+
+    fn build(classes: &[ClassConfig], ncpus: usize, cgroup_root: PathBuf) -> Result<UnitClasses, QosError> {
         let mut out = Vec::new();
         let mut refused = Vec::new();
-        for c in classes.iter().filter(|c| c.matches.only_units()) {
+        for c in classes {
             if c.rt_runtime_us.is_some_and(|r| r > 0) {
                 refused.push(format!("class {}: systemd units have no RT bandwidth (cgroup v2); give it a quota or weight", c.name));
                 continue;
@@ -93,12 +118,127 @@ impl UnitClasses {
                     _ => refused.push(format!("class {}: cpus = {list:?} is not a CPU list", c.name)),
                 }
             }
-            out.push(UnitClass { name: c.name.clone(), units: c.matches.units().map(String::from).collect(), props, quota_us: c.quota_us, period_us });
+            let resolved = !c.matches.only_units();
+            let units = if resolved { Vec::new() } else { c.matches.units().map(String::from).collect() };
+            out.push(UnitClass { name: c.name.clone(), units, props, quota_us: c.quota_us, period_us, resolved });
         }
         if !refused.is_empty() {
             return Err(QosError::Refused(refused.join("\n")));
         }
-        Ok(UnitClasses { classes: out, ncpus: ncpus.max(1), held: BTreeMap::new(), yielded: BTreeSet::new(), caps: BTreeMap::new() })
+        Ok(UnitClasses {
+            classes: out,
+            ncpus: ncpus.max(1),
+            held: BTreeMap::new(),
+            yielded: BTreeSet::new(),
+            caps: BTreeMap::new(),
+            cgroup_root,
+            shared: BTreeMap::new(),
+        })
+    }
+
+    /// The units `class` acts on now (named, or resolved from its processes).
+    pub fn units_of(&self, class: &str) -> Vec<String> {
+        self.classes.iter().find(|c| c.name == class).map(|c| c.units.clone()).unwrap_or_default()
+    }
+
+    /// Gives each class matched by processes the units its processes live in: a unit all of
+    /// whose processes are the class's gets the class's properties (journalled as `apply`
+    /// does); a unit that also holds other processes, or that another class already has, is
+    /// shared: refused, with a note. A unit the class no longer covers gets its properties
+    /// back. Reads each unit's `cgroup.procs` (its whole subtree); the caller runs it when
+    /// the membership changed.
+    pub fn resolve(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        let mut report = ReconcileReport::default();
+        let named: BTreeMap<String, String> =
+            self.classes.iter().filter(|c| !c.resolved).flat_map(|c| c.units.iter().map(|u| (u.clone(), c.name.clone()))).collect();
+        let mut taken = named;
+        for i in 0..self.classes.len() {
+            if !self.classes[i].resolved {
+                continue;
+            }
+            let name = self.classes[i].name.clone();
+            let mut found: BTreeMap<String, String> = BTreeMap::new();
+            for m in members.of(&name) {
+                if let Some((unit, dir)) = m.cgroups.path(None).and_then(unit_of) {
+                    found.insert(unit, dir);
+                }
+            }
+            let mut whole = Vec::new();
+            let mut shared = BTreeSet::new();
+            for (unit, dir) in found {
+                let why = match taken.get(&unit) {
+                    Some(other) => Some(format!("it is class {other}'s")),
+                    None => outsider(fx, &self.cgroup_root.join(dir.trim_start_matches('/')), members, &name)
+                        .map(|pid| format!("it also holds pid {pid}, which is not in the class")),
+                };
+                match why {
+                    None => {
+                        taken.insert(unit.clone(), name.clone());
+                        whole.push(unit);
+                    }
+                    Some(why) => {
+                        if !self.shared.get(&name).is_some_and(|s| s.contains(&unit)) {
+                            report.notes.push(format!(
+                                "class {name}: {unit} is shared ({why}): unit-wide quota, weight and cpus are refused for it; per-thread knobs (latency slice) still apply"
+                            ));
+                        }
+                        shared.insert(unit);
+                    }
+                }
+            }
+            self.shared.insert(name.clone(), shared);
+            let before = self.classes[i].units.clone();
+            let props = self.classes[i].props.clone();
+            let mut kept = Vec::new();
+            for unit in whole {
+                if before.contains(&unit) {
+                    kept.push(unit);
+                    continue;
+                }
+                match self.set_all(journal, fx, &unit, &props) {
+                    Ok(()) => {
+                        report
+                            .notes
+                            .push(format!("class {name}: {unit} holds only the class's processes: the class's properties set on it (systemd, runtime)"));
+                        kept.push(unit);
+                    }
+                    // A scope that ended meanwhile, a unit systemd refuses: not this class's.
+                    Err(e) => {
+                        self.release_unit(journal, fx, &unit)?;
+                        report.notes.push(format!("class {name}: {unit} left alone: {e}"));
+                    }
+                }
+            }
+            for gone in before.iter().filter(|u| !kept.contains(u)) {
+                self.release_unit(journal, fx, gone)?;
+                report.notes.push(format!("class {name}: {gone} no longer holds only the class's processes: its properties are back"));
+            }
+            self.classes[i].units = kept;
+            if let Some(cap) = self.caps.get(&name).map(|c| c.cpu_pct) {
+                self.set_cap(journal, fx, &name, cap)?;
+            }
+        }
+        Ok(report)
+    }
+
+    fn set_all(&mut self, journal: &Journal, fx: &dyn Effects, unit: &str, props: &[(&'static str, UnitValue)]) -> Result<(), QosError> {
+        for (property, want) in props {
+            self.set(journal, fx, unit, property, want)?;
+        }
+        Ok(())
+    }
+
+    /// Puts back what joule set on `unit` (journal records of owner `qos`), and forgets it.
+    fn release_unit(&mut self, journal: &Journal, fx: &dyn Effects, unit: &str) -> Result<(), QosError> {
+        self.held.retain(|(u, _), _| u != unit);
+        self.yielded.retain(|(u, _)| u != unit);
+        journal.restore_where(fx, |e| e.owner == OWNER && matches!(&e.undo, Undo::UnitProperty { unit: u, .. } if u == unit))?;
+        Ok(())
+    }
+
+    /// The shared units refused per class matched by processes (for the status).
+    pub fn shared(&self) -> &BTreeMap<String, BTreeSet<String>> {
+        &self.shared
     }
 
     pub fn is_empty(&self) -> bool {
@@ -221,6 +361,41 @@ impl UnitClasses {
         self.caps.clear();
         Ok(journal.restore_where(fx, |e| e.owner == OWNER && matches!(e.undo, Undo::UnitProperty { .. }))?)
     }
+}
+
+/// The system unit a process lives in, from its v2 cgroup path, and that unit's cgroup: the
+/// first `.service` or `.scope` component (`/system.slice/nginx.service` -> nginx.service;
+/// below `user@1000.service` everything is the user's manager's, so that unit is the one).
+pub fn unit_of(path: &str) -> Option<(String, String)> {
+    let mut dir = String::new();
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        dir.push('/');
+        dir.push_str(seg);
+        if (seg.ends_with(".service") || seg.ends_with(".scope")) && joule_core::effects::valid_unit_name(seg) {
+            return Some((seg.to_string(), dir));
+        }
+    }
+    None
+}
+
+/// A process in the cgroup subtree at `dir` that is not a member of `class` (the first found),
+/// or None when every one is (or the subtree cannot be read: then nothing is known to be
+/// outside, and the unit's own processes are the class's).
+fn outsider(fx: &dyn Effects, dir: &Path, members: &Membership, class: &str) -> Option<i32> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let procs = fx.read(&d.join("cgroup.procs")).unwrap_or_default();
+        if let Some(pid) = procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).find(|pid| members.members.get(pid).is_none_or(|m| m.class != class))
+        {
+            return Some(pid);
+        }
+        for name in fx.list_dir(&d).unwrap_or_default() {
+            if fx.exists(&d.join(&name).join("cgroup.procs")) {
+                stack.push(d.join(name));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -134,3 +134,82 @@ fn cpu_masks_put_cpu_n_in_bit_n() {
     assert_eq!(cpu_mask(&[1, 3]), vec![0b1010]);
     assert_eq!(cpu_mask(&[9]), vec![0, 2]);
 }
+
+/// A membership of `(pid, class, v2 cgroup)` members.
+fn members(list: &[(i32, &str, &str)]) -> Membership {
+    let mut m = Membership::default();
+    for (pid, class, cg) in list {
+        let member = joule_core::membership::Member {
+            pid: *pid,
+            class: class.to_string(),
+            started: Some(1),
+            cgroups: joule_core::procfs::TaskCgroups::parse(&format!("0::{cg}\n")),
+            uid: Some(0),
+        };
+        m.members.insert(*pid, member);
+    }
+    m.full = true;
+    m
+}
+
+const NGINX: &str = "/system.slice/nginx.service";
+const SESSION: &str = "/user.slice/user-1000.slice/session-3.scope";
+
+#[test]
+fn a_class_matched_by_processes_acts_through_the_units_it_fills_and_refuses_shared_ones() {
+    let cfg = "[[class]]\nname = \"by-name\"\nmatch = { comm = [\"nginx\"], uid = [0, 33] }\nquota_us = 30000\nperiod_us = 100000\n";
+    let fx = FakeEffects::default()
+        .with_unit("nginx.service")
+        .with_unit("session-3.scope")
+        .with_dir("/cg/system.slice/nginx.service")
+        .with_file("/cg/system.slice/nginx.service/cgroup.procs", "10\n11\n")
+        .with_dir(format!("/cg{SESSION}"))
+        .with_file(format!("/cg{SESSION}/cgroup.procs"), "20\n21\n");
+    let (_d, j) = journal();
+    let mut u = UnitClasses::for_systemd(&classes(cfg), 2, Path::new("/cg")).unwrap();
+    assert_eq!(u.apply(&j, &fx).unwrap().writes, 0, "no unit is known before the processes are");
+    // nginx's master and worker are the class's; the session also runs 21 (a shell).
+    let m = members(&[(10, "by-name", NGINX), (11, "by-name", NGINX), (20, "by-name", SESSION)]);
+    let r = u.resolve(&j, &fx, &m).unwrap();
+    assert_eq!(u.units_of("by-name"), ["nginx.service"]);
+    assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(300_000));
+    assert_eq!(fx.unit_property("session-3.scope", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(u64::MAX), "a shared unit is not capped");
+    assert!(r.notes.iter().any(|n| n.contains("session-3.scope is shared") && n.contains("pid 21")), "{:?}", r.notes);
+    assert!(fx.calls().iter().all(|c| c.starts_with("set-property nginx.service")), "{:?}", fx.calls());
+    // The same reading again: no D-Bus call, no repeated note.
+    let calls = fx.calls().len();
+    assert!(u.resolve(&j, &fx, &m).unwrap().notes.is_empty());
+    assert_eq!(fx.calls().len(), calls);
+    // Someone else's process appears in nginx.service: it is shared now, and its quota goes back.
+    let fx2 = fx.with_file("/cg/system.slice/nginx.service/cgroup.procs", "10\n11\n12\n");
+    let r = u.resolve(&j, &fx2, &m).unwrap();
+    assert!(u.units_of("by-name").is_empty());
+    assert_eq!(fx2.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(u64::MAX));
+    assert!(r.notes.iter().any(|n| n.contains("nginx.service no longer holds only")), "{:?}", r.notes);
+    assert!(j.entries().unwrap().is_empty(), "{:?}", j.entries());
+}
+
+#[test]
+fn a_unit_another_class_names_is_not_taken_by_a_process_class() {
+    let cfg = "[[class]]\nname = \"web\"\nmatch = { unit = [\"nginx.service\"] }\nweight = 50\n\n\
+               [[class]]\nname = \"by-name\"\nmatch = { comm = [\"nginx\"], uid = [0] }\nquota_us = 30000\n";
+    let fx = FakeEffects::default().with_unit("nginx.service").with_file("/cg/system.slice/nginx.service/cgroup.procs", "10\n");
+    let (_d, j) = journal();
+    let mut u = UnitClasses::for_systemd(&classes(cfg), 2, Path::new("/cg")).unwrap();
+    u.apply(&j, &fx).unwrap();
+    let r = u.resolve(&j, &fx, &members(&[(10, "by-name", NGINX)])).unwrap();
+    assert!(r.notes.iter().any(|n| n.contains("it is class web's")), "{:?}", r.notes);
+    assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(u64::MAX));
+}
+
+#[test]
+fn the_unit_of_a_process_is_its_first_service_or_scope() {
+    assert_eq!(unit_of(NGINX), Some(("nginx.service".into(), NGINX.into())));
+    assert_eq!(
+        unit_of("/user.slice/user-1000.slice/user@1000.service/app.slice/x.service"),
+        Some(("user@1000.service".into(), "/user.slice/user-1000.slice/user@1000.service".into()))
+    );
+    assert_eq!(unit_of("/system.slice/docker-ab12.scope/inner"), Some(("docker-ab12.scope".into(), "/system.slice/docker-ab12.scope".into())));
+    assert_eq!(unit_of("/"), None);
+    assert_eq!(unit_of("/joule/web"), None);
+}

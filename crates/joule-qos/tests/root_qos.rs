@@ -342,6 +342,15 @@ impl Units for DiesAt {
     fn set_unit_property(&self, _: &str, _: &str, _: &UnitValue) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
+    fn unit_freezer_state(&self, _: &str) -> io::Result<String> {
+        Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+    fn freeze_unit(&self, _: &str) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn thaw_unit(&self, _: &str) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
 }
 
 impl Net for DiesAt {

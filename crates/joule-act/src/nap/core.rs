@@ -81,6 +81,8 @@ struct State {
     undo_writes: Vec<(PathBuf, String)>,
     /// A finished nap's records are still in the journal (dropped by `compact`).
     compact: bool,
+    /// No nap before this, and why: an operator's job on a napped unit (`operator_wake`).
+    held: Option<(Instant, String)>,
 }
 
 pub struct NapCore {
@@ -106,7 +108,14 @@ pub enum Entered {
     AlreadyNapping,
     /// The last check found activity: nothing was changed.
     Aborted(String),
+    /// Held awake after an operator's job on the napped unit (`operator_wake`).
+    Held(String),
 }
+
+/// How long the nap stays off after an operator queued a job on a napped unit: systemd
+/// refuses a job on a frozen unit (docs/systemd.md), so the operator's retry must find it
+/// awake, and a restart or reload takes its time.
+pub const OPERATOR_HOLD: Duration = Duration::from_secs(60);
 
 impl NapCore {
     pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal: Journal, actions: NapActions, counters: Arc<NapCounters>) -> Self {
@@ -115,7 +124,7 @@ impl NapCore {
             journal,
             actions,
             counters,
-            state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false }),
+            state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false, held: None }),
             status_write: Mutex::new(String::new()),
         }
     }
@@ -159,6 +168,12 @@ impl NapCore {
         let mut st = self.lock();
         if st.napped_at.is_some() {
             return Ok(Entered::AlreadyNapping);
+        }
+        if let Some((until, why)) = &st.held {
+            if Instant::now() < *until {
+                return Ok(Entered::Held(why.clone()));
+            }
+            st.held = None;
         }
         let t0 = Instant::now();
         trigger.arm()?;
@@ -262,6 +277,13 @@ impl NapCore {
 }
 
 impl NapCore {
+    /// An operator queued a systemd job (`what`) on the napped unit: thaw now and stay awake
+    /// for [`OPERATOR_HOLD`]. True when it ended a nap.
+    pub fn operator_wake(&self, what: &str) -> io::Result<bool> {
+        self.lock().held = Some((Instant::now() + OPERATOR_HOLD, format!("{what}: awake for {} s", OPERATOR_HOLD.as_secs())));
+        self.wake("operator", Instant::now())
+    }
+
     /// Drops a finished nap's records from the journal (replaying them first: idempotent, and
     /// it retries what the wake could not put back). The control loop calls it, off the wake
     /// path.
@@ -444,5 +466,21 @@ mod tests {
         assert!(!c.status().napping);
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
         assert_eq!(fx.file("/sys/devices/system/cpu/cpu1/online").unwrap().trim(), "1");
+    }
+
+    #[test]
+    fn an_operators_job_thaws_the_nap_and_holds_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fx, c, _freezer) = core(dir.path());
+        let t = FakeTrigger(Rc::default());
+        assert_eq!(c.enter(&t, &mut || Ok(None)).unwrap(), Entered::Napping);
+        assert!(c.operator_wake("a job on nginx.service").unwrap());
+        assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
+        assert_eq!(c.status().wakes_total.get("operator"), Some(&1));
+        match c.enter(&t, &mut || Ok(None)).unwrap() {
+            Entered::Held(why) => assert!(why.contains("nginx.service") && why.contains("60 s"), "{why}"),
+            other => panic!("napped again during the hold: {other:?}"),
+        }
+        assert!(!c.operator_wake("again").unwrap(), "no nap to end");
     }
 }

@@ -41,7 +41,7 @@ pub const METRICS: &[MetricDef] = &[
     MetricDef::counter("joule_nap_residency_seconds", "Time spent napping since the agent started."),
     MetricDef::counter(
         "joule_nap_wakes",
-        "Naps ended, per reason: the first packet on a watched port (tcp:PORT, udp:PORT, seen by eBPF), a monitor's activity, shutdown.",
+        "Naps ended, per reason: the first packet on a watched port (tcp:PORT, udp:PORT, seen by eBPF), a monitor's activity, an operator's systemd job on a napped unit (operator), shutdown.",
     ),
 ];
 
@@ -87,6 +87,10 @@ pub struct NapActuator {
     waiter: Option<JoinHandle<()>>,
     status_file: Option<PathBuf>,
     notes: Vec<String>,
+    /// The napped class's systemd units, whose jobs wake the nap (`with_unit_jobs`).
+    unit_jobs: Vec<String>,
+    /// Tells the job watcher to stop acting (it ends at the next job after this).
+    jobs_stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct ProbeTrigger<'a>(Option<&'a NapProbe>);
@@ -124,7 +128,42 @@ impl NapActuator {
             waiter: None,
             status_file: None,
             notes: Vec::new(),
+            unit_jobs: Vec::new(),
+            jobs_stop: Arc::default(),
         }
+    }
+
+    /// The napped class is these systemd units (frozen by `FreezeUnit`): systemd refuses a
+    /// job on a frozen unit, so a job queued on one (an operator's restart, reload, stop)
+    /// thaws it at once and holds the nap off for `core::OPERATOR_HOLD`.
+    pub fn with_unit_jobs(mut self, units: Vec<String>) -> Self {
+        self.unit_jobs = units;
+        self
+    }
+
+    /// Starts the thread that wakes the nap on a job queued on one of its units.
+    fn watch_unit_jobs(&mut self, core: &Arc<NapCore>) -> Result<(), ActError> {
+        if self.unit_jobs.is_empty() {
+            return Ok(());
+        }
+        let (c, stop) = (core.clone(), self.jobs_stop.clone());
+        joule_core::effects::watch_jobs(self.unit_jobs.clone(), move |unit| {
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            match c.operator_wake(&format!("a job on {unit}")) {
+                Ok(true) => tracing::warn!(
+                    "nap: a job was queued on napped {unit}, which systemd refuses on a frozen unit: thawed it, no nap for {} s (run a refused systemctl command again)",
+                    self::core::OPERATOR_HOLD.as_secs()
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::error!("nap: thawing {unit} for a job on it failed: {e}"),
+            }
+            true
+        })
+        .map_err(|e| format!("watching systemd jobs on {:?}: {e}", self.unit_jobs))?;
+        self.notes.push(format!("a systemd job on {} thaws it and holds the nap off for {} s", self.unit_jobs.join(", "), self::core::OPERATOR_HOLD.as_secs()));
+        Ok(())
     }
 
     /// The machine-nap writes, each checked against what this machine has.
@@ -277,6 +316,7 @@ impl Actuator for NapActuator {
         } else if !ports.is_empty() {
             self.notes.push("eBPF off: a nap is left at the next period, when the monitors see the queued request (no fast wake)".into());
         }
+        self.watch_unit_jobs(&core)?;
         self.core = Some(core);
         (cx.events)("nap_ready", serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }));
         self.write_status();
@@ -324,7 +364,7 @@ impl Actuator for NapActuator {
                 match core.enter(&ProbeTrigger(probe), &mut last_check)? {
                     Entered::Napping => (cx.events)("nap", serde_json::json!({ "enter_us": core.status().last_enter_us })),
                     Entered::Aborted(why) => (cx.events)("nap_aborted", serde_json::json!({ "why": why })),
-                    Entered::AlreadyNapping => {}
+                    Entered::AlreadyNapping | Entered::Held(_) => {}
                 }
             }
             Some(false) if napping && core.wake("activity", Instant::now())? => {
@@ -348,6 +388,7 @@ impl Actuator for NapActuator {
     }
 
     fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
+        self.jobs_stop.store(true, Ordering::Release);
         if let Some(s) = self.waiter_stop.take() {
             s.stop();
         }

@@ -3,7 +3,9 @@
 //! with runtime = true: nothing persists past a reboot). On a host where
 //! systemd owns the cgroup tree this is the one way joule changes another unit (systemd's
 //! rule: one writer per subtree, docs/systemd.md). D-Bus through zbus, never by shelling out
-//! to systemctl. (`FreezeUnit`/`ThawUnit` for nap join when the nap actuator uses them.)
+//! to systemctl. A nap freezes a unit with `FreezeUnit`/`ThawUnit`, so `systemctl show -p
+//! FreezerState` agrees, and [`watch_jobs`] tells the nap when an operator queues a job on a
+//! napped unit (systemd refuses jobs on a frozen unit, docs/systemd.md).
 
 use super::{not_found, FakeEffects, RealEffects};
 use serde::{Deserialize, Serialize};
@@ -66,6 +68,13 @@ pub trait Units {
     fn unit_property(&self, unit: &str, property: &str) -> io::Result<UnitValue>;
     /// Sets `property` of `unit` for this boot (SetUnitProperties, runtime = true).
     fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()>;
+    /// The unit's `FreezerState`: `running`, `freezing`, `frozen`, `thawing` (systemd 257 adds
+    /// `frozen-by-parent`, ...). `ErrorKind::NotFound` when there is no such unit.
+    fn unit_freezer_state(&self, unit: &str) -> io::Result<String>;
+    /// Freezes every process of the unit (`FreezeUnit`); returns once systemd says frozen.
+    fn freeze_unit(&self, unit: &str) -> io::Result<()>;
+    /// Thaws the unit (`ThawUnit`); a unit that is not frozen is left as it is.
+    fn thaw_unit(&self, unit: &str) -> io::Result<()>;
 }
 
 fn check_name(unit: &str) -> io::Result<()> {
@@ -85,6 +94,35 @@ impl Units for RealEffects {
         check_name(unit)?;
         dbus::set_property(unit, property, value)
     }
+    fn unit_freezer_state(&self, unit: &str) -> io::Result<String> {
+        check_name(unit)?;
+        dbus::freezer_state(unit)
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        dbus::manager_call(unit, "FreezeUnit")
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        check_name(unit)?;
+        dbus::manager_call(unit, "ThawUnit")
+    }
+}
+
+/// Calls `on_job(unit)` for every job systemd queues on one of `units` (its `JobNew` signal),
+/// from a thread of its own, until `on_job` returns false. Returns once subscribed, so a job
+/// queued after it returns is seen. The thread ends with the process otherwise.
+pub fn watch_jobs(units: Vec<String>, mut on_job: impl FnMut(&str) -> bool + Send + 'static) -> io::Result<std::thread::JoinHandle<()>> {
+    for u in &units {
+        check_name(u)?;
+    }
+    let signals = dbus::job_signals()?;
+    std::thread::Builder::new().name("joule-unit-jobs".into()).spawn(move || {
+        for unit in signals {
+            if units.contains(&unit) && !on_job(&unit) {
+                return;
+            }
+        }
+    })
 }
 
 /// The D-Bus side: one system-bus connection per process, made on first use.
@@ -142,6 +180,25 @@ mod dbus {
         Vec::<u8>::try_from(v).map(UnitValue::Bytes).map_err(|e| io::Error::other(format!("{unit} {property}: neither t nor ay: {e}")))
     }
 
+    pub fn freezer_state(unit: &str) -> io::Result<String> {
+        let path: OwnedObjectPath = manager()?.call("GetUnit", &(unit,)).map_err(|e| err(&format!("GetUnit {unit}"), e))?;
+        let p = Proxy::new(conn()?, DEST, path, "org.freedesktop.systemd1.Unit").map_err(|e| err(unit, e))?;
+        p.get_property::<String>("FreezerState").map_err(|e| err(&format!("{unit} FreezerState"), e))
+    }
+
+    /// `FreezeUnit`/`ThawUnit`: systemd replies once the unit reached the state.
+    pub fn manager_call(unit: &str, method: &str) -> io::Result<()> {
+        manager()?.call::<_, _, ()>(method, &(unit,)).map_err(|e| err(&format!("{method} {unit}"), e))
+    }
+
+    /// The unit of each job systemd queues from now on (`JobNew`, after `Subscribe`).
+    pub fn job_signals() -> io::Result<impl Iterator<Item = String>> {
+        let m = manager()?;
+        let jobs = m.receive_signal("JobNew").map_err(|e| err("JobNew signals", e))?;
+        m.call::<_, _, ()>("Subscribe", &()).map_err(|e| err("Subscribe", e))?;
+        Ok(jobs.filter_map(|msg| msg.body().deserialize::<(u32, OwnedObjectPath, String)>().ok().map(|(_, _, unit)| unit)))
+    }
+
     pub fn set_property(unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
         let v = match value {
             UnitValue::U64(n) => Value::from(*n),
@@ -173,16 +230,49 @@ impl Units for FakeEffects {
             Ok(())
         })
     }
+    fn unit_freezer_state(&self, unit: &str) -> io::Result<String> {
+        check_name(unit)?;
+        let units = self.units.lock().unwrap();
+        match units.get(&(unit.to_string(), FREEZER_STATE.to_string())) {
+            Some(UnitValue::U64(1)) => Ok("frozen".into()),
+            Some(_) => Ok("running".into()),
+            None => Err(not_found(format!("unit {unit}"))),
+        }
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        self.set_frozen(unit, true)
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        self.set_frozen(unit, false)
+    }
 }
 
+/// The fake's key for a unit's freezer (1: frozen).
+const FREEZER_STATE: &str = "FreezerState";
+
 impl FakeEffects {
-    /// A unit with its resource properties at systemd's defaults (nothing set).
+    /// A unit with its resource properties at systemd's defaults (nothing set), running.
     pub fn with_unit(self, unit: &str) -> Self {
+        let mut units = self.units.lock().unwrap();
         for p in UNIT_PROPERTIES {
             let v = if *p == "AllowedCPUs" { UnitValue::Bytes(Vec::new()) } else { UnitValue::U64(u64::MAX) };
-            self.units.lock().unwrap().insert((unit.to_string(), p.to_string()), v);
+            units.insert((unit.to_string(), p.to_string()), v);
         }
+        units.insert((unit.to_string(), FREEZER_STATE.to_string()), UnitValue::U64(0));
+        drop(units);
         self
+    }
+
+    fn set_frozen(&self, unit: &str, frozen: bool) -> io::Result<()> {
+        check_name(unit)?;
+        let key = (unit.to_string(), FREEZER_STATE.to_string());
+        if !self.units.lock().unwrap().contains_key(&key) {
+            return Err(not_found(format!("unit {unit}")));
+        }
+        self.act(format!("{} {unit}", if frozen { "freeze-unit" } else { "thaw-unit" }), || {
+            self.units.lock().unwrap().insert(key, UnitValue::U64(u64::from(frozen)));
+            Ok(())
+        })
     }
 }
 

@@ -101,6 +101,9 @@ pub enum Undo {
     /// put there since (an administrator's) is theirs, and stays. One record per change, so a
     /// replay newest first walks back through joule's own values to the first `old`.
     UnitProperty { unit: String, property: String, old: UnitValue, set: UnitValue },
+    /// Thaw a systemd unit joule froze for a nap (`ThawUnit` over D-Bus), if it is still
+    /// frozen.
+    ThawUnit { unit: String },
     /// Delete interface `ifname` that joule created (an ifb for ingress limits) in `netns`,
     /// if it is still of `kind` (a same-named interface of another kind is not ours).
     LinkDelete {

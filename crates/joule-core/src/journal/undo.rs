@@ -113,6 +113,7 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
         // systemd checks the value itself; joule only sets the properties it sets, on units.
         Undo::UnitProperty { unit, property, .. } => (!valid_unit_name(unit) || !UNIT_PROPERTIES.contains(&property.as_str()))
             .then(|| format!("joule sets only {} of services, slices and scopes, not {property:?} of {unit:?}", UNIT_PROPERTIES.join(", "))),
+        Undo::ThawUnit { unit } => (!valid_unit_name(unit)).then(|| format!("joule freezes only services, slices and scopes, not {unit:?}")),
         // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
         Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
     };
@@ -187,6 +188,12 @@ impl Origins {
 pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::Result<Outcome> {
     match undo {
         Undo::Write { path, old } if path.file_name().is_some_and(|n| n == "cpu.rt_runtime_us") => gone_ok(write_rt_runtime(path, old, fx)),
+        // A controller joule enabled that other cgroups now use (systemd's, a container
+        // runtime's) cannot be disabled without breaking them: EBUSY. It is theirs now.
+        Undo::Write { path, old } if old.starts_with('-') && path.file_name().is_some_and(|n| n == "cgroup.subtree_control") => match fx.write(path, old) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(Outcome::Gone),
+            r => gone_ok(r),
+        },
         Undo::Write { path, old } => gone_ok(fx.write(path, old)),
         Undo::RemoveFile { path } => gone_ok(fx.remove_file(path)),
         Undo::Unmount { path, magic } => Ok(if undo_mount(path, *magic, fx)? { Outcome::Done } else { Outcome::Gone }),
@@ -210,6 +217,11 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
         Undo::Thaw { cgroup } => gone_ok(fx.thaw(cgroup, FREEZE_SETTLE)),
         Undo::UnitProperty { unit, property, old, set } => match fx.unit_property(unit, property) {
             Ok(now) if now.same(set) => gone_ok(fx.set_unit_property(unit, property, old)),
+            Ok(_) => Ok(Outcome::Gone),
+            Err(e) => gone_ok(Err(e)),
+        },
+        Undo::ThawUnit { unit } => match fx.unit_freezer_state(unit) {
+            Ok(state) if state.starts_with("frozen") || state == "freezing" => gone_ok(fx.thaw_unit(unit)),
             Ok(_) => Ok(Outcome::Gone),
             Err(e) => gone_ok(Err(e)),
         },

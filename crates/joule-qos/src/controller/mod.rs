@@ -90,6 +90,9 @@ pub struct ReconcileReport {
     pub recreated: Vec<PathBuf>,
     pub moved: Vec<(i32, String)>,
     pub vanished: Vec<i32>,
+    /// What changed and what was refused, in words (a class's units on a systemd host).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -183,6 +183,15 @@ impl Units for CgFake {
     fn set_unit_property(&self, unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
         self.fx.set_unit_property(unit, property, value)
     }
+    fn unit_freezer_state(&self, unit: &str) -> io::Result<String> {
+        self.fx.unit_freezer_state(unit)
+    }
+    fn freeze_unit(&self, unit: &str) -> io::Result<()> {
+        self.fx.freeze_unit(unit)
+    }
+    fn thaw_unit(&self, unit: &str) -> io::Result<()> {
+        self.fx.thaw_unit(unit)
+    }
 }
 
 impl Net for CgFake {

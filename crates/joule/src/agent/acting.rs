@@ -5,7 +5,7 @@
 
 use joule_act::cgroup_cpu::{CgroupCpuActuator, CpuBackend, WithUnits};
 use joule_act::cpufreq::CpufreqActuator;
-use joule_act::freezer::{CgroupfsFreezer, FreezerActuator};
+use joule_act::freezer::{CgroupfsFreezer, FreezerActuator, FreezerBackend, SystemdFreezer};
 use joule_act::nap::NapActuator;
 use joule_act::scx::ScxActuator;
 use joule_act::task_sched::TaskSchedActuator;
@@ -39,8 +39,34 @@ pub fn class_controller(cfg: &Config, root: bool) -> anyhow::Result<Option<QosCo
     Ok(Some(QosController::new(&fs_classes, qos_opts(cfg)).map_err(crate::UsageError::from_display)?))
 }
 
-/// The classes joule makes cgroups for: all but those that are systemd units.
+/// Whether systemd owns this machine's cgroup tree (PID 1 systemd, pure cgroup v2, under the
+/// config's roots): then every class acts through units and joule makes no cgroup.
+pub fn systemd_host(cfg: &Config) -> bool {
+    let t = &cfg.telemetry;
+    joule_core::cgroupfs::systemd_owns_tree(&t.procfs_root, &t.cgroup_root, &RealEffects)
+}
+
+/// What `joule qos plan/apply/status` refuse on a host whose cgroup tree systemd owns: a class
+/// they would make cgroups for and move processes into, which takes them out of their units (issue 20:
+/// `Tasks: 0`, systemd's stop and freeze miss them). The agent acts on such a class through
+/// its processes' units instead. None elsewhere.
+pub fn systemd_refusal(cfg: &Config) -> Option<String> {
+    let moved: Vec<&str> = cfg.classes.iter().filter(|c| !c.matches.only_units()).map(|c| c.name.as_str()).collect();
+    if moved.is_empty() || !systemd_host(cfg) {
+        return None;
+    }
+    Some(format!(
+        "systemd owns the cgroup tree here (PID 1, pure cgroup v2): `joule qos` plans joule/<class> cgroups for class(es) {} and would move their processes out of their units; the agent acts on them through their units instead (docs/systemd.md)",
+        moved.join(", ")
+    ))
+}
+
+/// The classes joule makes cgroups for: all but those that are systemd units; none on a host
+/// whose tree systemd owns (every class acts through units there).
 fn cgroupfs_classes(cfg: &Config) -> Vec<joule_core::config::ClassConfig> {
+    if systemd_host(cfg) {
+        return Vec::new();
+    }
     cfg.classes.iter().filter(|c| !c.matches.only_units()).cloned().collect()
 }
 
@@ -51,8 +77,18 @@ pub fn unit_classes(cfg: &Config, root: bool) -> anyhow::Result<Option<UnitClass
         return Ok(None);
     }
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let u = UnitClasses::new(&cfg.classes, ncpus).map_err(crate::UsageError::from_display)?;
+    let u = unit_classes_of(cfg, ncpus).map_err(crate::UsageError::from_display)?;
     Ok((!u.is_empty()).then_some(u))
+}
+
+/// The classes that act through units: all of them where systemd owns the tree, else those
+/// that name units.
+fn unit_classes_of(cfg: &Config, ncpus: usize) -> Result<UnitClasses, joule_qos::QosError> {
+    if systemd_host(cfg) {
+        UnitClasses::for_systemd(&cfg.classes, ncpus, &cfg.telemetry.cgroup_root)
+    } else {
+        UnitClasses::new(&cfg.classes, ncpus)
+    }
 }
 
 /// The class controller's options from the config: the agent's, and `joule check-config`'s,
@@ -98,10 +134,13 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
     }
     let opts = QosOpts { enforce_admission: false, ..qos_opts(cfg) };
     let key_of = |class: &str| cfg.classes.iter().position(|c| c.name == class).map_or("class".to_string(), |i| format!("class[{i}]"));
-    let mut out: Vec<(String, String)> = match UnitClasses::new(&cfg.classes, 1) {
+    let mut out: Vec<(String, String)> = match unit_classes_of(cfg, 1) {
         Ok(_) => Vec::new(),
         Err(e) => vec![("class".to_string(), e.to_string())],
     };
+    if let Some(why) = nap_refusal(cfg) {
+        out.push(("nap.class".to_string(), why));
+    }
     let fs_classes = cgroupfs_classes(cfg);
     if fs_classes.is_empty() {
         return out;
@@ -116,6 +155,16 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
         Err(e) => vec![("class".to_string(), format!("the class cgroups cannot be made on this machine: {e}"))],
     });
     out
+}
+
+/// On a host whose tree systemd owns, a nap class must name its units: systemd freezes units
+/// (`FreezeUnit`), and a class matched by processes may span shared units.
+pub fn nap_refusal(cfg: &Config) -> Option<String> {
+    let class = cfg.nap.class.as_ref().filter(|_| cfg.nap.enabled)?;
+    let c = cfg.classes.iter().find(|c| &c.name == class)?;
+    (!c.matches.only_units() && systemd_host(cfg)).then(|| {
+        format!("systemd owns the cgroup tree here: nap freezes units through systemd, so nap.class {class:?} must be a class that names its units (match = {{ unit = [...] }})")
+    })
 }
 
 /// What the actuators are built from besides the config.
@@ -144,8 +193,21 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
         (None, None) => {}
     }
     let mut freezing = None;
+    // A napped class of systemd units is frozen by systemd (FreezeUnit), and a job queued on
+    // one of its units wakes the nap (docs/systemd.md).
+    let mut nap_units = Vec::new();
     if let (true, true, Some(class)) = (cfg.nap.enabled, root, &cfg.nap.class) {
-        let f = FreezerActuator::new(Box::new(CgroupfsFreezer::new(fx.clone(), i.places.clone())), fx.clone(), vec![class.clone()]);
+        if let Some(why) = nap_refusal(cfg) {
+            return Err(crate::UsageError(why).into());
+        }
+        let backend: Box<dyn FreezerBackend> = match cfg.classes.iter().find(|c| &c.name == class && c.matches.only_units()) {
+            Some(c) => {
+                nap_units = c.matches.units().map(String::from).collect();
+                Box::new(SystemdFreezer::new(fx.clone(), [(class.clone(), nap_units.clone())].into()))
+            }
+            None => Box::new(CgroupfsFreezer::new(fx.clone(), i.places.clone())),
+        };
+        let f = FreezerActuator::new(backend, fx.clone(), vec![class.clone()]);
         freezing = Some(f.handle());
         a.push(Box::new(f));
     }
@@ -174,7 +236,7 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
     }
     if cfg.nap.enabled {
         anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
-        a.push(Box::new(NapActuator::new(cfg, i.bpf, i.nap_counters.clone(), freezing, freq_requests)));
+        a.push(Box::new(NapActuator::new(cfg, i.bpf, i.nap_counters.clone(), freezing, freq_requests).with_unit_jobs(nap_units)));
     }
     let placed_traffic = placing && cfg.energy.targets.iter().any(|t| t.interface.is_some());
     if !cfg.net.limits.is_empty() || placed_traffic {
@@ -185,4 +247,43 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
         }
     }
     Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::config::{ClassConfig, MatchRules};
+
+    #[test]
+    fn on_a_systemd_owned_tree_every_class_acts_through_units_and_qos_apply_and_a_process_nap_class_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let (proc, cg) = (t.path().join("proc"), t.path().join("cg"));
+        std::fs::create_dir_all(proc.join("1")).unwrap();
+        std::fs::create_dir_all(&cg).unwrap();
+        std::fs::write(proc.join("1/comm"), "systemd\n").unwrap();
+        std::fs::write(cg.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        let mut cfg = Config::default();
+        cfg.telemetry.procfs_root = proc.clone();
+        cfg.telemetry.cgroup_root = cg;
+        let unit = MatchRules { unit: vec!["nginx.service".into()], ..Default::default() };
+        cfg.classes.push(ClassConfig { name: "web".into(), matches: unit, quota_us: Some(30_000), ..Default::default() });
+        assert_eq!(systemd_refusal(&cfg), None, "a class of units moves nothing");
+        let by_name = MatchRules { comm: vec!["nginx".into()], uid: vec![0, 33], ..Default::default() };
+        cfg.classes.push(ClassConfig { name: "by-name".into(), matches: by_name, quota_us: Some(30_000), ..Default::default() });
+        assert!(cgroupfs_classes(&cfg).is_empty(), "joule makes no cgroup here");
+        assert_eq!(unit_classes_of(&cfg, 2).unwrap().class_names(), ["web", "by-name"]);
+        assert!(refusals(&cfg).is_empty(), "{:?}", refusals(&cfg));
+        let why = systemd_refusal(&cfg).expect("joule qos is refused");
+        assert!(why.contains("by-name") && !why.contains("web,"), "{why}");
+        cfg.nap.enabled = true;
+        cfg.nap.class = Some("by-name".into());
+        assert!(nap_refusal(&cfg).is_some_and(|w| w.contains("by-name")));
+        assert!(refusals(&cfg).iter().any(|(k, _)| k == "nap.class"));
+        cfg.nap.class = Some("web".into());
+        assert_eq!(nap_refusal(&cfg), None);
+        // PID 1 is not systemd: joule owns its joule/ trees as before.
+        std::fs::write(proc.join("1/comm"), "init\n").unwrap();
+        assert_eq!(systemd_refusal(&cfg), None);
+        assert_eq!(cgroupfs_classes(&cfg).len(), 1);
+    }
 }

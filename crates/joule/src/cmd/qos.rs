@@ -126,6 +126,11 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
         // An empty plan would still create the empty `joule` groups: say so instead.
         return Err(crate::UsageError("the config has no [[class]] sections; pass --config FILE with at least one (see docs/qos.md)".into()).into());
     }
+    if matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {
+        if let Some(why) = crate::agent::acting::systemd_refusal(cfg) {
+            return Err(crate::UsageError(why).into());
+        }
+    }
     match &args.cmd {
         QosCmd::Plan { common, json } => {
             let c = controller(cfg, common, false)?;

@@ -1,10 +1,12 @@
 //! `joule restore`: replays the undo journal, newest change first. Safe to run any time, any
-//! number of times: what is already undone is simply gone from the journal.
+//! number of times: what is already undone is simply gone from the journal. On a host whose
+//! cgroup tree systemd owns it also empties a `joule/` tree an earlier version left there
+//! (`joule_core::upgrade`).
 
 use anyhow::Context;
 use joule_core::effects::RealEffects;
 use joule_core::journal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct RestoreArgs {
@@ -51,8 +53,19 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
     }
     let journal = journal::Journal::open(&a.journal_dir).with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?;
     let report = journal.restore_all(&RealEffects).with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
+    // A `joule/` tree an earlier version left where systemd owns the tree (docs/systemd.md).
+    let (proc, cgroup) = (Path::new("/proc"), Path::new("/sys/fs/cgroup"));
+    let leftover = if joule_core::cgroupfs::systemd_owns_tree(proc, cgroup, &RealEffects) {
+        joule_core::upgrade::undo_leftover_tree(cgroup, proc, &RealEffects)
+    } else {
+        Default::default()
+    };
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        if let (false, Some(o)) = (leftover.is_empty(), v.as_object_mut()) {
+            o.insert("leftover_tree".into(), serde_json::to_value(&leftover)?);
+        }
+        println!("{v}");
     } else {
         println!(
             "restore: {} change(s) undone, {} already gone, {} failed, {} skipped",
@@ -67,7 +80,22 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
         for s in &report.skipped {
             println!("  skipped: {s}");
         }
+        if !leftover.is_empty() {
+            println!(
+                "restore: an earlier version's {} emptied: {} process(es) back to the units they were forked from or the root, {} cgroup(s) removed",
+                cgroup.join("joule").display(),
+                leftover.moved.len(),
+                leftover.removed.len()
+            );
+            for (pid, to) in &leftover.moved {
+                println!("  pid {pid} -> {to}");
+            }
+            for f in &leftover.failed {
+                println!("  failed: {f}");
+            }
+        }
     }
+    anyhow::ensure!(leftover.failed.is_empty(), "the leftover {} could not be emptied: {:?}", cgroup.join("joule").display(), leftover.failed);
     anyhow::ensure!(report.failed.is_empty(), "{} record(s) could not be undone; they stay in the journal", report.failed.len());
     Ok(())
 }

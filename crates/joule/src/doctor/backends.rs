@@ -66,10 +66,10 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         None => choice("class CPU (quota, weight, cpuset)", "none", "no hierarchy offers the cpu controller: classes with CPU knobs are refused"),
     };
     if systemd && cg.layout == "unified" && cpu.backend == "cgroupfs v2" {
-        cpu.backend = "systemd D-Bus + cgroupfs v2".into();
-        cpu.why = "classes matched only by unit/slice: their units' CPUQuota/CPUWeight/AllowedCPUs through systemd; other classes: joule/<class> in the unified hierarchy".into();
+        cpu.backend = "systemd D-Bus".into();
+        cpu.why = "classes set their units' CPUQuota/CPUWeight/AllowedCPUs through systemd (named units, or those a class's processes have to themselves); joule creates no cgroup".into();
         cpu.warning = Some(
-            "systemd is PID 1 on a unified hierarchy and owns the tree (one writer per subtree): name units (match.unit / match.slice), which joule sets through systemd's D-Bus API; a class matched by comm, uid, exe, pid or cgroup would still get joule/<class> at the root, its processes moved out of their units, and nap has no systemd backend yet (docs/systemd.md)".into(),
+            "systemd is PID 1 on a unified hierarchy and owns the tree (one writer per subtree): every class acts through units over systemd's D-Bus API, and joule moves no process: a class matched by comm, uid, exe, pid or cgroup gets only the units its processes have to themselves (docs/systemd.md)".into(),
         );
     }
     if cg.managers.contains(&"kubelet") {
@@ -88,6 +88,11 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     });
     out.push(match cg.freezer {
         Some("v1") => choice("nap (freezer)", "cgroup v1 freezer", "a v1 freezer hierarchy is mounted"),
+        Some(_) if systemd && cg.layout == "unified" => choice(
+            "nap (freezer)",
+            "systemd FreezeUnit",
+            "a nap class of units is frozen by systemd (FreezerState agrees; a job queued on it thaws it, since systemd refuses jobs on a frozen unit)",
+        ),
         Some(_) => choice("nap (freezer)", "cgroup v2 cgroup.freeze", "the unified hierarchy's cgroups have cgroup.freeze"),
         None => choice("nap (freezer)", "none", "no v1 freezer and no v2 cgroup.freeze: a nap class cannot be frozen"),
     });

@@ -64,10 +64,10 @@ fn a_systemd_host_on_pure_v2_without_rt_group_sched_is_named_as_such() {
     assert_eq!(backend(&b, "thermal sensor").backend, "sensor");
     assert_eq!(backend(&b, "thermal scheduler").backend, "scx");
     assert_eq!(backend(&b, "RT classes").backend, "none");
-    assert_eq!(backend(&b, "nap").backend, "cgroup v2 cgroup.freeze");
+    assert_eq!(backend(&b, "nap").backend, "systemd FreezeUnit");
     let cpu = backend(&b, "class CPU");
-    assert_eq!(cpu.backend, "systemd D-Bus + cgroupfs v2");
-    assert!(cpu.warning.as_deref().is_some_and(|w| w.contains("match.unit") && w.contains("docs/systemd.md")), "{cpu:?}");
+    assert_eq!(cpu.backend, "systemd D-Bus");
+    assert!(cpu.warning.as_deref().is_some_and(|w| w.contains("moves no process") && w.contains("docs/systemd.md")), "{cpu:?}");
     assert_eq!(backend(&b, "power").backend, "model");
     let text = render(&f, &b);
     assert!(text.contains("warning: systemd is PID 1"), "{text}");
