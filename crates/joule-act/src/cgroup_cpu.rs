@@ -52,10 +52,16 @@ pub trait CpuBackend: Send {
     fn drift(&mut self, _fx: &dyn Effects) -> Vec<Drift> {
         Vec::new()
     }
+    /// Looks again, with an unchanged membership, at what the membership alone cannot see:
+    /// a process of no class that joined a unit a class had to itself.
+    fn recheck(&mut self, _journal: &Journal, _fx: &dyn Effects, _members: &Membership) -> Result<ReconcileReport, QosError> {
+        Ok(ReconcileReport::default())
+    }
 }
 
 /// How often the actuator asks systemd whether the properties it set still hold (one D-Bus
-/// read per unit property).
+/// read per unit property), and looks again at whether each unit a class has to itself still
+/// holds only the class's processes (its `cgroup.procs`).
 pub const DRIFT_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl CpuBackend for QosController {
@@ -134,6 +140,9 @@ impl CpuBackend for WithUnits {
     }
     fn drift(&mut self, fx: &dyn Effects) -> Vec<Drift> {
         self.units.drift(fx)
+    }
+    fn recheck(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        self.units.resolve(journal, fx, members)
     }
     fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
         match &mut self.fs {
@@ -284,6 +293,15 @@ impl Actuator for CgroupCpuActuator {
         }
         if self.drift_checked.is_none_or(|t| t.elapsed() >= DRIFT_CHECK) {
             self.drift_checked = Some(std::time::Instant::now());
+            if self.state.holding {
+                let r = self.backend.recheck(cx.journal, cx.fx, &plan.members)?;
+                for n in &r.notes {
+                    tracing::info!("{n}");
+                }
+                if !r.notes.is_empty() {
+                    (cx.events)("qos_reconciled", serde_json::to_value(&r).unwrap_or_default());
+                }
+            }
             for d in self.backend.drift(cx.fx) {
                 tracing::warn!(
                     "{} {} was set to {} by joule and is now {}: someone else changed it; joule leaves it to them until the config changes",

@@ -116,3 +116,33 @@ fn unit_classes_go_to_systemd_beside_cgroupfs_ones_and_drift_is_reported_once() 
     assert_eq!(fx.unit_property("batch.slice", "CPUQuotaPerSecUSec").unwrap(), joule_core::effects::UnitValue::U64(u64::MAX), "restored");
     assert_eq!(fx.unit_property("nginx.service", "CPUWeight").unwrap(), joule_core::effects::UnitValue::U64(50), "the administrator's stays");
 }
+
+#[test]
+fn a_process_of_no_class_joining_a_unit_a_class_had_to_itself_gives_the_unit_back_within_a_check() {
+    let fx = joule_core::effects::FakeEffects::default().with_unit("nginx.service").with_file("/cg/system.slice/nginx.service/cgroup.procs", "10\n");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let cfg = joule_core::config::Config::parse("[[class]]\nname = \"by-name\"\nmatch = { comm = [\"nginx\"], uid = [0] }\nweight = 50\n").unwrap();
+    let units = UnitClasses::for_systemd(&cfg.classes, 2, std::path::Path::new("/cg")).unwrap();
+    let mut acts = Actuators::new(vec![Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: None })))]);
+    let mut events = Vec::new();
+    let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    acts.init_all(&mut cx).unwrap();
+    let mut m = Membership { full: true, generation: 1, ..Default::default() };
+    let cgroups = joule_core::procfs::TaskCgroups::parse("0::/system.slice/nginx.service\n");
+    m.members.insert(10, joule_core::membership::Member { pid: 10, class: "by-name".into(), started: Some(1), cgroups, uid: Some(0) });
+    let mut plan = Plan { members: Arc::new(m), ..Default::default() };
+    plan.push("classes", Some(owner::CGROUP_CPU), Want::HoldClasses { classes: vec!["by-name".into()] }, "r");
+    merge(&mut plan, &Facts::default());
+    acts.reconcile_all(&plan, &mut cx);
+    assert!(acts.status()[0].ok, "{:?}", acts.status()[0].last_error);
+    assert_eq!(fx.unit_property("nginx.service", "CPUWeight").unwrap(), joule_core::effects::UnitValue::U64(50));
+    // A shell of no class lands in the unit; the membership (and its generation) is unchanged.
+    fx.write(std::path::Path::new("/cg/system.slice/nginx.service/cgroup.procs"), "10\n99\n").unwrap();
+    std::thread::sleep(DRIFT_CHECK);
+    acts.reconcile_all(&plan, &mut cx);
+    assert_eq!(fx.unit_property("nginx.service", "CPUWeight").unwrap(), joule_core::effects::UnitValue::U64(u64::MAX), "given back");
+    assert!(acts.shutdown_all(&mut cx).is_empty());
+    assert!(events.iter().any(|e| e == "qos_reconciled"), "{events:?}");
+}

@@ -185,8 +185,8 @@ struct Core {
     journal: Option<Journal>,
     fx: Arc<dyn Effects + Send + Sync>,
     frozen: BTreeSet<String>,
-    /// Classes whose thaw (`Undo::Thaw`, `Undo::ThawUnit`) stands in the journal: recorded before their first freeze
-    /// and kept while the actuator runs (replaying it on a thawed cgroup changes nothing), so
+    /// Classes whose thaw (`Undo::Thaw`, `Undo::ThawUnit`) stands in the journal: recorded
+    /// before their first freeze and kept while the actuator runs (replaying it on a thawed cgroup changes nothing), so
     /// a nap's entry does not wait for a journal fsync each time (issue 19: the entry took
     /// ~4.5 ms, most of it that fsync on this machine's disk-backed /run).
     journalled: BTreeSet<String>,
