@@ -142,7 +142,7 @@ impl CpuBackend for WithUnits {
         self.units.drift(fx)
     }
     fn recheck(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        self.units.resolve(journal, fx, members)
+        self.units.recheck(journal, fx, members)
     }
     fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
         match &mut self.fs {

@@ -64,6 +64,8 @@ pub struct UnitClasses {
     cgroup_root: PathBuf,
     /// Shared units refused per resolved class, as last reported (a note is logged once).
     shared: BTreeMap<String, BTreeSet<String>>,
+    /// unit -> its cgroup (relative to `cgroup_root`), for the units resolved classes have.
+    unit_dirs: BTreeMap<String, String>,
 }
 
 /// `AllowedCPUs`' bitmask for a cpu list: CPU n is bit n % 8 of byte n / 8.
@@ -133,6 +135,7 @@ impl UnitClasses {
             caps: BTreeMap::new(),
             cgroup_root,
             shared: BTreeMap::new(),
+            unit_dirs: BTreeMap::new(),
         })
     }
 
@@ -174,6 +177,7 @@ impl UnitClasses {
                 match why {
                     None => {
                         taken.insert(unit.clone(), name.clone());
+                        self.unit_dirs.insert(unit.clone(), dir);
                         whole.push(unit);
                     }
                     Some(why) => {
@@ -236,9 +240,27 @@ impl UnitClasses {
         Ok(())
     }
 
-    /// The shared units refused per class matched by processes (for the status).
-    pub fn shared(&self) -> &BTreeMap<String, BTreeSet<String>> {
-        &self.shared
+    /// Looks again at the units the classes matched by processes have to themselves, with no
+    /// membership change: a process of no class that joined one makes it shared, and its
+    /// properties go back. Reads only those units' `cgroup.procs` (the classes' own
+    /// processes), not the whole membership: the actuator runs it once a second.
+    pub fn recheck(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
+        let mut report = ReconcileReport::default();
+        for i in 0..self.classes.len() {
+            if !self.classes[i].resolved {
+                continue;
+            }
+            let name = self.classes[i].name.clone();
+            for unit in self.classes[i].units.clone() {
+                let Some(dir) = self.unit_dirs.get(&unit) else { continue };
+                let Some(pid) = outsider(fx, &self.cgroup_root.join(dir.trim_start_matches('/')), members, &name) else { continue };
+                self.release_unit(journal, fx, &unit)?;
+                self.classes[i].units.retain(|u| u != &unit);
+                self.shared.entry(name.clone()).or_default().insert(unit.clone());
+                report.notes.push(format!("class {name}: {unit} is shared now (it also holds pid {pid}, which is not in the class): its properties are back"));
+            }
+        }
+        Ok(report)
     }
 
     pub fn is_empty(&self) -> bool {

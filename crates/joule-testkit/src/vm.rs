@@ -118,11 +118,12 @@ impl Vm {
                     Ok(status) => {
                         VmOutput { status, stdout: read(rwdir.path().join(format!("{name}.out"))), stderr: read(rwdir.path().join(format!("{name}.err"))) }
                     }
-                    // The boot itself failed or timed out: every check reports why.
+                    // The boot itself failed or timed out: every check reports why, with
+                    // what it printed before that (a check cut off by the timeout).
                     Err(_) => VmOutput {
                         status: if whole.status == 0 { -1 } else { whole.status },
-                        stdout: whole.stdout.clone(),
-                        stderr: format!("check {name} never ran in the VM\n{}", whole.stderr),
+                        stdout: format!("{}{}", read(rwdir.path().join(format!("{name}.out"))), whole.stdout),
+                        stderr: format!("check {name} did not finish in the VM\n{}", whole.stderr),
                     },
                 };
                 (name.to_string(), out)
@@ -189,10 +190,18 @@ impl Vm {
             let _ = std::fs::copy(e.path(), rwdir.join(e.file_name()));
         }
         let read = |n: &str| std::fs::read_to_string(out.path().join(n)).unwrap_or_default();
+        // A guest that failed or timed out shows the end of its console (the dir goes away).
+        let console = if run.status.success() {
+            String::new()
+        } else {
+            let log = read("console.log");
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            format!("\n--- the guest's console, last {} lines ---\n{}", tail.len(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+        };
         VmOutput {
             status: if run.status.success() { read("status").trim().parse().unwrap_or(-1) } else { run.status.code().unwrap_or(-1) },
             stdout: read("stdout"),
-            stderr: format!("{}{}", read("stderr"), String::from_utf8_lossy(&run.stderr)),
+            stderr: format!("{}{}{console}", read("stderr"), String::from_utf8_lossy(&run.stderr)),
         }
     }
 }

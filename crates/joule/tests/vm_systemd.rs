@@ -72,17 +72,29 @@ fn vm_systemd_guest_doctor_names_systemd_as_the_trees_owner_and_the_v2_backends(
     );
 }
 
-/// `key=value` lines of a check.
-fn kv(out: &VmOutput) -> BTreeMap<&str, &str> {
-    out.stdout.lines().filter_map(|l| l.split_once('=')).collect()
+/// The `units` check (scripts/vm/systemd-units.sh) and its `key=value` lines.
+struct Units {
+    out: &'static VmOutput,
+    kv: BTreeMap<&'static str, &'static str>,
+}
+
+impl Units {
+    /// The value of `k`; a missing key fails the test, showing the whole output.
+    fn get(&self, k: &str) -> &'static str {
+        self.kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", self.out.describe()))
+    }
+}
+
+fn units() -> Option<Units> {
+    let out = check("units")?;
+    Some(Units { out, kv: out.stdout.lines().filter_map(|l| l.split_once('=')).collect() })
 }
 
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_systemd_unit_class_reaches_the_unit_through_systemd_and_restore_after_sigkill_leaves_it_as_found() {
-    let Some(out) = check("units") else { return };
-    let kv = kv(out);
-    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
     println!("found: {}\napplied: {}\nafter SIGKILL of joule.service + its ExecStopPost: {}", get("found"), get("applied_props"), get("restored"));
     assert_eq!(get("applied"), "yes", "the quota never reached nginx.service:\n{}", out.describe());
     assert!(get("applied_props").contains("AllowedCPUs=1"), "{}", get("applied_props"));
@@ -99,9 +111,8 @@ fn vm_systemd_unit_class_reaches_the_unit_through_systemd_and_restore_after_sigk
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_systemd_a_set_property_by_hand_is_reported_as_drift_and_the_administrator_wins() {
-    let Some(out) = check("units") else { return };
-    let kv = kv(out);
-    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
     assert_eq!(get("applied2"), "yes", "{}", out.describe());
     assert!(get("drift_events").parse::<u32>().unwrap() >= 1, "no unit_drift event:\n{}", out.describe());
     assert!(
@@ -117,9 +128,8 @@ fn vm_systemd_a_set_property_by_hand_is_reported_as_drift_and_the_administrator_
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_systemd_nap_freezes_the_unit_through_systemd_and_an_operators_job_thaws_it() {
-    let Some(out) = check("units") else { return };
-    let kv = kv(out);
-    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
     println!(
         "nap: curl {} s; after SIGKILL thawed: {}; first job on the napped unit: rc {} ({}); then reload {}, restart {}, stop {}",
         get("nap_curl"),
@@ -164,9 +174,8 @@ fn vm_systemd_nap_freezes_the_unit_through_systemd_and_an_operators_job_thaws_it
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_systemd_restore_empties_a_joule_tree_an_earlier_version_left_back_into_the_unit() {
-    let Some(out) = check("units") else { return };
-    let kv = kv(out);
-    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
     assert_eq!(get("leftover_before"), "/joule/web", "{}", out.describe());
     assert_eq!(get("leftover_restore_rc"), "0", "{}", out.describe());
     assert_eq!(get("leftover_tree"), "gone", "{}", out.describe());
@@ -177,9 +186,8 @@ fn vm_systemd_restore_empties_a_joule_tree_an_earlier_version_left_back_into_the
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_systemd_a_class_matched_by_comm_and_uid_acts_through_the_unit_it_fills_and_refuses_a_shared_one() {
-    let Some(out) = check("units") else { return };
-    let kv = kv(out);
-    let get = |k: &str| kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", out.describe()));
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
     println!("comm+uid class: nginx.service {}; the shared unit {}", get("res_props"), get("res_mixed"));
     assert_eq!(get("res_applied"), "yes", "{}", out.describe());
     assert!(get("res_props").contains("AllowedCPUs=0 "), "{}", get("res_props"));
