@@ -7,10 +7,10 @@
 #            as found.
 #   round 2: an administrator's `systemctl set-property` on a property joule set is reported as
 #            drift (event and metric) and survives the agent's own stop.
-#   round 3: nap of the unit class through systemd (FreezeUnit): FreezerState agrees, the first
-#            request wakes it, SIGKILL + ExecStopPost thaws it, and an operator's job on the
-#            napped unit (refused by systemd 257 on a frozen unit) thaws it so that reload,
-#            restart and stop then work.
+#   round 3: nap of a slice holding nginx.service (FreezeUnit): FreezerState agrees, the first
+#            request wakes it, SIGKILL + ExecStopPost thaws it and stops the gate units, and
+#            an operator's reload, restart and stop of the napped service work the first
+#            time (its gates thaw the slice before systemd runs the job).
 #   round 4: a `joule/web` tree as an earlier version left it, holding an nginx worker:
 #            `joule restore` puts the worker back into nginx.service and removes the tree.
 #   round 5: a class matched by comm + uid (nginx's master and workers, and the sleeps of a
@@ -79,22 +79,31 @@ echo "after_stop=$(props)"
 cp /run/joule-events.jsonl "$out/events.jsonl" 2>/dev/null
 
 echo "t_round3=$(date +%s)"
-# Round 3's nginx: round 2's 50 % quota gone, and a stop timeout that fits TCG (Debian's
-# nginx.service has TimeoutStopSec=5; a graceful stop under TCG took 10 s without joule).
+# Round 3's nginx: round 2's 50 % quota gone, a stop timeout that fits TCG (Debian's
+# nginx.service has TimeoutStopSec=5; a graceful stop under TCG took 10 s without joule), and
+# put in a slice of its own, as an administrator who naps a service does (docs/systemd.md).
 systemctl set-property --runtime nginx.service CPUQuota=
 mkdir -p /run/systemd/system/nginx.service.d
-printf '[Service]\nTimeoutStopSec=60\n' >/run/systemd/system/nginx.service.d/joule-test.conf
+printf '[Service]\nTimeoutStopSec=60\nSlice=web.slice\n' >/run/systemd/system/nginx.service.d/joule-test.conf
 systemctl daemon-reload
+systemctl restart nginx.service
+echo "nap_nginx_cgroup=$(systemctl show -p ControlGroup --value nginx.service)"
 stopped() { echo "$(systemctl is-active nginx.service) procs=$(pgrep -x nginx | wc -l) $(systemctl show -p Result -p ExecMainCode -p ExecMainStatus nginx.service | tr '\n' ' ')"; }
-# Round 3: nap of the unit, the agent again as the shipped unit (eBPF fast wake on port 80).
-# The class asks nothing else of the unit: the nap alone.
+gates() { systemctl list-units --all --plain --no-legend 'joule-gate-*' | awk '{print $1 ":" $3}' | sort | paste -sd' '; }
+# Round 3: nap of the slice, the agent again as the shipped unit (eBPF fast wake on port 80).
+# The napped class asks nothing else of its slice: the nap alone.
 { config_head; cat <<'EOF2'; } >/etc/joule/joule.toml
+
+[[class]]
+name = "napped"
+match = { slice = ["web.slice"] }
 
 [nap]
 enabled = true
-class = "web"
+class = "napped"
 idle_ms = 1500
 napping_period_ms = 500
+job_hold_ms = 10000
 
 [nap.monitors]
 tcp_ports = [80]
@@ -107,38 +116,53 @@ wait_state() { # STATE [TRIES of 0.2 s]
 }
 systemctl reset-failed joule.service 2>/dev/null
 systemctl start joule.service
-wait_state frozen && echo nap_frozen=yes || echo "nap_frozen=no: $(freezer)"
+wait_state frozen-by-parent && echo nap_frozen=yes || echo "nap_frozen=no: $(freezer)"
+echo "nap_slice_state=$(systemctl show -p FreezerState --value web.slice)"
 echo "nap_tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
-echo "nap_cgroup_frozen=$(grep frozen /sys/fs/cgroup/system.slice/nginx.service/cgroup.events)"
+echo "nap_cgroup_frozen=$(grep frozen /sys/fs/cgroup/web.slice/nginx.service/cgroup.events)"
+echo "nap_gates=$(gates)"
 echo "nap_curl=$(curl -s -m 30 -o /dev/null -w '%{http_code} %{time_total}' http://127.0.0.1/)"
 echo "nap_after_curl=$(freezer)"
-wait_state frozen && echo nap_frozen_again=yes || echo "nap_frozen_again=no: $(freezer)"
+wait_state frozen-by-parent && echo nap_frozen_again=yes || echo "nap_frozen_again=no: $(freezer)"
 systemctl kill -s KILL joule.service
 wait_state running && echo "nap_killed_thawed=yes" || echo "nap_killed_thawed=no: $(freezer)"
 echo "nap_stop_post_result=$(systemctl show -p ExecStopPost --value joule.service | grep -o 'status=[0-9]*' | head -1)"
+for i in $(seq 50); do [ -z "$(gates)" ] && break; sleep 0.2; done
+echo "nap_gates_after_kill=$(gates)"
 systemctl stop joule.service
 systemctl reset-failed joule.service 2>/dev/null
 systemctl start joule.service
-wait_state frozen && echo nap_frozen_third=yes || echo "nap_frozen_third=no: $(freezer)"
+# Each job is queued on the napped service (the agent's job_hold_ms of 10 s is over before
+# the next): systemd runs it, the gate having thawed the slice first.
 pids_before=$(pgrep -x nginx | sort | tr '\n' ,)
-timeout 60 systemctl reload nginx.service 2>"$out/first-job.err"; echo "nap_first_job_rc=$?"
-echo "nap_first_job_err=$(head -1 "$out/first-job.err")"
-wait_state running 50 && echo "nap_job_thawed=yes" || echo "nap_job_thawed=no: $(freezer)"
-timeout 60 systemctl reload nginx.service; echo "nap_reload_rc=$?"
-timeout 60 systemctl restart nginx.service; echo "nap_restart_rc=$?"
-echo "nap_restart_pids_changed=$([ "$(pgrep -x nginx | sort | tr '\n' ,)" != "$pids_before" ] && echo yes || echo no)"
-echo "nap_restart_curl=$(curl -s -m 30 -o /dev/null -w '%{http_code}' http://127.0.0.1/)"
-t0=$(date +%s%N)
-timeout 60 systemctl stop nginx.service; echo "nap_stop_rc=$?"
-echo "nap_stopped=$(stopped) took_ms=$((($(date +%s%N) - t0) / 1000000))"
+for op in reload restart stop; do
+  wait_state frozen-by-parent && f=yes || f="no: $(freezer)"
+  t0=$(date +%s%N)
+  timeout 60 systemctl "$op" nginx.service 2>"$out/nap-$op.err"; rc=$?
+  echo "nap_${op}_rc=$rc napped_before=$f took_ms=$((($(date +%s%N) - t0) / 1000000)) err=$(head -1 "$out/nap-$op.err")"
+  case $op in
+    restart)
+      echo "nap_restart_pids_changed=$([ "$(pgrep -x nginx | sort | tr '\n' ,)" != "$pids_before" ] && echo yes || echo no)"
+      echo "nap_restart_curl=$(curl -s -m 30 -o /dev/null -w '%{http_code}' http://127.0.0.1/)" ;;
+    stop) echo "nap_stopped=$(stopped)" ;;
+  esac
+done
+# A start right after the stop, within the hold (a start of a stopped service in a frozen
+# slice is refused by systemd, and has no gate: docs/systemd.md).
 timeout 60 systemctl start nginx.service; echo "nap_start_rc=$?"
-echo "nap_unit_procs=$(wc -l </sys/fs/cgroup/system.slice/nginx.service/cgroup.procs) tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
+echo "nap_unit_procs=$(wc -l </sys/fs/cgroup/web.slice/nginx.service/cgroup.procs) tasks=$(systemctl show -p TasksCurrent --value nginx.service)"
 systemctl stop joule.service
-echo "nap_final=$(freezer) $(props)"
+for i in $(seq 50); do [ -z "$(gates)" ] && break; sleep 0.2; done
+echo "nap_gates_after_stop=$(gates)"
+echo "nap_final=$(freezer) $(systemctl show -p FreezerState --value web.slice) $(props)"
 echo "nap_wakes=$(journalctl -u joule.service --no-pager | grep -c 'a job was queued on napped')"
 journalctl -u joule.service --no-pager >"$out/joule-unit-nap.log" 2>&1
 echo "nginx_log=$(journalctl -u nginx.service --no-pager | tail -n 8 | tr '\n' '|')"
-echo "nginx_error_log=$(tail -n 6 /var/log/nginx/error.log 2>/dev/null | tr '\n' '|')"
+# nginx back in system.slice for the rounds after this one.
+printf '[Service]\nTimeoutStopSec=60\n' >/run/systemd/system/nginx.service.d/joule-test.conf
+systemctl daemon-reload
+systemctl restart nginx.service
+echo "nap_nginx_cgroup_after=$(systemctl show -p ControlGroup --value nginx.service)"
 
 # Round 4: what an earlier version left (joule/<class> at the root, a worker moved there).
 mkdir -p /sys/fs/cgroup/joule/web

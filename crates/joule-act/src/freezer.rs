@@ -9,11 +9,12 @@
 //! replaying it on a thawed cgroup changes nothing). Behind [`FreezerBackend`] the freeze goes
 //! to cgroupfs ([`CgroupfsFreezer`]) or, for a class that is systemd units, to systemd
 //! ([`SystemdFreezer`]: `FreezeUnit`/`ThawUnit` over D-Bus, `Undo::ThawUnit`), so systemd
-//! knows the unit is frozen (docs/systemd.md).
+//! knows the unit is frozen (docs/systemd.md). A napped slice's services get gate units first
+//! (`Gate`), so an operator's reload, restart or stop of one works during the nap.
 
 use joule_core::cgroupfs::Hier;
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan};
-use joule_core::effects::{Effects, Freezer, FREEZE_SETTLE};
+use joule_core::effects::{Effects, Freezer, Gate, GateKind, FREEZE_SETTLE};
 use joule_core::journal::{Journal, Undo};
 use joule_core::membership::ClassPlace;
 use serde::Serialize;
@@ -89,17 +90,91 @@ impl CgroupfsFreezer {
 /// processes stay in their units, `systemctl show -p FreezerState` agrees, and joule never
 /// writes the freezer file of a cgroup systemd owns. A unit someone else froze before the
 /// nap (`systemctl freeze`) is left to them: joule neither freezes nor thaws it.
+///
+/// systemd 257 refuses every job on a frozen unit, and refuses to thaw a unit that has a job
+/// queued, but it thaws a slice's services with the slice. So with [`SystemdFreezer::with_gates`]
+/// each service running in a napped slice gets two [`Gate`]s before the slice is frozen: a
+/// reload, restart or stop of the service then waits for a gate's job, which thaws the slice.
 pub struct SystemdFreezer {
     fx: Arc<dyn Effects + Send + Sync>,
     /// class -> its units.
     units: BTreeMap<String, Vec<String>>,
     /// Units this backend froze and has not thawed yet.
     ours: Mutex<BTreeSet<String>>,
+    /// The unified hierarchy's root (where a slice's services are found) and the joule binary
+    /// the gates run; none: no gates.
+    gates: Option<(PathBuf, PathBuf)>,
+    jobs: Arc<UnitJobs>,
+}
+
+/// The units whose systemd jobs wake a nap: the napped class's units and the services found
+/// (and gated) in its slices. The freezer adds, the nap's job watcher asks. A job on a gated
+/// service drops it from the gated set (a stop takes its stop gate along), so the next freeze
+/// starts its gates again; a service that appears in the slice is gated at the next freeze.
+#[derive(Debug, Default)]
+pub struct UnitJobs {
+    watched: Mutex<BTreeSet<String>>,
+    gated: Mutex<BTreeSet<String>>,
+}
+
+impl UnitJobs {
+    /// A job was queued on `unit`: whether it is one of the nap's.
+    pub fn job_on(&self, unit: &str) -> bool {
+        let ours = lock(&self.watched).contains(unit);
+        if ours {
+            lock(&self.gated).remove(unit);
+        }
+        ours
+    }
+
+    pub fn units(&self) -> Vec<String> {
+        lock(&self.watched).iter().cloned().collect()
+    }
+
+    pub fn gated(&self) -> Vec<String> {
+        lock(&self.gated).iter().cloned().collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A slice's cgroup, relative to the root: `a-b.slice` is `a.slice/a-b.slice` (each dash of
+/// the name opens a parent slice, systemd.slice(5)); `-.slice` is the root.
+pub fn slice_dir(slice: &str) -> PathBuf {
+    let stem = slice.strip_suffix(".slice").unwrap_or(slice);
+    let mut dir = PathBuf::new();
+    if stem == "-" {
+        return dir;
+    }
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        dir.push(format!("{prefix}.slice"));
+    }
+    dir
 }
 
 impl SystemdFreezer {
     pub fn new(fx: Arc<dyn Effects + Send + Sync>, units: BTreeMap<String, Vec<String>>) -> Self {
-        Self { fx, units, ours: Mutex::new(BTreeSet::new()) }
+        let jobs = UnitJobs::default();
+        lock(&jobs.watched).extend(units.values().flatten().cloned());
+        Self { fx, units, ours: Mutex::new(BTreeSet::new()), gates: None, jobs: Arc::new(jobs) }
+    }
+
+    /// Gates for the services of the napped slices (found under `cgroup_root`), running `exe`.
+    pub fn with_gates(mut self, cgroup_root: PathBuf, exe: PathBuf) -> Self {
+        self.gates = Some((cgroup_root, exe));
+        self
+    }
+
+    /// What the nap's job watcher matches jobs against.
+    pub fn jobs(&self) -> Arc<UnitJobs> {
+        self.jobs.clone()
     }
 
     fn units(&self, class: &str) -> Result<&[String], String> {
@@ -107,7 +182,42 @@ impl SystemdFreezer {
     }
 
     fn ours(&self) -> MutexGuard<'_, BTreeSet<String>> {
-        self.ours.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.ours)
+    }
+
+    /// The services running in `slice` (its cgroup's `*.service` dirs, nested slices included).
+    fn services_in(&self, cgroup_root: &std::path::Path, slice: &str) -> Vec<String> {
+        let mut stack = vec![cgroup_root.join(slice_dir(slice))];
+        let mut found = Vec::new();
+        while let Some(d) = stack.pop() {
+            for name in self.fx.list_dir(&d).unwrap_or_default() {
+                if name.ends_with(".slice") {
+                    stack.push(d.join(&name));
+                } else if name.ends_with(".service") && joule_core::effects::valid_unit_name(&name) {
+                    found.push(name);
+                }
+            }
+        }
+        found
+    }
+
+    /// Starts the gates of each service in `class`'s slices that has none standing yet.
+    fn gate(&self, class: &str) -> io::Result<()> {
+        let Some((root, exe)) = &self.gates else { return Ok(()) };
+        for slice in self.units(class).map_err(io::Error::other)?.iter().filter(|u| u.ends_with(".slice")) {
+            for service in self.services_in(root, slice) {
+                if lock(&self.jobs.gated).contains(&service) {
+                    continue;
+                }
+                for kind in [GateKind::Reload, GateKind::Stop] {
+                    let g = Gate { kind, service: service.clone(), slice: slice.clone(), exe: exe.clone() };
+                    self.fx.start_gate(&g).map_err(|e| io::Error::new(e.kind(), format!("{slice}: the gate of {service} ({}): {e}", g.name())))?;
+                }
+                lock(&self.jobs.watched).insert(service.clone());
+                lock(&self.jobs.gated).insert(service);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -116,7 +226,12 @@ impl FreezerBackend for SystemdFreezer {
         "systemd"
     }
     fn undo(&self, class: &str) -> Result<Vec<Undo>, String> {
-        Ok(self.units(class)?.iter().map(|u| Undo::ThawUnit { unit: u.clone() }).collect())
+        let units = self.units(class)?;
+        let mut undo: Vec<Undo> = units.iter().map(|u| Undo::ThawUnit { unit: u.clone() }).collect();
+        if self.gates.is_some() && units.iter().any(|u| u.ends_with(".slice")) {
+            undo.push(Undo::StopGates);
+        }
+        Ok(undo)
     }
     fn check(&self, class: &str) -> Result<(), String> {
         for u in self.units(class)? {
@@ -124,8 +239,10 @@ impl FreezerBackend for SystemdFreezer {
         }
         Ok(())
     }
-    /// Freezes each unit that is running; on a failure thaws the ones this call froze.
+    /// Gates the slices' services, then freezes each unit that is running; on a failure thaws
+    /// the ones this call froze.
     fn freeze(&self, class: &str) -> io::Result<()> {
+        self.gate(class)?;
         let mut done: Vec<&String> = Vec::new();
         for u in self.units(class).map_err(io::Error::other)? {
             let r = match self.fx.unit_freezer_state(u) {
@@ -353,5 +470,57 @@ mod tests {
         let mut sink = |_: &str, _: serde_json::Value| {};
         let e = f.init(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap_err();
         assert!(e.to_string().contains("b.service"), "{e}");
+    }
+
+    #[test]
+    fn slices_nest_by_the_dashes_of_their_names() {
+        assert_eq!(slice_dir("web.slice"), PathBuf::from("web.slice"));
+        assert_eq!(slice_dir("a-b-c.slice"), PathBuf::from("a.slice/a-b.slice/a-b-c.slice"));
+        assert_eq!(slice_dir("-.slice"), PathBuf::new());
+    }
+
+    #[test]
+    fn a_napped_slices_services_get_their_gates_before_the_freeze_and_again_after_a_job() {
+        let fx = Arc::new(
+            FakeEffects::default()
+                .with_unit("web.slice")
+                .with_dir("/cg/web.slice")
+                .with_dir("/cg/web.slice/nginx.service")
+                .with_dir("/cg/web.slice/web-inner.slice")
+                .with_dir("/cg/web.slice/web-inner.slice/api.service")
+                .with_dir("/cg/web.slice/session-1.scope")
+                .with_file("/cg/web.slice/nginx.service/cgroup.procs", "10\n")
+                .with_file("/cg/web.slice/web-inner.slice/api.service/cgroup.procs", "11\n")
+                .with_file("/cg/web.slice/session-1.scope/cgroup.procs", "12\n"),
+        );
+        let units = [("web".to_string(), vec!["web.slice".to_string()])].into();
+        let backend = SystemdFreezer::new(fx.clone(), units).with_gates("/cg".into(), "/usr/bin/joule".into());
+        let jobs = backend.jobs();
+        let mut f = FreezerActuator::new(Box::new(backend), fx.clone(), vec!["web".into()]);
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut sink = |_: &str, _: serde_json::Value| {};
+        f.init(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap();
+        let h = f.handle();
+        h.freeze("web").unwrap();
+        let calls = fx.calls();
+        let gates: Vec<&String> = calls.iter().filter(|c| c.starts_with("start-gate")).collect();
+        assert_eq!(gates.len(), 4, "two services (not the scope), two gates each: {calls:?}");
+        assert!(calls.contains(&"start-gate joule-gate-stop-nginx.service /usr/bin/joule nap gate web.slice nginx.service".to_string()), "{calls:?}");
+        assert_eq!(calls.last().unwrap(), "freeze-unit web.slice", "gates first: {calls:?}");
+        let undo: Vec<Undo> = journal.entries().unwrap().into_iter().map(|e| e.undo).collect();
+        assert_eq!(undo, [Undo::ThawUnit { unit: "web.slice".into() }, Undo::StopGates]);
+        assert_eq!(jobs.gated(), ["api.service", "nginx.service"]);
+        // A job on a gated service wakes the nap; its gates are started again at the next
+        // freeze (a stop took its stop gate along). A unit of no nap is not the nap's.
+        assert!(jobs.job_on("nginx.service") && jobs.job_on("web.slice") && !jobs.job_on("other.service"));
+        assert_eq!(jobs.gated(), ["api.service"]);
+        h.thaw("web").unwrap();
+        h.freeze("web").unwrap();
+        assert_eq!(jobs.gated(), ["api.service", "nginx.service"]);
+        // The journal's undo stops every gate.
+        f.shutdown(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap();
+        assert_eq!(fx.calls().iter().filter(|c| c.starts_with("stop-unit joule-gate-")).count(), 4, "{:?}", fx.calls());
+        assert_eq!(fx.unit_freezer_state("web.slice").unwrap(), "running");
     }
 }

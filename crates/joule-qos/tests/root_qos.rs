@@ -351,6 +351,12 @@ impl Units for DiesAt {
     fn thaw_unit(&self, _: &str) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EPERM))
     }
+    fn start_gate(&self, _: &joule_core::effects::Gate) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
+    fn stop_gates(&self) -> io::Result<usize> {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
 }
 
 impl Net for DiesAt {

@@ -112,11 +112,6 @@ pub enum Entered {
     Held(String),
 }
 
-/// How long the nap stays off after an operator queued a job on a napped unit: systemd
-/// refuses a job on a frozen unit (docs/systemd.md), so the operator's retry must find it
-/// awake, and a restart or reload takes its time.
-pub const OPERATOR_HOLD: Duration = Duration::from_secs(60);
-
 impl NapCore {
     pub fn new(fx: Arc<dyn Effects + Send + Sync>, journal: Journal, actions: NapActions, counters: Arc<NapCounters>) -> Self {
         Self {
@@ -278,9 +273,9 @@ impl NapCore {
 
 impl NapCore {
     /// An operator queued a systemd job (`what`) on the napped unit: thaw now and stay awake
-    /// for [`OPERATOR_HOLD`]. True when it ended a nap.
-    pub fn operator_wake(&self, what: &str) -> io::Result<bool> {
-        self.lock().held = Some((Instant::now() + OPERATOR_HOLD, format!("{what}: awake for {} s", OPERATOR_HOLD.as_secs())));
+    /// for `hold` (`nap.job_hold_ms`). True when it ended a nap.
+    pub fn operator_wake(&self, what: &str, hold: Duration) -> io::Result<bool> {
+        self.lock().held = Some((Instant::now() + hold, format!("{what}: awake for {} s", hold.as_secs_f64())));
         self.wake("operator", Instant::now())
     }
 
@@ -474,13 +469,17 @@ mod tests {
         let (fx, c, _freezer) = core(dir.path());
         let t = FakeTrigger(Rc::default());
         assert_eq!(c.enter(&t, &mut || Ok(None)).unwrap(), Entered::Napping);
-        assert!(c.operator_wake("a job on nginx.service").unwrap());
+        assert!(c.operator_wake("a job on nginx.service", Duration::from_secs(60)).unwrap());
         assert_eq!(fx.file("/fz/web/freezer.state").unwrap().trim(), "THAWED");
         assert_eq!(c.status().wakes_total.get("operator"), Some(&1));
         match c.enter(&t, &mut || Ok(None)).unwrap() {
             Entered::Held(why) => assert!(why.contains("nginx.service") && why.contains("60 s"), "{why}"),
             other => panic!("napped again during the hold: {other:?}"),
         }
-        assert!(!c.operator_wake("again").unwrap(), "no nap to end");
+        assert!(!c.operator_wake("again", Duration::from_secs(60)).unwrap(), "no nap to end");
+        // A short hold (nap.job_hold_ms) ends on its own.
+        c.operator_wake("a job on nginx.service", Duration::from_millis(30)).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.enter(&t, &mut || Ok(None)).unwrap(), Entered::Napping, "the hold is over");
     }
 }

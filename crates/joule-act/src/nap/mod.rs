@@ -16,7 +16,7 @@ use crate::freezer::Freezing;
 use joule_bpf::{NapProbe, NapProto};
 use joule_core::config::{Config, NapConfig};
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan, Want};
-use joule_core::effects::{Effects, RealEffects};
+use joule_core::effects::{Effects, JobEvent, RealEffects};
 use joule_core::metric::{l, Family, MetricDef};
 use joule_core::nap::NapCounters;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
@@ -88,10 +88,13 @@ pub struct NapActuator {
     status_file: Option<PathBuf>,
     notes: Vec<String>,
     /// The napped class's systemd units, whose jobs wake the nap (`with_unit_jobs`).
-    unit_jobs: Vec<String>,
+    unit_jobs: Option<Arc<crate::freezer::UnitJobs>>,
     /// Tells the job watcher to stop acting (it ends at the next job after this).
     jobs_stop: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// The longest a job on a napped unit holds the nap off while it runs (its `JobRemoved` lost).
+const JOB_RUNNING_HOLD: Duration = Duration::from_secs(600);
 
 struct ProbeTrigger<'a>(Option<&'a NapProbe>);
 
@@ -128,41 +131,52 @@ impl NapActuator {
             waiter: None,
             status_file: None,
             notes: Vec::new(),
-            unit_jobs: Vec::new(),
+            unit_jobs: None,
             jobs_stop: Arc::default(),
         }
     }
 
-    /// The napped class is these systemd units (frozen by `FreezeUnit`): systemd refuses a
-    /// job on a frozen unit, so a job queued on one (an operator's restart, reload, stop)
-    /// thaws it at once and holds the nap off for `core::OPERATOR_HOLD`.
-    pub fn with_unit_jobs(mut self, units: Vec<String>) -> Self {
-        self.unit_jobs = units;
+    /// The napped class is systemd units (frozen by `FreezeUnit`): a job queued on one of
+    /// them or on a service of a napped slice (an operator's restart, reload, stop) thaws the
+    /// nap at once and holds it off for `nap.job_hold_ms`. A slice's services have gates, so
+    /// the job runs; systemd refuses a job on a napped service itself once.
+    pub fn with_unit_jobs(mut self, jobs: Arc<crate::freezer::UnitJobs>) -> Self {
+        self.unit_jobs = Some(jobs);
         self
     }
 
     /// Starts the thread that wakes the nap on a job queued on one of its units.
     fn watch_unit_jobs(&mut self, core: &Arc<NapCore>) -> Result<(), ActError> {
-        if self.unit_jobs.is_empty() {
-            return Ok(());
-        }
-        let (c, stop) = (core.clone(), self.jobs_stop.clone());
-        joule_core::effects::watch_jobs(self.unit_jobs.clone(), move |unit| {
+        let Some(jobs) = self.unit_jobs.clone() else { return Ok(()) };
+        let hold = Duration::from_millis(self.cfg.job_hold_ms);
+        let (c, stop, watched) = (core.clone(), self.jobs_stop.clone(), jobs.clone());
+        // The jobs on the nap's units still queued or running: the nap stays off until the
+        // last ends (a gate's thaw under TCG took seconds), then `hold` more.
+        let mut pending = std::collections::BTreeSet::new();
+        joule_core::effects::watch_jobs(move |event, id, unit| {
             if stop.load(Ordering::Acquire) {
                 return false;
             }
-            match c.operator_wake(&format!("a job on {unit}")) {
+            let r = match event {
+                JobEvent::New if watched.job_on(unit) => {
+                    pending.insert(id);
+                    c.operator_wake(&format!("a job on {unit}"), JOB_RUNNING_HOLD)
+                }
+                JobEvent::Removed if pending.remove(&id) && pending.is_empty() => c.operator_wake(&format!("the job on {unit} ended"), hold),
+                _ => return true,
+            };
+            match r {
                 Ok(true) => tracing::warn!(
-                    "nap: a job was queued on napped {unit}, which systemd refuses on a frozen unit: thawed it, no nap for {} s (run a refused systemctl command again)",
-                    self::core::OPERATOR_HOLD.as_secs()
+                    "nap: a job was queued on napped {unit}: thawed, no nap until it ends and {:.0} s more (in a napped slice its gates let the job run; a napped service refuses it once: run it again)",
+                    hold.as_secs_f64()
                 ),
                 Ok(false) => {}
                 Err(e) => tracing::error!("nap: thawing {unit} for a job on it failed: {e}"),
             }
             true
         })
-        .map_err(|e| format!("watching systemd jobs on {:?}: {e}", self.unit_jobs))?;
-        self.notes.push(format!("a systemd job on {} thaws it and holds the nap off for {} s", self.unit_jobs.join(", "), self::core::OPERATOR_HOLD.as_secs()));
+        .map_err(|e| format!("watching systemd jobs on {:?}: {e}", jobs.units()))?;
+        self.notes.push(format!("a systemd job on {} thaws it and holds the nap off for {:.0} s", jobs.units().join(", "), hold.as_secs_f64()));
         Ok(())
     }
 

@@ -19,6 +19,10 @@ pub struct NapConfig {
     pub napping_period_ms: u64,
     /// The `[[class]]` whose tasks are frozen while napping (service nap); none: no freeze.
     pub class: Option<String>,
+    /// On a systemd host, how long the nap stays off after a job (restart, reload, stop) was
+    /// queued on a unit of the napped class: the job and what follows it (a stop, then a
+    /// start) find the units awake (docs/systemd.md).
+    pub job_hold_ms: u64,
     pub monitors: NapMonitors,
     pub machine: MachineNap,
     /// Suspend-to-idle while napping (`freeze` in /sys/power/state). Not implemented: the agent
@@ -34,6 +38,7 @@ impl Default for NapConfig {
             idle_ms: 5000,
             napping_period_ms: 2000,
             class: None,
+            job_hold_ms: 60_000,
             monitors: NapMonitors::default(),
             machine: MachineNap::default(),
             system_sleep: false,
@@ -131,6 +136,9 @@ pub(super) fn problems(n: &NapConfig, classes: &[&str]) -> Vec<(String, String, 
         }
         if !(100..=86_400_000).contains(&n.idle_ms) {
             bad("nap.idle_ms", format!("idle_ms = {} is outside 100..=86400000", n.idle_ms), "a few periods at least; 5000 is the default");
+        }
+        if !(1_000..=3_600_000).contains(&n.job_hold_ms) {
+            bad("nap.job_hold_ms", format!("job_hold_ms = {} is outside 1000..=3600000", n.job_hold_ms), "60000 is the default");
         }
         if !(10..=60_000).contains(&n.napping_period_ms) {
             bad("nap.napping_period_ms", format!("napping_period_ms = {} is outside 10..=60000", n.napping_period_ms), "2000 is the default");

@@ -5,11 +5,14 @@
 //! rule: one writer per subtree, docs/systemd.md). D-Bus through zbus, never by shelling out
 //! to systemctl. A nap freezes a unit with `FreezeUnit`/`ThawUnit`, so `systemctl show -p
 //! FreezerState` agrees, and [`watch_jobs`] tells the nap when an operator queues a job on a
-//! napped unit (systemd refuses jobs on a frozen unit, docs/systemd.md).
+//! napped unit (systemd refuses jobs on a frozen unit, docs/systemd.md). A napped slice's
+//! services get [`Gate`]s: transient units whose jobs systemd runs before a reload or stop
+//! of the service, and which thaw the slice first, so that job works.
 
 use super::{not_found, FakeEffects, RealEffects};
 use serde::{Deserialize, Serialize};
 use std::io;
+use std::path::PathBuf;
 
 /// A unit property's value, in the D-Bus type systemd gives it: `t` (u64; `u64::MAX` is
 /// systemd's "not set", which SetUnitProperties takes back as a reset) or `ay` (`AllowedCPUs`'
@@ -62,6 +65,58 @@ pub fn valid_unit_name(name: &str) -> bool {
         && stem.chars().all(|c| c.is_ascii_alphanumeric() || ":-_.\\@".contains(c))
 }
 
+/// The names of the gate units joule starts: `joule-gate-<kind>-<service>.service`.
+pub const GATE_PREFIX: &str = "joule-gate-";
+
+/// Which of a service's jobs a gate goes before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateKind {
+    /// `reload` (and `reload-or-restart`): the gate is `Before=` the service and gets a reload
+    /// job through `ReloadPropagatedFrom=`; its `ExecReload=` thaws.
+    Reload,
+    /// `stop`, `restart`, `try-restart`: the gate is `After=` the service (stops run in
+    /// reverse order) and `PartOf=` it; its `ExecStop=` thaws.
+    Stop,
+}
+
+/// A transient oneshot unit (`RemainAfterExit=yes`) that systemd 257 runs before a job on
+/// `service`, whose command (`exe nap gate SLICE SERVICE`) thaws the napped `slice` and waits
+/// until the service runs: systemd refuses any job on a frozen unit, and refuses to thaw a
+/// unit with a job queued, but thaws a slice's services with the slice (docs/systemd.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gate {
+    pub kind: GateKind,
+    pub service: String,
+    pub slice: String,
+    /// The joule binary the gate runs (the agent's own).
+    pub exe: PathBuf,
+}
+
+impl Gate {
+    pub fn name(&self) -> String {
+        let kind = match self.kind {
+            GateKind::Reload => "reload",
+            GateKind::Stop => "stop",
+        };
+        format!("{GATE_PREFIX}{kind}-{}.service", self.service.trim_end_matches(".service").replace('@', "_"))
+    }
+
+    /// The thawing command, as `ExecReload=`/`ExecStop=` runs it.
+    pub fn command(&self) -> Vec<String> {
+        vec![self.exe.display().to_string(), "nap".into(), "gate".into(), self.slice.clone(), self.service.clone()]
+    }
+
+    fn check(&self) -> io::Result<()> {
+        check_name(&self.service)?;
+        check_name(&self.slice)?;
+        check_name(&self.name())?;
+        if !self.exe.is_absolute() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a gate runs an absolute path, not {}", self.exe.display())));
+        }
+        Ok(())
+    }
+}
+
 pub trait Units {
     /// The current value of `property` (one of [`UNIT_PROPERTIES`]) of `unit`.
     /// `ErrorKind::NotFound` when there is no such unit.
@@ -75,6 +130,10 @@ pub trait Units {
     fn freeze_unit(&self, unit: &str) -> io::Result<()>;
     /// Thaws the unit (`ThawUnit`); a unit that is not frozen is left as it is.
     fn thaw_unit(&self, unit: &str) -> io::Result<()>;
+    /// Starts `gate` as a transient unit (`StartTransientUnit`); one that exists is left.
+    fn start_gate(&self, gate: &Gate) -> io::Result<()>;
+    /// Stops every gate unit systemd has loaded (`joule-gate-*`); returns how many.
+    fn stop_gates(&self) -> io::Result<usize>;
 }
 
 fn check_name(unit: &str) -> io::Result<()> {
@@ -106,19 +165,33 @@ impl Units for RealEffects {
         check_name(unit)?;
         dbus::manager_call(unit, "ThawUnit")
     }
+    fn start_gate(&self, gate: &Gate) -> io::Result<()> {
+        gate.check()?;
+        dbus::start_gate(gate)
+    }
+    fn stop_gates(&self) -> io::Result<usize> {
+        dbus::stop_gates()
+    }
 }
 
-/// Calls `on_job(unit)` for every job systemd queues on one of `units` (its `JobNew` signal),
-/// from a thread of its own, until `on_job` returns false. Returns once subscribed, so a job
-/// queued after it returns is seen. The thread ends with the process otherwise.
-pub fn watch_jobs(units: Vec<String>, mut on_job: impl FnMut(&str) -> bool + Send + 'static) -> io::Result<std::thread::JoinHandle<()>> {
-    for u in &units {
-        check_name(u)?;
-    }
+/// A job's life as systemd's manager signals it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEvent {
+    /// `JobNew`: queued.
+    New,
+    /// `JobRemoved`: finished, whatever its result.
+    Removed,
+}
+
+/// Calls `on_job(event, job id, unit)` for every job systemd queues and finishes (its `JobNew`
+/// and `JobRemoved` signals), from a thread of its own, until `on_job` returns false;
+/// `on_job` picks the units it cares about. Returns once subscribed, so a job queued after it
+/// returns is seen. The thread ends with the process otherwise.
+pub fn watch_jobs(mut on_job: impl FnMut(JobEvent, u32, &str) -> bool + Send + 'static) -> io::Result<std::thread::JoinHandle<()>> {
     let signals = dbus::job_signals()?;
     std::thread::Builder::new().name("joule-unit-jobs".into()).spawn(move || {
-        for unit in signals {
-            if units.contains(&unit) && !on_job(&unit) {
+        for (event, id, unit) in signals {
+            if !on_job(event, id, &unit) {
                 return;
             }
         }
@@ -127,7 +200,7 @@ pub fn watch_jobs(units: Vec<String>, mut on_job: impl FnMut(&str) -> bool + Sen
 
 /// The D-Bus side: one system-bus connection per process, made on first use.
 mod dbus {
-    use super::UnitValue;
+    use super::{Gate, GateKind, JobEvent, UnitValue, GATE_PREFIX};
     use std::io;
     use std::sync::OnceLock;
     use zbus::blocking::{Connection, Proxy};
@@ -191,12 +264,74 @@ mod dbus {
         manager()?.call::<_, _, ()>(method, &(unit,)).map_err(|e| err(&format!("{method} {unit}"), e))
     }
 
-    /// The unit of each job systemd queues from now on (`JobNew`, after `Subscribe`).
-    pub fn job_signals() -> io::Result<impl Iterator<Item = String>> {
+    /// Each job systemd queues or finishes from now on (`JobNew`, `JobRemoved`, after
+    /// `Subscribe`): the event, the job's id and its unit.
+    pub fn job_signals() -> io::Result<impl Iterator<Item = (JobEvent, u32, String)>> {
         let m = manager()?;
-        let jobs = m.receive_signal("JobNew").map_err(|e| err("JobNew signals", e))?;
+        let all = m.receive_all_signals().map_err(|e| err("the manager's signals", e))?;
         m.call::<_, _, ()>("Subscribe", &()).map_err(|e| err("Subscribe", e))?;
-        Ok(jobs.filter_map(|msg| msg.body().deserialize::<(u32, OwnedObjectPath, String)>().ok().map(|(_, _, unit)| unit)))
+        Ok(all.filter_map(|msg| {
+            let header = msg.header();
+            let event = match header.member().map(|m| m.as_str()) {
+                Some("JobNew") => JobEvent::New,
+                Some("JobRemoved") => JobEvent::Removed,
+                _ => return None,
+            };
+            let body = msg.body();
+            let (id, unit) = match event {
+                JobEvent::New => body.deserialize::<(u32, OwnedObjectPath, String)>().ok().map(|(id, _, u)| (id, u))?,
+                JobEvent::Removed => body.deserialize::<(u32, OwnedObjectPath, String, String)>().ok().map(|(id, _, u, _)| (id, u))?,
+            };
+            Some((event, id, unit))
+        }))
+    }
+
+    /// A gate as a transient unit; `UnitExists` (it runs already) is fine.
+    pub fn start_gate(gate: &Gate) -> io::Result<()> {
+        let exe = gate.exe.display().to_string();
+        let exec = |argv: Vec<String>| Value::from(vec![(exe.clone(), argv, false)]);
+        let service = vec![gate.service.clone()];
+        let mut props: Vec<(&str, Value)> = vec![
+            ("Description", Value::from(format!("joule: thaws {} before a job on {} (nap)", gate.slice, gate.service))),
+            ("Type", Value::from("oneshot")),
+            ("RemainAfterExit", Value::from(true)),
+            ("CollectMode", Value::from("inactive-or-failed")),
+            ("ExecStart", exec(vec![exe.clone(), "--version".into()])),
+        ];
+        match gate.kind {
+            GateKind::Reload => {
+                props.push(("ExecReload", exec(gate.command())));
+                props.push(("Before", Value::from(service.clone())));
+                props.push(("ReloadPropagatedFrom", Value::from(service)));
+            }
+            GateKind::Stop => {
+                props.push(("ExecStop", exec(gate.command())));
+                props.push(("After", Value::from(service.clone())));
+                props.push(("PartOf", Value::from(service)));
+            }
+        }
+        let aux: Vec<(&str, Vec<(&str, Value)>)> = Vec::new();
+        match manager()?.call::<_, _, OwnedObjectPath>("StartTransientUnit", &(gate.name(), "fail", props, aux)) {
+            Ok(_) => Ok(()),
+            Err(zbus::Error::MethodError(name, _, _)) if name.as_str().ends_with("UnitExists") => Ok(()),
+            Err(e) => Err(err(&format!("StartTransientUnit {}", gate.name()), e)),
+        }
+    }
+
+    /// Stops each loaded `joule-gate-*` unit (a stop gate's `ExecStop=` thaws its slice).
+    pub fn stop_gates() -> io::Result<usize> {
+        type Listed = (String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath);
+        let m = manager()?;
+        let pattern = format!("{GATE_PREFIX}*");
+        let units: Vec<Listed> = m.call("ListUnitsByPatterns", &(Vec::<&str>::new(), vec![pattern.as_str()])).map_err(|e| err("ListUnitsByPatterns", e))?;
+        let mut n = 0;
+        for (name, ..) in units {
+            match m.call::<_, _, OwnedObjectPath>("StopUnit", &(name.as_str(), "replace")) {
+                Ok(_) => n += 1,
+                Err(e) => return Err(err(&format!("StopUnit {name}"), e)),
+            }
+        }
+        Ok(n)
     }
 
     pub fn set_property(unit: &str, property: &str, value: &UnitValue) -> io::Result<()> {
@@ -245,7 +380,31 @@ impl Units for FakeEffects {
     fn thaw_unit(&self, unit: &str) -> io::Result<()> {
         self.set_frozen(unit, false)
     }
+    fn start_gate(&self, gate: &Gate) -> io::Result<()> {
+        gate.check()?;
+        let key = (gate.name(), GATE.to_string());
+        if self.units.lock().unwrap().contains_key(&key) {
+            return Ok(());
+        }
+        self.act(format!("start-gate {} {}", gate.name(), gate.command().join(" ")), || {
+            self.units.lock().unwrap().insert(key, UnitValue::Bytes(Vec::new()));
+            Ok(())
+        })
+    }
+    fn stop_gates(&self) -> io::Result<usize> {
+        let gates: Vec<(String, String)> = self.units.lock().unwrap().keys().filter(|(u, p)| p == GATE && u.starts_with(GATE_PREFIX)).cloned().collect();
+        for key in &gates {
+            self.act(format!("stop-unit {}", key.0), || {
+                self.units.lock().unwrap().remove(key);
+                Ok(())
+            })?;
+        }
+        Ok(gates.len())
+    }
 }
+
+/// The fake's key for a gate unit it started.
+const GATE: &str = "Gate";
 
 /// The fake's key for a unit's freezer (1: frozen).
 const FREEZER_STATE: &str = "FreezerState";

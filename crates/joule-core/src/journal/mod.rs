@@ -104,6 +104,9 @@ pub enum Undo {
     /// Thaw a systemd unit joule froze for a nap (`ThawUnit` over D-Bus), if it is still
     /// frozen.
     ThawUnit { unit: String },
+    /// Stop the gate units joule started for a napped slice's services (`joule-gate-*`,
+    /// transient: they go once stopped). A stop gate's `ExecStop=` thaws its slice.
+    StopGates,
     /// Delete interface `ifname` that joule created (an ifb for ingress limits) in `netns`,
     /// if it is still of `kind` (a same-named interface of another kind is not ours).
     LinkDelete {

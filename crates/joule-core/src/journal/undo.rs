@@ -115,7 +115,8 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
             .then(|| format!("joule sets only {} of services, slices and scopes, not {property:?} of {unit:?}", UNIT_PROPERTIES.join(", "))),
         Undo::ThawUnit { unit } => (!valid_unit_name(unit)).then(|| format!("joule freezes only services, slices and scopes, not {unit:?}")),
         // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
-        Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } => None,
+        // Only units named joule-gate-*, which only root can start (system manager).
+        Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } | Undo::StopGates => None,
     };
     Ok(why)
 }
@@ -223,6 +224,11 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
         Undo::ThawUnit { unit } => match fx.unit_freezer_state(unit) {
             Ok(state) if state.starts_with("frozen") || state == "freezing" => gone_ok(fx.thaw_unit(unit)),
             Ok(_) => Ok(Outcome::Gone),
+            Err(e) => gone_ok(Err(e)),
+        },
+        Undo::StopGates => match fx.stop_gates() {
+            Ok(0) => Ok(Outcome::Gone),
+            Ok(_) => Ok(Outcome::Done),
             Err(e) => gone_ok(Err(e)),
         },
         Undo::QdiscDelete { netns, ifname, ifindex, parent, handle, kind } => {

@@ -192,6 +192,12 @@ impl Units for CgFake {
     fn thaw_unit(&self, unit: &str) -> io::Result<()> {
         self.fx.thaw_unit(unit)
     }
+    fn start_gate(&self, gate: &joule_core::effects::Gate) -> io::Result<()> {
+        self.fx.start_gate(gate)
+    }
+    fn stop_gates(&self) -> io::Result<usize> {
+        self.fx.stop_gates()
+    }
 }
 
 impl Net for CgFake {

@@ -3,6 +3,7 @@
 //! class places the membership reading needs. Building them checks the config (admission
 //! control for the classes), so a refused config stops the agent before anything changes.
 
+use anyhow::Context;
 use joule_act::cgroup_cpu::{CgroupCpuActuator, CpuBackend, WithUnits};
 use joule_act::cpufreq::CpufreqActuator;
 use joule_act::freezer::{CgroupfsFreezer, FreezerActuator, FreezerBackend, SystemdFreezer};
@@ -195,15 +196,22 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
     let mut freezing = None;
     // A napped class of systemd units is frozen by systemd (FreezeUnit), and a job queued on
     // one of its units wakes the nap (docs/systemd.md).
-    let mut nap_units = Vec::new();
+    // A napped slice's services get gate units, so a job on one runs during the nap.
+    let mut unit_jobs = None;
     if let (true, true, Some(class)) = (cfg.nap.enabled, root, &cfg.nap.class) {
         if let Some(why) = nap_refusal(cfg) {
             return Err(crate::UsageError(why).into());
         }
         let backend: Box<dyn FreezerBackend> = match cfg.classes.iter().find(|c| &c.name == class && c.matches.only_units()) {
             Some(c) => {
-                nap_units = c.matches.units().map(String::from).collect();
-                Box::new(SystemdFreezer::new(fx.clone(), [(class.clone(), nap_units.clone())].into()))
+                let units = c.matches.units().map(String::from).collect();
+                let mut f = SystemdFreezer::new(fx.clone(), [(class.clone(), units)].into());
+                if systemd_host(cfg) {
+                    let exe = std::env::current_exe().context("the agent's own path (the gates of a napped slice run it)")?;
+                    f = f.with_gates(cfg.telemetry.cgroup_root.clone(), exe);
+                }
+                unit_jobs = Some(f.jobs());
+                Box::new(f)
             }
             None => Box::new(CgroupfsFreezer::new(fx.clone(), i.places.clone())),
         };
@@ -236,7 +244,13 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
     }
     if cfg.nap.enabled {
         anyhow::ensure!(root, "[nap] freezes cgroups and loads eBPF, which needs root");
-        a.push(Box::new(NapActuator::new(cfg, i.bpf, i.nap_counters.clone(), freezing, freq_requests).with_unit_jobs(nap_units)));
+        a.push(Box::new({
+            let nap = NapActuator::new(cfg, i.bpf, i.nap_counters.clone(), freezing, freq_requests);
+            match unit_jobs {
+                Some(jobs) => nap.with_unit_jobs(jobs),
+                None => nap,
+            }
+        }));
     }
     let placed_traffic = placing && cfg.energy.targets.iter().any(|t| t.interface.is_some());
     if !cfg.net.limits.is_empty() || placed_traffic {

@@ -1,15 +1,31 @@
 //! `joule nap status`: what the agent's nap actuator holds — awake or napping and since when,
 //! the time spent napping, wakes by reason and the last one — read from the status file the
-//! actuator rewrites every period next to its journal.
+//! actuator rewrites every period next to its journal. `joule nap gate`: the command of the
+//! gate units the agent starts for a napped slice's services (docs/systemd.md).
 
 use anyhow::Context;
 use joule_act::nap::STATUS_FILE;
+use joule_core::effects::{valid_unit_name, Units};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Subcommand)]
 pub enum NapCmd {
     /// State, residency, last wake reason (the agent must run with `[nap] enabled = true`).
     Status(StatusArgs),
+    /// Run by systemd, not by hand: the command of the gate units (`joule-gate-*`) the agent
+    /// starts for each service of a napped slice. systemd runs it before a reload, restart
+    /// or stop of SERVICE; it thaws SLICE and waits (at most 10 s) until SERVICE is thawed,
+    /// so that job runs (systemd refuses any job on a frozen unit). See docs/systemd.md.
+    Gate(GateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct GateArgs {
+    /// The napped slice, e.g. `web.slice`.
+    pub slice: String,
+    /// The service in it a job was queued on, e.g. `nginx.service`.
+    pub service: String,
 }
 
 #[derive(clap::Args)]
@@ -23,7 +39,14 @@ pub struct StatusArgs {
 }
 
 pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
-    let NapCmd::Status(a) = cmd;
+    let a = match cmd {
+        NapCmd::Status(a) => a,
+        NapCmd::Gate(g) => {
+            let took = gate(&joule_core::effects::RealEffects, &g.slice, &g.service, GATE_WAIT)?;
+            println!("joule nap gate: thawed {}; {} runs ({} ms)", g.slice, g.service, took.as_millis());
+            return Ok(());
+        }
+    };
     let path = a.journal_dir.join(STATUS_FILE);
     let running = joule_core::agent_lock::running_agent(&a.journal_dir).is_some();
     let text = match std::fs::read_to_string(&path) {
@@ -59,6 +82,58 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long a gate waits for its service to thaw.
+const GATE_WAIT: Duration = Duration::from_secs(10);
+
+/// Thaws `slice` and waits until `service` is no longer frozen by it (`FreezerState` neither
+/// `*-by-parent` nor `thawing`); returns how long that took. A service someone froze by
+/// itself (`frozen`) is theirs: the gate does not wait for it.
+fn gate(fx: &dyn Units, slice: &str, service: &str, wait: Duration) -> anyhow::Result<Duration> {
+    for (name, kind) in [(slice, ".slice"), (service, ".service")] {
+        if !valid_unit_name(name) || !name.ends_with(kind) {
+            anyhow::bail!(crate::UsageError(format!("{name:?} is not a {} name", &kind[1..])));
+        }
+    }
+    let t0 = Instant::now();
+    match fx.thaw_unit(slice) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(anyhow::Error::new(e).context(format!("thawing {slice}"))),
+        _ => {}
+    }
+    loop {
+        let state = match fx.unit_freezer_state(service) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(t0.elapsed()),
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{service}'s FreezerState"))),
+        };
+        if !(state.ends_with("-by-parent") || state == "thawing") {
+            return Ok(t0.elapsed());
+        }
+        anyhow::ensure!(t0.elapsed() < wait, "{service} is still {state} {} ms after thawing {slice}", t0.elapsed().as_millis());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::effects::FakeEffects;
+
+    #[test]
+    fn a_gate_thaws_its_slice_and_refuses_names_that_are_not_units() {
+        let fx = FakeEffects::default().with_unit("web.slice").with_unit("nginx.service");
+        fx.freeze_unit("web.slice").unwrap();
+        gate(&fx, "web.slice", "nginx.service", Duration::from_secs(1)).unwrap();
+        assert_eq!(fx.unit_freezer_state("web.slice").unwrap(), "running");
+        assert!(fx.calls().contains(&"thaw-unit web.slice".to_string()), "{:?}", fx.calls());
+        for (slice, service) in [("web.service", "nginx.service"), ("web.slice", "../x.service"), ("web.slice", "web.slice")] {
+            let e = gate(&fx, slice, service, Duration::from_secs(1)).unwrap_err();
+            assert!(e.downcast_ref::<crate::UsageError>().is_some(), "{slice} {service}: {e}");
+        }
+        // A slice that went away has nothing to thaw.
+        gate(&fx, "gone.slice", "nginx.service", Duration::from_secs(1)).unwrap();
+    }
 }
