@@ -115,6 +115,8 @@ pub struct SystemdFreezer {
 pub struct UnitJobs {
     watched: Mutex<BTreeSet<String>>,
     gated: Mutex<BTreeSet<String>>,
+    /// Each service ever found running in a napped slice -> (its slice, its cgroup dir).
+    seen: Mutex<BTreeMap<String, (String, PathBuf)>>,
 }
 
 impl UnitJobs {
@@ -133,6 +135,15 @@ impl UnitJobs {
 
     pub fn gated(&self) -> Vec<String> {
         lock(&self.gated).iter().cloned().collect()
+    }
+
+    /// Why the napped slices must stay awake now: a service once running in one is stopped
+    /// (its cgroup is gone), and systemd refuses to start a unit in a frozen slice, with no
+    /// gate for a start. `None`: nothing stops a nap.
+    pub fn stopped(&self, fx: &dyn Effects) -> Option<String> {
+        lock(&self.seen).iter().find(|(_, (_, dir))| !fx.exists(dir)).map(|(service, (slice, _))| {
+            format!("{service} of the napped {slice} is stopped: systemd would refuse to start it in a frozen slice, so the slice stays awake until it runs")
+        })
     }
 }
 
@@ -185,8 +196,9 @@ impl SystemdFreezer {
         lock(&self.ours)
     }
 
-    /// The services running in `slice` (its cgroup's `*.service` dirs, nested slices included).
-    fn services_in(&self, cgroup_root: &std::path::Path, slice: &str) -> Vec<String> {
+    /// The services running in `slice` with their cgroups (its `*.service` dirs, nested
+    /// slices included).
+    fn services_in(&self, cgroup_root: &std::path::Path, slice: &str) -> Vec<(PathBuf, String)> {
         let mut stack = vec![cgroup_root.join(slice_dir(slice))];
         let mut found = Vec::new();
         while let Some(d) = stack.pop() {
@@ -194,7 +206,7 @@ impl SystemdFreezer {
                 if name.ends_with(".slice") {
                     stack.push(d.join(&name));
                 } else if name.ends_with(".service") && joule_core::effects::valid_unit_name(&name) {
-                    found.push(name);
+                    found.push((d.join(&name), name));
                 }
             }
         }
@@ -205,7 +217,7 @@ impl SystemdFreezer {
     fn gate(&self, class: &str) -> io::Result<()> {
         let Some((root, exe)) = &self.gates else { return Ok(()) };
         for slice in self.units(class).map_err(io::Error::other)?.iter().filter(|u| u.ends_with(".slice")) {
-            for service in self.services_in(root, slice) {
+            for (dir, service) in self.services_in(root, slice) {
                 if lock(&self.jobs.gated).contains(&service) {
                     continue;
                 }
@@ -213,6 +225,7 @@ impl SystemdFreezer {
                     let g = Gate { kind, service: service.clone(), slice: slice.clone(), exe: exe.clone() };
                     self.fx.start_gate(&g).map_err(|e| io::Error::new(e.kind(), format!("{slice}: the gate of {service} ({}): {e}", g.name())))?;
                 }
+                lock(&self.jobs.seen).insert(service.clone(), (slice.clone(), dir));
                 lock(&self.jobs.watched).insert(service.clone());
                 lock(&self.jobs.gated).insert(service);
             }
@@ -410,7 +423,7 @@ impl Actuator for FreezerActuator {
 mod tests {
     use super::*;
     use joule_core::control::ActCx;
-    use joule_core::effects::{FakeEffects, Units};
+    use joule_core::effects::{FakeEffects, Files, Units};
 
     /// A started freezer actuator for class `web` = units a.service and b.service.
     fn systemd(fx: &Arc<FakeEffects>, dir: &std::path::Path) -> (FreezerActuator, Journal) {
@@ -518,6 +531,12 @@ mod tests {
         h.thaw("web").unwrap();
         h.freeze("web").unwrap();
         assert_eq!(jobs.gated(), ["api.service", "nginx.service"]);
+        // A service of the slice that stops (its cgroup goes) holds the nap off: systemd
+        // would refuse its start in a frozen slice.
+        assert_eq!(jobs.stopped(fx.as_ref()), None);
+        fx.remove_dir(std::path::Path::new("/cg/web.slice/web-inner.slice/api.service")).unwrap();
+        let why = jobs.stopped(fx.as_ref()).unwrap();
+        assert!(why.contains("api.service") && why.contains("web.slice"), "{why}");
         // The journal's undo stops every gate.
         f.shutdown(&mut ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink }).unwrap();
         assert_eq!(fx.calls().iter().filter(|c| c.starts_with("stop-unit joule-gate-")).count(), 4, "{:?}", fx.calls());

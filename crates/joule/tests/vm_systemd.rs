@@ -164,6 +164,9 @@ fn vm_systemd_nap_freezes_the_slice_through_systemd_and_an_operators_first_job_r
         let v = get(&format!("nap_{op}_rc"));
         assert!(v.starts_with("0 napped_before=yes "), "{op}: {v}\n{}", out.describe());
     }
+    // Stopped, the service holds the nap off (a start in a frozen slice is refused), and its
+    // start then works.
+    assert_eq!(get("nap_held_while_stopped"), "running 1", "{}", out.describe());
     assert_eq!(get("nap_start_rc"), "0", "{}", out.describe());
     assert!(get("nap_wakes").parse::<u32>().unwrap() >= 3, "{}", out.describe());
     assert_eq!(get("nap_restart_pids_changed"), "yes", "{}", out.describe());

@@ -89,6 +89,8 @@ pub struct NapActuator {
     notes: Vec<String>,
     /// The napped class's systemd units, whose jobs wake the nap (`with_unit_jobs`).
     unit_jobs: Option<Arc<crate::freezer::UnitJobs>>,
+    /// Why the nap is held off now because a service of its slice is stopped (logged once).
+    stopped_note: Option<String>,
     /// Tells the job watcher to stop acting (it ends at the next job after this).
     jobs_stop: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -132,6 +134,7 @@ impl NapActuator {
             status_file: None,
             notes: Vec::new(),
             unit_jobs: None,
+            stopped_note: None,
             jobs_stop: Arc::default(),
         }
     }
@@ -346,8 +349,17 @@ impl Actuator for NapActuator {
         core.compact()?;
         let seen_hits = self.counters.port_hits_total();
         let napping = core.status().napping;
+        // A stopped service of a napped slice keeps it awake (its start would be refused).
+        let stopped = self.unit_jobs.as_ref().and_then(|j| j.stopped(cx.fx));
+        if stopped != self.stopped_note {
+            if let Some(why) = &stopped {
+                tracing::warn!("nap: {why}");
+                (cx.events)("nap_held", serde_json::json!({ "why": why }));
+            }
+            self.stopped_note = stopped.clone();
+        }
         match want {
-            Some(true) if !napping => {
+            Some(true) if !napping && stopped.is_none() => {
                 let tcp = TcpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.tcp_ports.clone(), counters: None };
                 let udp = UdpPorts { procfs: self.procfs.clone(), ports: self.cfg.monitors.udp_ports.clone() };
                 let probe = self.probe.as_ref();

@@ -204,7 +204,12 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
         }
         let backend: Box<dyn FreezerBackend> = match cfg.classes.iter().find(|c| &c.name == class && c.matches.only_units()) {
             Some(c) => {
-                let units = c.matches.units().map(String::from).collect();
+                let units: Vec<String> = c.matches.units().map(String::from).collect();
+                if let Some(s) = units.iter().find(|u| u.ends_with(".service")) {
+                    tracing::warn!(
+                        "nap class {class} names {s}: systemd 257 refuses an operator's first reload, restart or stop of a frozen service (joule thaws it, the retry works); put the service in a slice of its own and nap the slice, whose services get gates (docs/systemd.md)"
+                    );
+                }
                 let mut f = SystemdFreezer::new(fx.clone(), [(class.clone(), units)].into());
                 if systemd_host(cfg) {
                     let exe = std::env::current_exe().context("the agent's own path (the gates of a napped slice run it)")?;
