@@ -14,7 +14,7 @@
 
 use joule_core::cgroupfs::Hier;
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan};
-use joule_core::effects::{Effects, Freezer, Gate, GateKind, FREEZE_SETTLE};
+use joule_core::effects::{Effects, Freezer, Gate, GateKind, JobEvent, FREEZE_SETTLE};
 use joule_core::journal::{Journal, Undo};
 use joule_core::membership::ClassPlace;
 use serde::Serialize;
@@ -117,7 +117,12 @@ pub struct UnitJobs {
     gated: Mutex<BTreeSet<String>>,
     /// Each service ever found running in a napped slice -> (its slice, its cgroup dir).
     seen: Mutex<BTreeMap<String, (String, PathBuf)>>,
+    /// The jobs on these units still queued or running (by id).
+    pending: Mutex<BTreeSet<u32>>,
 }
+
+/// The longest a job on a napped unit holds the nap off while it runs (its `JobRemoved` lost).
+pub const JOB_RUNNING_HOLD: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl UnitJobs {
     /// A job was queued on `unit`: whether it is one of the nap's.
@@ -127,6 +132,21 @@ impl UnitJobs {
             lock(&self.gated).remove(unit);
         }
         ours
+    }
+
+    /// A job signal: `Some((why, how long))` when the nap must wake and stay off. A job queued
+    /// on one of these units holds it off while it runs (a gate's thaw took seconds under
+    /// TCG); when the last of them ends, for `hold` more.
+    pub fn on_job(&self, event: JobEvent, id: u32, unit: &str, hold: std::time::Duration) -> Option<(String, std::time::Duration)> {
+        let mut pending = lock(&self.pending);
+        match event {
+            JobEvent::New if self.job_on(unit) => {
+                pending.insert(id);
+                Some((format!("a job on {unit}"), JOB_RUNNING_HOLD))
+            }
+            JobEvent::Removed if pending.remove(&id) && pending.is_empty() => Some((format!("the job on {unit} ended"), hold)),
+            _ => None,
+        }
     }
 
     pub fn units(&self) -> Vec<String> {
@@ -528,6 +548,14 @@ mod tests {
         // freeze (a stop took its stop gate along). A unit of no nap is not the nap's.
         assert!(jobs.job_on("nginx.service") && jobs.job_on("web.slice") && !jobs.job_on("other.service"));
         assert_eq!(jobs.gated(), ["api.service"]);
+        // Jobs hold the nap off while they run, and `hold` after the last one ends.
+        let hold = std::time::Duration::from_secs(3);
+        assert_eq!(jobs.on_job(JobEvent::New, 7, "api.service", hold), Some(("a job on api.service".into(), JOB_RUNNING_HOLD)));
+        assert_eq!(jobs.on_job(JobEvent::New, 8, "nginx.service", hold).map(|h| h.1), Some(JOB_RUNNING_HOLD));
+        assert_eq!(jobs.on_job(JobEvent::New, 9, "other.service", hold), None);
+        assert_eq!(jobs.on_job(JobEvent::Removed, 7, "api.service", hold), None, "job 8 still runs");
+        assert_eq!(jobs.on_job(JobEvent::Removed, 9, "other.service", hold), None);
+        assert_eq!(jobs.on_job(JobEvent::Removed, 8, "nginx.service", hold), Some(("the job on nginx.service ended".into(), hold)));
         h.thaw("web").unwrap();
         h.freeze("web").unwrap();
         assert_eq!(jobs.gated(), ["api.service", "nginx.service"]);

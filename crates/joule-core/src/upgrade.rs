@@ -47,19 +47,32 @@ fn cgroups_under(dir: &Path, fx: &dyn Effects) -> Vec<PathBuf> {
 }
 
 /// The v2 cgroup of the nearest ancestor of `pid` outside joule's tree and the root, whose
-/// `cgroup.procs` exists: the unit the process was forked from.
+/// `cgroup.procs` exists: the unit the process was forked from. Each ancestor is pinned by
+/// its start time: a parent starts no later than its child, so a pid that names a task
+/// started later (reused after the parent exited), or another task by the time its cgroup
+/// was read, ends the walk (the process then goes to the root, and the report says so).
 fn home(pid: i32, procfs: &Path, cgroup_root: &Path, fx: &dyn Effects) -> Option<String> {
-    let mut p = Stat::read(fx, procfs, pid)?.ppid;
+    let me = Stat::read(fx, procfs, pid)?;
+    let (mut p, mut child_start) = (me.ppid, me.start_time_ticks);
     for _ in 0..MAX_ANCESTORS {
         if p <= 1 {
             return None;
         }
+        let st = Stat::read(fx, procfs, p)?;
+        if let (Some(parent), Some(child)) = (st.start_time_ticks, child_start) {
+            if parent > child {
+                return None;
+            }
+        }
         let cg = TaskCgroups::read(fx, procfs, p)?.path(None)?.to_string();
+        if Stat::read(fx, procfs, p)?.start_time_ticks != st.start_time_ticks {
+            return None;
+        }
         let ours = cg == "/joule" || cg.starts_with("/joule/");
         if !ours && cg != "/" && fx.exists(&cgroup_root.join(cg.trim_start_matches('/')).join("cgroup.procs")) {
             return Some(cg);
         }
-        p = Stat::read(fx, procfs, p)?.ppid;
+        (p, child_start) = (st.ppid, st.start_time_ticks);
     }
     None
 }
@@ -101,8 +114,10 @@ mod tests {
     use super::*;
     use crate::effects::{FakeEffects, Files};
 
+    /// Process `pid`, child of `ppid`, in cgroup `cg`, started `pid` ticks after boot (a
+    /// higher pid started later).
     fn proc(fx: FakeEffects, pid: i32, ppid: i32, cg: &str) -> FakeEffects {
-        fx.with_file(format!("/proc/{pid}/stat"), &format!("{pid} (nginx) S {ppid} {pid} {pid} 0 -1 0 0 0 0 0 1 2"))
+        fx.with_file(format!("/proc/{pid}/stat"), &format!("{pid} (nginx) S {ppid} {pid} {pid} 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 {pid}"))
             .with_file(format!("/proc/{pid}/cgroup"), &format!("0::{cg}\n"))
     }
 
@@ -112,7 +127,7 @@ mod tests {
             .with_file("/cg/cgroup.procs", "")
             .with_file("/cg/system.slice/nginx.service/cgroup.procs", "")
             .with_file("/cg/joule/cgroup.procs", "")
-            .with_file("/cg/joule/web/cgroup.procs", "20 21 30\n")
+            .with_file("/cg/joule/web/cgroup.procs", "20 21 30 40\n")
             .with_file("/cg/joule/web/cpu.max", "max 100000");
         // 10: nginx's master, moved back by the old restore; 20: a worker forked inside joule/web;
         // 21: a worker's child; 30: a daemon whose parent is PID 1 (nowhere to go but the root).
@@ -120,9 +135,13 @@ mod tests {
         fx = proc(fx, 20, 10, "/joule/web");
         fx = proc(fx, 21, 20, "/joule/web");
         fx = proc(fx, 30, 1, "/joule/web");
+        // 40: its parent's pid 50 now names a task that started after it (reused): not its
+        // parent, so not its unit.
+        fx = proc(fx, 40, 50, "/joule/web");
+        fx = proc(fx, 50, 1, "/system.slice/nginx.service");
         fx = fx.with_dir("/cg/joule").with_dir("/cg/joule/web");
         let r = undo_leftover_tree(Path::new("/cg"), Path::new("/proc"), &fx);
-        assert_eq!(r.moved, [(20, "/system.slice/nginx.service".into()), (21, "/system.slice/nginx.service".into()), (30, "/".into())]);
+        assert_eq!(r.moved, [(20, "/system.slice/nginx.service".into()), (21, "/system.slice/nginx.service".into()), (30, "/".into()), (40, "/".into())]);
         assert_eq!(r.removed, [PathBuf::from("/cg/joule/web"), PathBuf::from("/cg/joule")]);
         assert!(r.failed.is_empty(), "{r:?}");
         assert!(!fx.exists(Path::new("/cg/joule")));

@@ -170,12 +170,20 @@ impl Vm {
     fn run_systemd(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
         let root = repo_root();
         let out = tempfile::tempdir().expect("guest output dir");
+        // The guest gets joule without its debug info (123 MB with it; symbols stay, so a
+        // backtrace still names functions): every boot copies it, and every exec under TCG
+        // (the agent, restore, each nap gate) reads it through virtiofs.
+        let bin = root.join("target/release/joule");
+        let bin_dir = tempfile::tempdir().expect("a dir for the guest's binary");
+        let stripped = bin_dir.path().join("joule");
+        let ok = Command::new("strip").arg("--strip-debug").arg("-o").arg(&stripped).arg(&bin).status().is_ok_and(|s| s.success());
+        let guest_bin = if ok { stripped } else { bin };
         let mut c = Command::new("bash");
         c.arg(root.join("scripts/vm/systemd-guest.sh"))
             .args(["run", "--timeout", &timeout_s.to_string(), "--out"])
             .arg(out.path())
             .arg("--file")
-            .arg(format!("{}:/usr/local/bin/joule", root.join("target/release/joule").display()))
+            .arg(format!("{}:/usr/local/bin/joule", guest_bin.display()))
             .env("JOULE_VM_CACHE", &self.cache)
             .current_dir(&root);
         for e in std::fs::read_dir(rwdir).expect("results dir").flatten() {

@@ -16,7 +16,7 @@ use crate::freezer::Freezing;
 use joule_bpf::{NapProbe, NapProto};
 use joule_core::config::{Config, NapConfig};
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan, Want};
-use joule_core::effects::{Effects, JobEvent, RealEffects};
+use joule_core::effects::{Effects, RealEffects};
 use joule_core::metric::{l, Family, MetricDef};
 use joule_core::nap::NapCounters;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
@@ -95,9 +95,6 @@ pub struct NapActuator {
     jobs_stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The longest a job on a napped unit holds the nap off while it runs (its `JobRemoved` lost).
-const JOB_RUNNING_HOLD: Duration = Duration::from_secs(600);
-
 struct ProbeTrigger<'a>(Option<&'a NapProbe>);
 
 impl Trigger for ProbeTrigger<'_> {
@@ -153,22 +150,12 @@ impl NapActuator {
         let Some(jobs) = self.unit_jobs.clone() else { return Ok(()) };
         let hold = Duration::from_millis(self.cfg.job_hold_ms);
         let (c, stop, watched) = (core.clone(), self.jobs_stop.clone(), jobs.clone());
-        // The jobs on the nap's units still queued or running: the nap stays off until the
-        // last ends (a gate's thaw under TCG took seconds), then `hold` more.
-        let mut pending = std::collections::BTreeSet::new();
         joule_core::effects::watch_jobs(move |event, id, unit| {
             if stop.load(Ordering::Acquire) {
                 return false;
             }
-            let r = match event {
-                JobEvent::New if watched.job_on(unit) => {
-                    pending.insert(id);
-                    c.operator_wake(&format!("a job on {unit}"), JOB_RUNNING_HOLD)
-                }
-                JobEvent::Removed if pending.remove(&id) && pending.is_empty() => c.operator_wake(&format!("the job on {unit} ended"), hold),
-                _ => return true,
-            };
-            match r {
+            let Some((what, held)) = watched.on_job(event, id, unit, hold) else { return true };
+            match c.operator_wake(&what, held) {
                 Ok(true) => tracing::warn!(
                     "nap: a job was queued on napped {unit}: thawed, no nap until it ends and {:.0} s more (in a napped slice its gates let the job run; a napped service refuses it once: run it again)",
                     hold.as_secs_f64()

@@ -213,6 +213,9 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
                 let mut f = SystemdFreezer::new(fx.clone(), [(class.clone(), units)].into());
                 if systemd_host(cfg) {
                     let exe = std::env::current_exe().context("the agent's own path (the gates of a napped slice run it)")?;
+                    // A binary replaced since the agent started reads "PATH (deleted)": the
+                    // gates run what is at PATH now.
+                    let exe = exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")).map_or(exe.clone(), std::path::PathBuf::from);
                     f = f.with_gates(cfg.telemetry.cgroup_root.clone(), exe);
                 }
                 unit_jobs = Some(f.jobs());
