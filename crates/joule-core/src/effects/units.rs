@@ -98,7 +98,8 @@ impl Gate {
             GateKind::Reload => "reload",
             GateKind::Stop => "stop",
         };
-        format!("{GATE_PREFIX}{kind}-{}.service", self.service.trim_end_matches(".service").replace('@', "_"))
+        // `@` would make the gate a template's instance: escaped as systemd-escape does.
+        format!("{GATE_PREFIX}{kind}-{}.service", self.service.trim_end_matches(".service").replace('@', "\\x40"))
     }
 
     /// The thawing command, as `ExecReload=`/`ExecStop=` runs it.
@@ -455,6 +456,19 @@ mod tests {
         for bad in ["nginx", ".service", "a/b.service", "x.socket", "x.service\n", "../x.slice", "x y.service"] {
             assert!(!valid_unit_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_gate_is_named_after_its_service_and_runs_an_absolute_path() {
+        let g = |service: &str, exe: &str| Gate { kind: GateKind::Stop, service: service.into(), slice: "web.slice".into(), exe: exe.into() };
+        assert_eq!(g("nginx.service", "/usr/bin/joule").name(), "joule-gate-stop-nginx.service");
+        let templated = g("getty@tty1.service", "/usr/bin/joule");
+        assert_eq!(templated.name(), "joule-gate-stop-getty\\x40tty1.service");
+        assert_ne!(templated.name(), g("getty_tty1.service", "/usr/bin/joule").name());
+        assert!(templated.check().is_ok());
+        assert_eq!(g("nginx.service", "joule").check().unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(g("../x.service", "/usr/bin/joule").check().unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(g("nginx.service", "/usr/bin/joule").command(), ["/usr/bin/joule", "nap", "gate", "web.slice", "nginx.service"]);
     }
 
     #[test]
