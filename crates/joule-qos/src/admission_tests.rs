@@ -110,9 +110,11 @@ fn cfs_quota_is_a_cap_spread_over_cpus() {
 fn without_rt_group_sched_offers_the_cfs_equivalent() {
     let cs =
         vec![ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), cpus: Some("0-1".into()), ..Default::default() }];
-    let e = AdmissionEnv { rt_group_sched: false, ..env() };
+    let no_dl = DeadlineOffer { unsupported: Some("no SCHED_DEADLINE".into()), ..DeadlineOffer::default_612() };
+    let e = AdmissionEnv { rt_group_sched: false, deadline: no_dl, ..env() };
     let p = admit(&cs, &e);
     assert_eq!(rules(&p), vec![Rule::NoRtGroupSched]);
+    assert!(p.refusals[0].message.contains("and no SCHED_DEADLINE"), "{}", p.refusals[0].message);
     assert!(p.refusals[0].message.contains("quota_us = 60000 / period_us = 100000"), "{}", p.refusals[0].message);
     let p = admit(&cs, &AdmissionEnv { rt_fallback_to_cfs: true, ..e });
     assert!(p.admitted());
@@ -128,4 +130,35 @@ fn cpus_outside_the_parent_or_machine_are_refused() {
         ClassConfig { name: "c".into(), parent: Some("p".into()), cpus: Some("1".into()), ..Default::default() },
     ];
     assert!(admit(&cs, &env()).refusals[0].message.contains("not among the CPUs of its parent p (0)"));
+}
+
+#[test]
+fn without_rt_group_sched_an_rt_class_gets_deadline_reservations_and_the_plan_says_why() {
+    let main = ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), rt_period_us: Some(1_000_000), ..Default::default() };
+    let e = AdmissionEnv { rt_group_sched: false, ..env() };
+    let p = admit(std::slice::from_ref(&main), &e);
+    assert!(p.admitted(), "{}", p.refusal_text());
+    let c = p.class("main").unwrap();
+    assert_eq!((c.rt_backend, c.kind, c.rt), (Some(RtBackend::Deadline), ShareKind::DeadlineReservation, None));
+    assert_eq!(c.dl, Some(DlBw { runtime_us: 300_000, period_us: 1_000_000, threads: 2 }), "one thread per CPU by default");
+    assert!((c.expected_pct - 60.0).abs() < 1e-9);
+    assert!(p.render().contains("main             deadline: there is no cpu.rt_runtime_us"), "{}", p.render());
+    assert!(p.cores.is_empty(), "reservations are not per-core RT sums");
+    // Does not fit: 2 × 0.95 > 1.8.
+    let big = ClassConfig { rt_runtime_us: Some(950_000), ..main.clone() };
+    let p = admit(&[big], &e);
+    assert_eq!(rules(&p), vec![Rule::DeadlineOverBudget]);
+    // Confined to one CPU: refused with the reason.
+    let pinned = ClassConfig { cpus: Some("1".into()), ..main.clone() };
+    assert_eq!(rules(&admit(&[pinned], &e)), vec![Rule::DeadlineNeedsRootDomain]);
+    // With RT group scheduling the group backend wins; forcing deadline there works too.
+    let p = admit(std::slice::from_ref(&main), &env());
+    assert_eq!(p.class("main").unwrap().rt_backend, Some(RtBackend::Group));
+    let p = admit(std::slice::from_ref(&main), &AdmissionEnv { rt_backend: Some(RtBackend::Deadline), ..env() });
+    let c = p.class("main").unwrap();
+    assert_eq!(c.rt_backend, Some(RtBackend::Deadline));
+    assert!(c.rt_why.as_deref().unwrap().contains("--rt-backend deadline"));
+    // Forcing the group backend where there is none is refused.
+    let p = admit(&[main], &AdmissionEnv { rt_backend: Some(RtBackend::Group), ..e });
+    assert_eq!(rules(&p), vec![Rule::NoRtGroupSched]);
 }

@@ -16,7 +16,7 @@ pub mod cpulist;
 pub mod seed;
 pub mod units;
 
-pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, Plan, Refusal, Rule, ShareKind};
+pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, DeadlineOffer, DlBw, Plan, Refusal, RtBackend, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassCap, ClassStatus, QosController, QosOpts, ReconcileReport};
 pub use units::{Drift, UnitClasses};

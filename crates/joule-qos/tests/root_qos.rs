@@ -242,6 +242,123 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     g.children.clear();
 }
 
+/// Real-time hogs: one thread per CPU, each pinned to its CPU at SCHED_FIFO 50, spinning for
+/// `secs` (bounded: they end on their own, and with the test process).
+fn fifo_hogs(secs: f64) -> Vec<std::thread::JoinHandle<()>> {
+    let cpus = RealEffects.get_affinity(0).unwrap();
+    cpus.into_iter()
+        .map(|cpu| {
+            std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                RealEffects.set_affinity(tid, &[cpu]).unwrap();
+                RealEffects.set_sched(tid, SchedAttr { policy: libc::SCHED_FIFO, priority: 50 }).unwrap();
+                let end = Instant::now() + Duration::from_secs_f64(secs);
+                while Instant::now() < end {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut g = Guard::new();
+        let spin = g.spin();
+        // A busy shell that forks all the time and counts the forks that worked.
+        let forks = g.dir.path().join("forks");
+        let forker = g.sh(&format!("n=0; while :; do /bin/true && n=$((n+1)); echo $n > {}; done", forks.display()));
+        let on_all = |c: ClassConfig| ClassConfig { cpus: None, ..c };
+        let cs = vec![
+            on_all(ClassConfig { rt_runtime_us: Some(30_000), rt_period_us: Some(100_000), ..class("main", spin) }),
+            on_all(ClassConfig { rt_runtime_us: Some(10_000), rt_period_us: Some(100_000), ..class("forks", forker) }),
+        ];
+        // This kernel has RT group scheduling: the deadline backend is forced.
+        let mut c = QosController::new(&cs, QosOpts { rt_backend: Some(joule_qos::RtBackend::Deadline), ..opts() }).unwrap();
+        assert_eq!(c.plan().class("main").unwrap().rt_backend, Some(joule_qos::RtBackend::Deadline));
+        let j = Journal::open(g.dir.path()).unwrap();
+        let r = c.apply(&j, &RealEffects).unwrap();
+        assert!(r.notes.is_empty(), "{:?}", r.notes);
+        let dl = SchedAttr { policy: joule_core::effects::SCHED_DEADLINE, priority: 0 };
+        assert_eq!((RealEffects.get_sched(spin).unwrap(), RealEffects.get_sched(forker).unwrap()), (dl, dl));
+        // Real-time hogs on every CPU for the whole measurement: the reservation still holds.
+        let hogs = fifo_hogs(5.0);
+        std::thread::sleep(Duration::from_millis(500));
+        let got = measure(&c, "main", 3.0);
+        for h in hogs {
+            h.join().unwrap();
+        }
+        println!("deadline 30000/100000 under SCHED_FIFO hogs on every CPU: achieved {got:.1}%");
+        assert!((got - 30.0).abs() <= 2.0, "SCHED_DEADLINE 30000/100000 under FIFO hogs achieved {got:.1}%");
+        // Reset-on-fork: the reserved shell forks (without it, fork() fails with EAGAIN).
+        let count = || std::fs::read_to_string(&forks).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+        let before = count();
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(count() > before, "the reserved shell did not fork ({before} forks before, {} after)", count());
+        assert_eq!(RealEffects.get_sched(forker).unwrap(), dl, "still reserved while it forks");
+        c.release(&j, &RealEffects).unwrap();
+        assert_eq!((RealEffects.get_sched(spin).unwrap(), RealEffects.get_sched(forker).unwrap()), (SchedAttr::OTHER, SchedAttr::OTHER));
+    }
+    no_leftovers();
+}
+
+#[test]
+#[ignore = "tier 2: root"]
+fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_thread() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = Guard::new();
+    let sleeper = g.sh("sleep 600");
+    let mut helper =
+        Command::new(env!("CARGO_BIN_EXE_joule-qos-test-helper")).arg(g.dir.path()).arg(sleeper.to_string()).arg(GROUP).arg("deadline").spawn().unwrap();
+    let ready = g.dir.path().join("ready");
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "helper never applied");
+    assert_eq!(RealEffects.get_sched(sleeper).unwrap().policy, joule_core::effects::SCHED_DEADLINE);
+    helper.kill().unwrap(); // SIGKILL
+    helper.wait().unwrap();
+    // What `joule restore` does: replay the whole journal.
+    let r = journal::Journal::open(g.dir.path()).and_then(|j| j.restore_all(&RealEffects)).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert_eq!(RealEffects.get_sched(sleeper).unwrap(), SchedAttr::OTHER, "the reserved thread is back at SCHED_OTHER");
+    // No thread on the machine is left at SCHED_DEADLINE (field 41 of /proc/PID/task/TID/stat).
+    let dl = deadline_threads();
+    assert!(dl.is_empty(), "threads at SCHED_DEADLINE after restore: {dl:?}");
+    no_leftovers();
+    // The deadline backend makes no cpuset partition: joule's group, where one would be, is gone.
+    assert!(!Path::new(&format!("/sys/fs/cgroup/cpuset/{GROUP}")).exists());
+}
+
+/// Every thread on the machine under SCHED_DEADLINE.
+fn deadline_threads() -> Vec<i32> {
+    let mut out = Vec::new();
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        for t in std::fs::read_dir(p.path().join("task")).into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { continue };
+            let after_comm = stat.rsplit_once(')').map_or("", |x| x.1);
+            // Fields from 3 on; the policy is field 41.
+            if after_comm.split_whitespace().nth(41 - 3) == Some("6") {
+                out.extend(t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
 /// The panic payload of an applier "killed" by `DiesAt`.
 struct Killed;
 
@@ -318,6 +435,10 @@ impl Sched for DiesAt {
     fn set_affinity(&self, t: i32, cpus: &[usize]) -> io::Result<()> {
         self.change()?;
         RealEffects.set_affinity(t, cpus)
+    }
+    fn set_deadline(&self, t: i32, dl: joule_core::effects::Deadline) -> io::Result<()> {
+        self.change()?;
+        RealEffects.set_deadline(t, dl)
     }
 }
 

@@ -309,7 +309,7 @@ fn root_doctor_names_this_hosts_backends_as_the_kernel_shows_them() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let backend = |m: &str| v["backends"].as_array().unwrap().iter().find(|c| c["mechanism"].as_str().unwrap().starts_with(m)).unwrap()["backend"].clone();
     let rt_group = ["cpu", "cpu,cpuacct"].iter().any(|d| std::path::Path::new("/sys/fs/cgroup").join(d).join("cpu.rt_runtime_us").exists());
-    assert_eq!(backend("RT classes"), if rt_group { "RT group scheduling" } else { "none" });
+    assert_eq!(backend("RT classes"), if rt_group { "RT group scheduling" } else { "SCHED_DEADLINE" });
     let pure_v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     assert_eq!(v["facts"]["cgroup"]["layout"] == "unified", pure_v2, "{}", v["facts"]);
     let scx = std::path::Path::new("/sys/kernel/sched_ext/state").exists();

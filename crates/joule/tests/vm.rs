@@ -102,7 +102,7 @@ fn vm_doctor_names_the_backends_of_a_pure_v2_kernel_without_rt_group_sched() {
         let c = v["backends"].as_array().unwrap().iter().find(|c| c["mechanism"].as_str().is_some_and(|x| x.starts_with(m))).cloned();
         c.unwrap_or_else(|| panic!("no {m}: {}", v["backends"]))
     };
-    for (m, want) in [("class CPU", "cgroupfs v2"), ("RT classes", "none"), ("nap", "cgroup v2 cgroup.freeze"), ("thermal stage", "ebpf")] {
+    for (m, want) in [("class CPU", "cgroupfs v2"), ("RT classes", "SCHED_DEADLINE"), ("nap", "cgroup v2 cgroup.freeze"), ("thermal stage", "ebpf")] {
         assert_eq!(backend(m)["backend"].as_str(), Some(want), "{m}: {}", backend(m));
     }
     println!("guest: {}", v["backends"].as_array().unwrap().iter().map(|c| format!("{} = {}", c["mechanism"], c["backend"])).collect::<Vec<_>>().join("; "));

@@ -64,7 +64,7 @@ fn vm_systemd_guest_doctor_names_systemd_as_the_trees_owner_and_the_v2_backends(
     let cpu = backend("class CPU");
     assert!(cpu["warning"].as_str().is_some_and(|w| w.contains("systemd is PID 1")), "{cpu}");
     assert_eq!(cpu["backend"], "systemd D-Bus", "{cpu}");
-    assert_eq!(backend("RT classes")["backend"], "none");
+    assert_eq!(backend("RT classes")["backend"], "SCHED_DEADLINE");
     assert_eq!(backend("nap")["backend"], "systemd FreezeUnit");
     println!(
         "systemd guest: {}",

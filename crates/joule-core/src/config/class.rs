@@ -17,9 +17,14 @@ pub struct ClassConfig {
     /// Name of the enclosing class, for nested guarantees (a child cannot ask more).
     #[serde(default)]
     pub parent: Option<String>,
-    /// RT bandwidth (cgroup v1 `cpu.rt_runtime_us` / `cpu.rt_period_us`).
+    /// RT bandwidth (cgroup v1 `cpu.rt_runtime_us` / `cpu.rt_period_us`; where the kernel has
+    /// no RT group scheduling, a SCHED_DEADLINE reservation of runtime/period per thread).
     pub rt_runtime_us: Option<u64>,
     pub rt_period_us: Option<u64>,
+    /// The deadline backend: how many of the class's threads get a reservation (admission
+    /// counts runtime/period × this many). Unset: as many as the class has CPUs, which is the
+    /// most RT group bandwidth would give it (runtime/period of each of its CPUs).
+    pub rt_threads: Option<u32>,
     /// CFS bandwidth (v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us`, v2 `cpu.max`, `cpu.max.burst`).
     pub quota_us: Option<u64>,
     pub period_us: Option<u64>,
@@ -252,6 +257,16 @@ mod tests {
         let e = problems("[[class]]\nname = \"p\"\nmatch = { comm = [\"player\"] }\n[elevate]\nclass = \"p\"\n");
         assert!(e.contains("elevate's real-time slices"), "{e}");
         assert_eq!(problems("[[class]]\nname = \"be\"\nquota_us = 5000\nweight = 50\nmatch = { comm = [\"miner\"] }\n"), "", "taking away needs no proof");
+    }
+
+    #[test]
+    fn rt_threads_needs_rt_runtime_and_a_sane_count() {
+        let m = "match = { uid = [0] }\n";
+        assert!(problems(&format!("[[class]]\nname = \"c\"\nrt_runtime_us = 1000\nrt_threads = 4\n{m}")).is_empty());
+        let e = problems(&format!("[[class]]\nname = \"c\"\nrt_threads = 4\n{m}"));
+        assert!(e.contains("rt_threads without rt_runtime_us"), "{e}");
+        let e = problems(&format!("[[class]]\nname = \"c\"\nrt_runtime_us = 1000\nrt_threads = 0\n{m}"));
+        assert!(e.contains("rt_threads = 0 is outside 1..=4096"), "{e}");
     }
 
     #[test]

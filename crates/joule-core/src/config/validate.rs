@@ -270,6 +270,13 @@ fn bandwidth_problems(c: &ClassConfig) -> Vec<(&'static str, String, &'static st
             _ => {}
         }
     }
+    match (c.rt_threads, c.rt_runtime_us) {
+        (Some(n), _) if !(1..=4096).contains(&n) => {
+            out.push(("rt_threads", format!("rt_threads = {n} is outside 1..=4096"), "each reserved thread takes runtime/period of a CPU"))
+        }
+        (Some(_), None) => out.push(("rt_threads", "rt_threads without rt_runtime_us".into(), "it counts the threads that get the class's RT runtime")),
+        _ => {}
+    }
     if let Some(us) = c.latency_slice_us.filter(|us| *us != 0 && !SLICE_US.contains(us)) {
         out.push((
             "latency_slice_us",

@@ -20,7 +20,7 @@ pub use files::Files;
 pub use freezer::{FreezeState, Freezer, FREEZE_SETTLE};
 pub use mounts::{Mounts, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, PROC_SUPER_MAGIC, SYSFS_MAGIC, TRACEFS_MAGIC};
 pub use net::{tc_handle, FakeLink, Net, Qdisc, QdiscOption, TC_H_ROOT};
-pub use sched::{Sched, SchedAttr, FAKE_DEFAULT_SLICE_NS};
+pub use sched::{Deadline, Sched, SchedAttr, FAKE_DEFAULT_SLICE_NS, SCHED_DEADLINE};
 pub use units::{valid_unit_name, watch_jobs, Gate, GateKind, JobEvent, UnitValue, Units, GATE_PREFIX, UNIT_PROPERTIES};
 
 use std::collections::{BTreeMap, VecDeque};

@@ -1,6 +1,7 @@
 //! Sched: a thread's scheduling policy and RT priority, its EEVDF slice (the latency hint a
-//! fair thread carries since Linux 6.12), and the CPUs it may run on (sched_setaffinity, which
-//! the user-space scheduler of mechanism 5 places threads with).
+//! fair thread carries since Linux 6.12), a SCHED_DEADLINE reservation (an RT class's
+//! guarantee where the kernel has no RT group scheduling), and the CPUs it may run on
+//! (sched_setaffinity, which the user-space scheduler of mechanism 5 places threads with).
 
 use super::{FakeEffects, RealEffects};
 use serde::{Deserialize, Serialize};
@@ -15,8 +16,31 @@ pub struct SchedAttr {
     pub priority: i32,
 }
 
+/// `SCHED_DEADLINE` (uapi/linux/sched.h; the libc crate does not name it).
+pub const SCHED_DEADLINE: i32 = 6;
+
 impl SchedAttr {
     pub const OTHER: SchedAttr = SchedAttr { policy: libc::SCHED_OTHER, priority: 0 };
+
+    /// How far up the kernel's scheduling classes the policy is: SCHED_DEADLINE above every
+    /// real-time priority, SCHED_FIFO/SCHED_RR by priority, every other policy 0. An undo that
+    /// would move a thread up this order is refused.
+    pub fn rank(&self) -> i32 {
+        match self.policy {
+            SCHED_DEADLINE => 1000,
+            libc::SCHED_FIFO | libc::SCHED_RR => self.priority.max(1),
+            _ => 0,
+        }
+    }
+}
+
+/// A SCHED_DEADLINE reservation: `runtime_ns` of CPU time every `period_ns`, due within
+/// `deadline_ns` of each period's start (sched_setattr(2)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    pub runtime_ns: u64,
+    pub deadline_ns: u64,
+    pub period_ns: u64,
 }
 
 pub trait Sched {
@@ -34,6 +58,12 @@ pub trait Sched {
     fn get_affinity(&self, tid: i32) -> io::Result<Vec<usize>>;
     /// Lets thread `tid` run only on `cpus` (EINVAL when none of them is online).
     fn set_affinity(&self, tid: i32, cpus: &[usize]) -> io::Result<()>;
+    /// Puts thread `tid` under SCHED_DEADLINE with reservation `dl`, with
+    /// `SCHED_FLAG_RESET_ON_FORK` (without it a deadline task's fork() fails with EAGAIN; with
+    /// it the child starts under SCHED_OTHER). The kernel refuses with EBUSY a reservation its
+    /// deadline bandwidth cannot admit, and with EPERM one for a thread whose affinity does not
+    /// span its root domain.
+    fn set_deadline(&self, tid: i32, dl: Deadline) -> io::Result<()>;
 }
 
 /// `struct sched_attr` of `sched_setattr(2)`, up to the utilisation clamps.
@@ -54,6 +84,16 @@ struct RawSchedAttr {
 
 /// `SCHED_FLAG_KEEP_POLICY`: change the parameters under the policy the thread has now.
 const SCHED_FLAG_KEEP_POLICY: u64 = 0x08;
+/// `SCHED_FLAG_RESET_ON_FORK`: children start under SCHED_OTHER.
+const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+fn sched_setattr(tid: i32, a: &RawSchedAttr) -> io::Result<()> {
+    // SAFETY: the kernel reads `a.size` bytes of `a`, which the caller owns.
+    if unsafe { libc::syscall(libc::SYS_sched_setattr, tid, a as *const RawSchedAttr, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 fn is_fair(policy: i32) -> bool {
     policy == libc::SCHED_OTHER || policy == libc::SCHED_BATCH
@@ -111,11 +151,19 @@ impl Sched for RealEffects {
             runtime_ns: ns,
             ..RawSchedAttr::default()
         };
-        // SAFETY: the kernel reads `a.size` bytes of `a`, which we own.
-        if unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &a as *const RawSchedAttr, 0) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        sched_setattr(tid, &a)
+    }
+    fn set_deadline(&self, tid: i32, dl: Deadline) -> io::Result<()> {
+        let a = RawSchedAttr {
+            size: std::mem::size_of::<RawSchedAttr>() as u32,
+            policy: SCHED_DEADLINE as u32,
+            flags: SCHED_FLAG_RESET_ON_FORK,
+            runtime_ns: dl.runtime_ns,
+            deadline_ns: dl.deadline_ns,
+            period_ns: dl.period_ns,
+            ..RawSchedAttr::default()
+        };
+        sched_setattr(tid, &a)
     }
     fn get_affinity(&self, tid: i32) -> io::Result<Vec<usize>> {
         let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid))?;
@@ -183,6 +231,15 @@ impl Sched for FakeEffects {
             Ok(())
         })
     }
+    fn set_deadline(&self, tid: i32, dl: Deadline) -> io::Result<()> {
+        self.act(format!("deadline {tid} {} {} {}", dl.runtime_ns, dl.deadline_ns, dl.period_ns), || {
+            if dl.runtime_ns == 0 || dl.runtime_ns > dl.deadline_ns || dl.deadline_ns > dl.period_ns {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            *self.sched.lock().unwrap().get_mut(&tid).ok_or_else(no_thread)? = SchedAttr { policy: SCHED_DEADLINE, priority: 0 };
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +302,21 @@ mod tests {
         assert_eq!(fx.get_slice_ns(tid).unwrap(), Some(300_000));
         fx.set_slice_ns(tid, 0).unwrap();
         assert_eq!(fx.get_slice_ns(tid).unwrap(), Some(default));
+    }
+
+    #[test]
+    fn fake_deadline_checks_its_parameters_and_ranks_above_every_rt_priority() {
+        let fx = FakeEffects::default();
+        fx.sched.lock().unwrap().insert(7, SchedAttr::OTHER);
+        let dl = Deadline { runtime_ns: 3_000_000, deadline_ns: 10_000_000, period_ns: 10_000_000 };
+        fx.set_deadline(7, dl).unwrap();
+        assert_eq!(fx.get_sched(7).unwrap(), SchedAttr { policy: SCHED_DEADLINE, priority: 0 });
+        let over = Deadline { runtime_ns: 11_000_000, ..dl };
+        assert_eq!(fx.set_deadline(7, over).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(fx.set_deadline(8, dl).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+        let fifo99 = SchedAttr { policy: libc::SCHED_FIFO, priority: 99 };
+        assert!(SchedAttr { policy: SCHED_DEADLINE, priority: 0 }.rank() > fifo99.rank());
+        assert!(fifo99.rank() > SchedAttr::OTHER.rank());
     }
 
     #[test]

@@ -103,8 +103,9 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
         }
         Undo::Sched { tid, old, .. } => {
             let now = fx.get_sched(*tid)?;
-            let rt = |a: &crate::effects::SchedAttr| a.policy == libc::SCHED_FIFO || a.policy == libc::SCHED_RR;
-            let raises = rt(old) && (!rt(&now) || old.priority > now.priority);
+            // SCHED_DEADLINE ranks above every RT priority: putting a reserved thread back to
+            // the SCHED_FIFO it had lowers it.
+            let raises = old.rank() > now.rank();
             raises.then(|| {
                 format!("it would raise task {tid} from policy {} priority {} to policy {} priority {}", now.policy, now.priority, old.policy, old.priority)
             })

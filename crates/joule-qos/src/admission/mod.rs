@@ -9,6 +9,10 @@
 //! them, i.e. runtime/period × 100 × k % (top-style, 100 % = one CPU). With `rt_borrowing` set
 //! the seed's own formula is used instead (per CPU: min(1, runtime/period × ncpus)).
 //!
+//! Where the kernel has no RT group scheduling, an RT class gets per-thread SCHED_DEADLINE
+//! reservations instead (`env::AdmissionEnv::rt_choice` says which and why), admitted against
+//! the kernel's deadline bandwidth minus the fair server's.
+//!
 //! Refused: a per-core sum over 100 % or over the kernel's global RT limit
 //! (`sched_rt_runtime_us / sched_rt_period_us`), a child asking more than its parent, a period
 //! below the minimum, and (cgroup v1) RT runtime of siblings exceeding their parent's — the
@@ -26,8 +30,8 @@ mod render;
 mod rules;
 mod share;
 
-pub use env::{AdmissionEnv, DEFAULT_CFS_PERIOD_US, DEFAULT_RT_PERIOD_US};
-pub use plan::{CfsBw, ClassPlan, CoreSum, Plan, Refusal, RtBw, Rule, ShareKind};
+pub use env::{AdmissionEnv, DeadlineOffer, RtBackend, DEFAULT_CFS_PERIOD_US, DEFAULT_RT_PERIOD_US};
+pub use plan::{CfsBw, ClassPlan, CoreSum, DlBw, Plan, Refusal, RtBw, Rule, ShareKind};
 
 use joule_core::config::ClassConfig;
 use render::pct;
@@ -52,6 +56,7 @@ pub fn admit(classes: &[ClassConfig], env: &AdmissionEnv) -> Plan {
     }
     rules::check_rt_siblings(&mut plan, env);
     rules::check_cores(&mut plan, env);
+    rules::check_deadline_budget(&mut plan, env);
     plan
 }
 

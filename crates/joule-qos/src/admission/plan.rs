@@ -1,7 +1,7 @@
 //! What admission produces: per class what will be configured and what it should get, the
 //! per-core sums, the arithmetic as text, and every refusal with the rule that made it.
 
-use super::AdmissionEnv;
+use super::{AdmissionEnv, RtBackend};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -14,6 +14,9 @@ pub enum ShareKind {
     CfsCap,
     /// Only a weight or a cpuset: relative, no number to expect.
     Relative,
+    /// SCHED_DEADLINE: each reserved thread is guaranteed (and limited to) runtime/period of
+    /// a CPU, on whichever CPU of its root domain is free.
+    DeadlineReservation,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -26,6 +29,22 @@ impl RtBw {
     /// runtime/period: the fraction of each CPU the group's RT tasks may use.
     pub(crate) fn ratio(&self) -> f64 {
         self.runtime_us as f64 / self.period_us as f64
+    }
+}
+
+/// A class's SCHED_DEADLINE reservations: `runtime_us` every `period_us` for each of up to
+/// `threads` of its threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DlBw {
+    pub runtime_us: u64,
+    pub period_us: u64,
+    pub threads: u32,
+}
+
+impl DlBw {
+    /// The bandwidth all its reservations take together, in CPUs.
+    pub(crate) fn total(&self) -> f64 {
+        self.runtime_us as f64 / self.period_us as f64 * f64::from(self.threads)
     }
 }
 
@@ -51,6 +70,12 @@ pub struct ClassPlan {
     pub cpus: Vec<usize>,
     pub rt: Option<RtBw>,
     pub cfs: Option<CfsBw>,
+    /// Per-thread SCHED_DEADLINE reservations (the deadline backend).
+    pub dl: Option<DlBw>,
+    /// The mechanism its RT bandwidth gets on this kernel, and why (None: it asks for none).
+    pub rt_backend: Option<RtBackend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rt_why: Option<String>,
     pub weight: Option<u64>,
     pub kind: ShareKind,
     /// `thermal = "best_effort"`: the thermal stages may cap its CFS bandwidth, so its cgroup
@@ -83,6 +108,12 @@ pub enum Rule {
     V1SiblingsExceedParent,
     RuntimeOverPeriod,
     NoRtGroupSched,
+    /// SCHED_DEADLINE reservations over the kernel's deadline bandwidth.
+    DeadlineOverBudget,
+    /// A period or runtime SCHED_DEADLINE does not accept.
+    DeadlineBadParams,
+    /// A deadline class confined to some CPUs (its threads' affinity must span a root domain).
+    DeadlineNeedsRootDomain,
     BadCpus,
     BadConfig,
 }

@@ -12,6 +12,13 @@ impl Plan {
             let per: Vec<String> = c.expected_pct_per_cpu.iter().map(|(k, v)| format!("cpu{k} {v:.1}%")).collect();
             s.push_str(&format!("  {:<16} {:?}  {}  total {:.1}%\n", c.name, c.kind, per.join(", "), c.expected_pct));
         }
+        let rt: Vec<_> = self.classes.iter().filter_map(|c| Some((c, c.rt_backend?))).collect();
+        if !rt.is_empty() {
+            s.push_str("RT mechanism on this kernel:\n");
+            for (c, b) in rt {
+                s.push_str(&format!("  {:<16} {}: {}\n", c.name, b.name(), c.rt_why.as_deref().unwrap_or("")));
+            }
+        }
         s.push_str("arithmetic:\n");
         for a in &self.arithmetic {
             s.push_str(&format!("  {a}\n"));

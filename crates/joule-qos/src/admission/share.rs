@@ -1,7 +1,7 @@
 //! What a class should get, in % of each of its CPUs: the seed's formula for RT bandwidth
 //! (with or without borrowing between CPUs), a ceiling for a CFS quota, nothing for a weight.
 
-use super::{pct, AdmissionEnv, CfsBw, RtBw, ShareKind};
+use super::{pct, AdmissionEnv, CfsBw, DlBw, RtBw, ShareKind};
 use std::collections::BTreeMap;
 
 /// A class's expected share, and the arithmetic line that shows how it was computed.
@@ -13,11 +13,24 @@ pub(super) struct Share {
 }
 
 /// The share of class `name` on `cpus`. A class with RT bandwidth is reported by its RT
-/// guarantee (a CFS quota beside it only caps its non-RT tasks); one with neither is relative.
-pub(super) fn expected(name: &str, rt: Option<RtBw>, cfs: Option<CfsBw>, cpus: &[usize], env: &AdmissionEnv) -> Share {
+/// guarantee (a CFS quota beside it only caps its non-RT tasks); with deadline reservations by
+/// them (spread over its CPUs: a reserved thread runs wherever a CPU is free); one with
+/// neither is relative.
+pub(super) fn expected(name: &str, rt: Option<RtBw>, cfs: Option<CfsBw>, dl: Option<DlBw>, cpus: &[usize], env: &AdmissionEnv) -> Share {
     let k = cpus.len();
     let on_each = |each: f64| cpus.iter().map(|&x| (x, each * 100.0)).collect();
-    if let Some(r) = rt {
+    if let Some(d) = dl {
+        let total = d.total().min(k as f64);
+        let line = format!(
+            "{name}: SCHED_DEADLINE {} / {} per thread × {} thread(s) = {} total, run on any of CPUs {}",
+            d.runtime_us,
+            d.period_us,
+            d.threads,
+            pct(total),
+            crate::cpulist::format(cpus)
+        );
+        Share { kind: ShareKind::DeadlineReservation, per_cpu: on_each(total / k as f64), arithmetic: Some(line) }
+    } else if let Some(r) = rt {
         let ncpus = env.cpus.len().max(1);
         let each = rt_fraction_per_cpu(r, env.rt_borrowing, ncpus);
         let how = if env.rt_borrowing {

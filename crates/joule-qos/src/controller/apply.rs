@@ -19,6 +19,9 @@ impl QosController {
         let mark = self.applied.len();
         let result = self.run_steps(journal, fx, &mut report).and_then(|_| {
             let members = self.scan_members(fx);
+            // Reservations before moves: a deadline thread may join any group, a real-time one
+            // not a v1 group without RT runtime (the deadline backend's groups have none).
+            report.notes.extend(self.hold_deadline(journal, fx, &members)?);
             let (moved, vanished) = self.move_members(journal, fx, &members)?;
             report.moved = moved;
             report.vanished = vanished;
@@ -26,6 +29,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
+            self.forget_reservations();
             let failed = self.undo(&mine, Some(journal), fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
@@ -100,6 +104,7 @@ impl QosController {
     /// MoveTask could hit a reused pid). Other records stay.
     pub fn rollback(&mut self, journal: &Journal, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
         let mine = std::mem::take(&mut self.applied);
+        self.forget_reservations();
         let r = self.undo(&mine, Some(journal), fx);
         (r.undone, r.already_gone, r.failed)
     }
@@ -126,6 +131,7 @@ impl QosController {
     /// crashed one — and leaves other mechanisms' records alone.
     pub fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
+        self.forget_reservations();
         self.caps.clear();
         self.cap_journalled.clear();
         let r = journal.restore_owner(&self.opts.owner, fx)?;

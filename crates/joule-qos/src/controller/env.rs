@@ -2,7 +2,7 @@
 //! and the hint an error gets when the kernel refuses a value.
 
 use super::QosOpts;
-use crate::admission::AdmissionEnv;
+use crate::admission::{AdmissionEnv, DeadlineOffer};
 use crate::backend::{BackendKind, Hier, Layout};
 use joule_core::effects::Effects;
 use joule_core::fsread::read_trimmed;
@@ -53,7 +53,34 @@ pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> Admissi
         rt_group_sched: layout.rt_group_sched,
         rt_borrowing: opts.rt_borrowing,
         rt_fallback_to_cfs: opts.rt_fallback_to_cfs,
+        rt_backend: opts.rt_backend,
+        deadline: deadline_offer(opts, fx),
     }
+}
+
+/// What SCHED_DEADLINE offers here: the kernel's period bounds (`kernel.sched_deadline_period_
+/// {min,max}_us`) and, from Linux 6.12, the fair server's bandwidth — read from debugfs when it
+/// can be (`kernel`), else the kernel's default 50 ms per second (`model`).
+fn deadline_offer(opts: &QosOpts, fx: &dyn Effects) -> DeadlineOffer {
+    let k = opts.procfs_root.join("sys/kernel");
+    let num = |f: &Path| read_trimmed(fx, f).ok().and_then(|s| s.parse::<u64>().ok());
+    let release = read_trimmed(fx, &k.join("osrelease")).unwrap_or_default();
+    let version = crate::backend::kernel_version(&release);
+    let mut offer = DeadlineOffer::default_612();
+    offer.period_min_us = num(&k.join("sched_deadline_period_min_us")).unwrap_or(offer.period_min_us);
+    offer.period_max_us = num(&k.join("sched_deadline_period_max_us")).unwrap_or(offer.period_max_us);
+    match version {
+        Some(v) if v < (3, 14) => offer.unsupported = Some(format!("kernel {release} predates SCHED_DEADLINE (3.14)")),
+        Some(v) if v < (6, 12) => (offer.fair_server_runtime_us, offer.fair_server_source) = (0, "kernel".into()),
+        _ => {
+            let sys = opts.cgroup_root.parent().and_then(Path::parent).unwrap_or(Path::new("/sys"));
+            let fs = sys.join("kernel/debug/sched/fair_server/cpu0");
+            if let (Some(r), Some(p)) = (num(&fs.join("runtime")), num(&fs.join("period")).filter(|p| *p > 0)) {
+                (offer.fair_server_runtime_us, offer.fair_server_period_us, offer.fair_server_source) = (r / 1000, p / 1000, "kernel".into());
+            }
+        }
+    }
+    offer
 }
 
 /// Why the kernel likely refused writing to `path` (appended to the error).

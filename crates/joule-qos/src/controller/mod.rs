@@ -6,11 +6,13 @@
 
 mod apply;
 mod cap;
+mod deadline;
 mod env;
 mod place;
 mod status;
 
 pub use cap::ClassCap;
+pub use deadline::Reserved;
 pub use env::machine_env;
 
 use crate::admission::{admit, Plan, ShareKind};
@@ -36,6 +38,9 @@ pub struct QosOpts {
     pub backend: Option<BackendKind>,
     /// Where RT group bandwidth does not exist, apply the CFS equivalent instead of refusing.
     pub rt_fallback_to_cfs: bool,
+    /// Force the RT mechanism (`None`: RT group scheduling where the kernel has it, else
+    /// SCHED_DEADLINE reservations; `AdmissionEnv::rt_choice`).
+    pub rt_backend: Option<crate::RtBackend>,
     /// Model RT runtime borrowing (`RT_RUNTIME_SHARE`, off by default since Linux 5.10).
     pub rt_borrowing: bool,
     /// `reconcile` does nothing when called again sooner than this.
@@ -62,6 +67,7 @@ impl Default for QosOpts {
             min_period_us: crate::DEFAULT_MIN_PERIOD_US,
             backend: None,
             rt_fallback_to_cfs: false,
+            rt_backend: None,
             rt_borrowing: false,
             reconcile_interval: Duration::from_secs(1),
             enforce_admission: true,
@@ -150,6 +156,12 @@ pub struct QosController {
     /// The flock on joule's group directory, held while the classes are applied: one agent
     /// per cgroup tree (apply.rs).
     group_lock: Option<std::os::fd::OwnedFd>,
+    /// Threads whose policy before their reservation is in the journal (deadline.rs).
+    dl_journalled: std::collections::BTreeSet<i32>,
+    /// Threads whose reservation the kernel refused, already said.
+    dl_refused: std::collections::BTreeSet<i32>,
+    /// Per deadline class, its threads after the last hold.
+    reserved: BTreeMap<String, Reserved>,
 }
 
 impl QosController {
@@ -190,6 +202,9 @@ impl QosController {
             origins: Default::default(),
             origins_sweep_at: place::MAX_ORIGINS,
             group_lock: None,
+            dl_journalled: Default::default(),
+            dl_refused: Default::default(),
+            reserved: BTreeMap::new(),
         })
     }
 

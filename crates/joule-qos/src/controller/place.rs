@@ -170,6 +170,7 @@ impl QosController {
             }
             r.recreated = rep.created;
         }
+        r.notes.extend(self.hold_deadline(journal, fx, members)?);
         let (moved, vanished) = self.move_members(journal, fx, members)?;
         r.moved = moved;
         r.vanished = vanished;

@@ -17,6 +17,10 @@ impl QosController {
         for c in &self.plan.classes {
             let configured = [
                 c.rt.map(|r| format!("rt {}/{} µs", r.runtime_us, r.period_us)),
+                c.dl.map(|d| {
+                    let held = self.reserved(&c.name).map_or(String::new(), |r| format!(", {} held, {} not", r.threads, r.unreserved));
+                    format!("deadline {}/{} µs × {} thread(s){held}", d.runtime_us, d.period_us, d.threads)
+                }),
                 c.cfs.map(|q| format!("cfs {}/{} µs", q.quota_us, q.period_us)),
                 c.weight.map(|w| format!("weight {w}")),
                 Some(format!("cpus {}", crate::cpulist::format(&c.cpus))),

@@ -162,6 +162,9 @@ impl Sched for CgFake {
     fn set_affinity(&self, t: i32, cpus: &[usize]) -> io::Result<()> {
         self.fx.set_affinity(t, cpus)
     }
+    fn set_deadline(&self, t: i32, dl: joule_core::effects::Deadline) -> io::Result<()> {
+        self.fx.set_deadline(t, dl)
+    }
 }
 
 impl Mounts for CgFake {
@@ -462,9 +465,13 @@ fn v2_fixture_writes_cpu_max_and_undoes_the_controller_enable() {
         },
         ClassConfig { name: "main".into(), rt_runtime_us: Some(300_000), ..Default::default() },
     ];
-    // RT bandwidth does not exist on v2: refused with the CFS equivalent offered ...
-    let e = QosController::new_with(&cs, opts(pd.path()), &f).err().unwrap().to_string();
-    assert!(e.contains("RT group bandwidth does not exist here") && e.contains("quota_us = 60000 / period_us = 100000"), "{e}");
+    // RT group bandwidth does not exist on v2: the RT class gets deadline reservations ...
+    let c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    assert_eq!(c.plan().class("main").unwrap().rt_backend, Some(crate::RtBackend::Deadline));
+    // ... the group backend asked for is refused with the CFS equivalent offered ...
+    let o = QosOpts { rt_backend: Some(crate::RtBackend::Group), ..opts(pd.path()) };
+    let e = QosController::new_with(&cs, o, &f).err().unwrap().to_string();
+    assert!(e.contains("there is no cpu.rt_runtime_us") && e.contains("quota_us = 60000 / period_us = 100000"), "{e}");
     // ... or applied as that equivalent when asked.
     let o = QosOpts { rt_fallback_to_cfs: true, ..opts(pd.path()) };
     let mut c = QosController::new_with(&cs, o, &f).unwrap();
@@ -623,4 +630,61 @@ fn v2_thermal_cap_writes_cpu_max_and_enables_the_cpu_controller_for_it() {
     assert_eq!(f.fx.file("/cg/joule.batch/cpu.max").as_deref(), Some("max 100000"));
     c.release(&Journal::open(jd.path()).unwrap(), &f).unwrap();
     assert!(f.joule_dirs().is_empty());
+}
+
+/// pid's threads as /proc/PID/task lists them, each known to the fake as a SCHED_OTHER thread
+/// with the fixture's start time.
+fn threads_fixture(f: &CgFake, dir: &Path, pid: i32, tids: &[i32]) {
+    for &t in tids {
+        std::fs::create_dir_all(dir.join(format!("{pid}/task/{t}"))).unwrap();
+        f.fx.sched.lock().unwrap().insert(t, SchedAttr::OTHER);
+        alive_in_fake(f, t, "main");
+    }
+}
+
+#[test]
+fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release_gives_the_policy_back() {
+    use joule_core::effects::SCHED_DEADLINE;
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    proc_fixture(pd.path(), 500, "main");
+    threads_fixture(&f, pd.path(), 500, &[500, 502, 503]);
+    let cs = vec![ClassConfig {
+        name: "main".into(),
+        matches: MatchRules { comm: vec!["main".into()], ..Default::default() },
+        rt_runtime_us: Some(300_000),
+        rt_threads: Some(2),
+        ..Default::default()
+    }];
+    // This fixture has RT group scheduling: the deadline backend is asked for.
+    let o = QosOpts { rt_backend: Some(crate::RtBackend::Deadline), ..opts(pd.path()) };
+    let mut c = QosController::new_with(&cs, o, &f).unwrap();
+    assert_eq!(c.plan().class("main").unwrap().rt_backend, Some(crate::RtBackend::Deadline));
+    // The kernel refuses the third thread's reservation (its bandwidth is full): a note, not a failure.
+    f.fx.fail_calls("deadline 502", libc::EBUSY);
+    let j = Journal::open(jd.path()).unwrap();
+    let r = c.apply(&j, &f).unwrap();
+    assert!(r.notes.iter().any(|n| n.contains("thread 502 keeps its policy") && n.contains("deadline bandwidth is full")), "{:?}", r.notes);
+    let dl = SchedAttr { policy: SCHED_DEADLINE, priority: 0 };
+    assert_eq!(f.fx.get_sched(500).unwrap(), dl);
+    assert_eq!(f.fx.get_sched(502).unwrap(), SchedAttr::OTHER);
+    assert_eq!(f.fx.get_sched(503).unwrap(), dl, "rt_threads = 2: 500 and 503");
+    assert_eq!(c.reserved("main"), Some(Reserved { threads: 2, unreserved: 1 }));
+    assert!(log(&f).contains(&"deadline 500 300000000 1000000000 1000000000".to_string()), "{:#?}", log(&f));
+    // No RT runtime on the class's group: the reservations are the guarantee.
+    assert!(!log(&f).iter().any(|l| l.contains("main/cpu.rt_runtime_us")), "{:#?}", log(&f));
+    let sched_records = |jd: &Path| journal::entries(jd).unwrap().into_iter().filter(|e| matches!(e.undo, Undo::Sched { .. })).count();
+    assert_eq!(sched_records(jd.path()), 3, "each thread's old policy before its first change");
+    // A later hold changes nothing and records nothing; the reserved threads' status says so.
+    let members = c.scan_members(&f);
+    let rr = c.hold(&j, &f, &members).unwrap();
+    assert!(rr.notes.is_empty(), "a refusal is said once: {:?}", rr.notes);
+    assert_eq!(sched_records(jd.path()), 3);
+    assert!(c.status(&f)[0].configured.contains("deadline 300000/1000000 µs × 2 thread(s), 2 held, 1 not"), "{:?}", c.status(&f));
+    c.release(&j, &f).unwrap();
+    for t in [500, 502, 503] {
+        assert_eq!(f.fx.get_sched(t).unwrap(), SchedAttr::OTHER, "thread {t}");
+    }
+    assert!(journal::entries(jd.path()).unwrap().is_empty());
 }

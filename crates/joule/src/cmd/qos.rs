@@ -28,6 +28,12 @@ pub struct QosCommon {
     /// does not guarantee it a floor the way RT runtime does.
     #[arg(long)]
     rt_fallback_to_cfs: bool,
+    /// The mechanism behind RT classes: `group` (cpu.rt_runtime_us on the class's v1 cgroup),
+    /// `deadline` (a SCHED_DEADLINE reservation of runtime/period for each of the class's
+    /// threads) or `cfs` (the CFS quota of the same time: a ceiling, no floor). Unset: group
+    /// where the kernel has RT group scheduling, else deadline; the plan says which and why.
+    #[arg(long, value_parser = ["group", "deadline", "cfs"])]
+    rt_backend: Option<String>,
     /// Use this backend instead of detecting it (v1 wins when the cpu controller is bound to
     /// a v1 hierarchy).
     #[arg(long, value_parser = ["v1", "v2"])]
@@ -90,6 +96,7 @@ fn controller(cfg: &Config, c: &QosCommon, enforce: bool) -> anyhow::Result<QosC
         procfs_root: cfg.telemetry.procfs_root.clone(),
         min_period_us: c.min_period_us,
         rt_fallback_to_cfs: c.rt_fallback_to_cfs,
+        rt_backend: c.rt_backend.as_deref().and_then(joule_qos::RtBackend::parse),
         backend: c.backend.as_deref().map(|b| if b == "v2" { joule_qos::BackendKind::V2 } else { joule_qos::BackendKind::V1 }),
         enforce_admission: enforce,
         ..Default::default()
@@ -209,7 +216,7 @@ mod tests {
     use super::*;
 
     fn common() -> QosCommon {
-        QosCommon { min_period_us: joule_qos::DEFAULT_MIN_PERIOD_US, rt_fallback_to_cfs: false, backend: None }
+        QosCommon { min_period_us: joule_qos::DEFAULT_MIN_PERIOD_US, rt_fallback_to_cfs: false, rt_backend: None, backend: None }
     }
 
     #[test]

@@ -82,8 +82,8 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     } else {
         choice(
             "RT classes",
-            "none",
-            "no RT group scheduling (cgroup v2, or a kernel without CONFIG_RT_GROUP_SCHED): RT classes are refused; `joule qos plan --rt-fallback-to-cfs` offers the CFS equivalent",
+            "SCHED_DEADLINE",
+            "no RT group scheduling (cgroup v2, or a kernel without CONFIG_RT_GROUP_SCHED): each thread of an RT class gets a SCHED_DEADLINE reservation of its runtime/period; `joule qos plan` shows the arithmetic (docs/qos.md)",
         )
     });
     out.push(match cg.freezer {

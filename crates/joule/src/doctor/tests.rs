@@ -63,7 +63,7 @@ fn a_systemd_host_on_pure_v2_without_rt_group_sched_is_named_as_such() {
     let b = choose(&f, &cfg);
     assert_eq!(backend(&b, "thermal sensor").backend, "sensor");
     assert_eq!(backend(&b, "thermal scheduler").backend, "scx");
-    assert_eq!(backend(&b, "RT classes").backend, "none");
+    assert_eq!(backend(&b, "RT classes").backend, "SCHED_DEADLINE");
     assert_eq!(backend(&b, "nap").backend, "systemd FreezeUnit");
     let cpu = backend(&b, "class CPU");
     assert_eq!(cpu.backend, "systemd D-Bus");

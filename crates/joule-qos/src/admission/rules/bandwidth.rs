@@ -2,7 +2,7 @@
 //! smallest useful period, and what becomes of RT bandwidth where the kernel has none.
 
 use super::refusal;
-use crate::admission::{AdmissionEnv, CfsBw, Refusal, RtBw, Rule, DEFAULT_CFS_PERIOD_US};
+use crate::admission::{CfsBw, Refusal, RtBw, Rule, DEFAULT_CFS_PERIOD_US};
 use joule_core::config::ClassConfig;
 
 /// Whose period is below the minimum: the messages name the knob, and for RT offer the same
@@ -62,28 +62,26 @@ pub(crate) fn weight_outside_range(class: &str, weight: Option<u64>) -> Option<R
     Some(refusal(Rule::BadConfig, vec![class.into()], format!("class {class}: weight = {w} is outside 1..=10000")))
 }
 
-/// RT bandwidth `rt` of class `c` on `k` CPUs where the hierarchy has none (cgroup v2, or a
-/// kernel without `CONFIG_RT_GROUP_SCHED`: `cpu.rt_runtime_us` does not exist). Its CFS
-/// equivalent is the same CPU time per CPU over the k CPUs as one group quota; it caps the
-/// class but guarantees it no floor, so it is used only when asked (`rt_fallback_to_cfs`,
-/// and the class sets no quota of its own), with a note saying so (`Ok((quota, note))`).
-/// Otherwise refused (`NoRtGroupSched`), with the equivalent in the message.
-pub(crate) fn rt_fallback_to_cfs(c: &ClassConfig, rt: RtBw, k: usize, env: &AdmissionEnv) -> Result<(CfsBw, String), Refusal> {
+/// RT bandwidth `rt` of class `c` on `k` CPUs as its CFS equivalent: the same CPU time per
+/// CPU over the k CPUs as one group quota. It caps the class but guarantees it no floor, so it
+/// is used only when `allowed` (the CFS backend was chosen, and the class sets no quota of its
+/// own), with a note saying so (`Ok((quota, note))`). Otherwise refused (`NoRtGroupSched`):
+/// `why` says why no RT mechanism is there, and the message offers the equivalent.
+pub(crate) fn rt_fallback_to_cfs(c: &ClassConfig, rt: RtBw, k: usize, allowed: bool, why: &str) -> Result<(CfsBw, String), Refusal> {
     let RtBw { runtime_us: runtime, period_us: period } = rt;
     let cfs_period = c.period_us.unwrap_or(DEFAULT_CFS_PERIOD_US);
     let quota = (runtime as u128 * k as u128 * cfs_period as u128 / period as u128) as u64;
     let offer = format!(
         "quota_us = {quota} / period_us = {cfs_period} (= rt_runtime_us {runtime} / rt_period_us {period} × {k} CPU(s)); a CFS quota caps the class but does not guarantee it a floor"
     );
-    let missing = "RT group bandwidth does not exist here (cgroup v2, or a kernel without RT_GROUP_SCHED)";
-    if env.rt_fallback_to_cfs && c.quota_us.is_none() {
-        let note = format!("class {}: {missing}; using the CFS equivalent {offer}", c.name);
+    if allowed && c.quota_us.is_none() {
+        let note = format!("class {}: {why}; using the CFS equivalent {offer}", c.name);
         Ok((CfsBw { quota_us: quota.max(1000), period_us: cfs_period, burst_us: c.burst_us }, note))
     } else {
         Err(refusal(
             Rule::NoRtGroupSched,
             vec![c.name.clone()],
-            format!("class {}: {missing}; the CFS equivalent is {offer} (set it, or enable the fallback)", c.name),
+            format!("class {}: {why}; the CFS equivalent is {offer} (set it, or use --rt-backend cfs)", c.name),
         ))
     }
 }

@@ -7,11 +7,13 @@
 //! - `bandwidth`: one class's knobs (runtime ≤ period, the minimum period, the kernel's CFS
 //!   bounds, the weight's range, RT bandwidth where the kernel has none);
 //! - `hierarchy`: a child against its parent, siblings' RT sum against their parent (v1);
-//! - `cores`: the RT guarantees sharing a core, against 100 % and the global RT limit.
+//! - `cores`: the RT guarantees sharing a core, against 100 % and the global RT limit;
+//! - `deadline`: SCHED_DEADLINE's own bounds, and the reservations against its bandwidth.
 
 mod bandwidth;
 mod cores;
 mod cpus;
+mod deadline;
 mod hierarchy;
 #[cfg(test)]
 mod tests;
@@ -22,6 +24,7 @@ pub(super) use bandwidth::{
 };
 pub(super) use cores::check_cores;
 pub(super) use cpus::class_cpus;
+pub(super) use deadline::{check_deadline_budget, deadline_bad_params, deadline_needs_root_domain};
 pub(super) use hierarchy::{check_rt_siblings, child_cfs_exceeds_parent, child_rt_exceeds_parent};
 
 use super::{Refusal, Rule};

@@ -1,7 +1,7 @@
 //! Each rule on its own, at its boundary: the last value it admits and the first it refuses.
 
 use super::*;
-use crate::admission::{AdmissionEnv, ClassPlan, CoreSum, RtBw, ShareKind};
+use crate::admission::{AdmissionEnv, ClassPlan, CoreSum, DeadlineOffer, DlBw, Plan, RtBw, ShareKind};
 use joule_core::config::ClassConfig;
 use std::collections::BTreeMap;
 
@@ -12,6 +12,9 @@ fn class(name: &str, cpus: &[usize], rt: Option<RtBw>) -> ClassPlan {
         cpus: cpus.to_vec(),
         rt,
         cfs: None,
+        dl: None,
+        rt_backend: None,
+        rt_why: None,
         weight: None,
         kind: if rt.is_some() { ShareKind::RtGuarantee } else { ShareKind::Relative },
         thermal_capped: false,
@@ -69,17 +72,56 @@ fn weight_is_within_cpu_weights_range_or_absent() {
 fn rt_fallback_is_a_quota_of_the_same_time_over_all_cpus_and_never_below_1ms() {
     let c = ClassConfig { name: "a".into(), ..Default::default() };
     let rt = RtBw { runtime_us: 250_000, period_us: 1_000_000 };
-    let on = AdmissionEnv { rt_group_sched: false, rt_fallback_to_cfs: true, ..AdmissionEnv::new(4) };
-    let (cfs, note) = rt_fallback_to_cfs(&c, rt, 3, &on).unwrap();
+    let (cfs, note) = rt_fallback_to_cfs(&c, rt, 3, true, "no RT group").unwrap();
     assert_eq!((cfs.quota_us, cfs.period_us), (75_000, 100_000), "25 % of each of 3 CPUs");
-    assert!(note.contains("using the CFS equivalent"), "{note}");
+    assert!(note.contains("no RT group; using the CFS equivalent"), "{note}");
     let tiny = RtBw { runtime_us: 1, period_us: 1_000_000 };
-    assert_eq!(rt_fallback_to_cfs(&c, tiny, 1, &on).unwrap().0.quota_us, 1000);
-    // Off, or the class has a quota of its own: refused, with the equivalent offered.
-    let off = AdmissionEnv { rt_fallback_to_cfs: false, ..on.clone() };
-    assert_eq!(rt_fallback_to_cfs(&c, rt, 3, &off).unwrap_err().rule, Rule::NoRtGroupSched);
+    assert_eq!(rt_fallback_to_cfs(&c, tiny, 1, true, "").unwrap().0.quota_us, 1000);
+    // Not allowed, or the class has a quota of its own: refused, with the equivalent offered.
+    assert_eq!(rt_fallback_to_cfs(&c, rt, 3, false, "").unwrap_err().rule, Rule::NoRtGroupSched);
     let own = ClassConfig { quota_us: Some(50_000), ..c };
-    assert!(rt_fallback_to_cfs(&own, rt, 3, &on).unwrap_err().message.contains("quota_us = 75000"));
+    assert!(rt_fallback_to_cfs(&own, rt, 3, true, "").unwrap_err().message.contains("quota_us = 75000"));
+}
+
+#[test]
+fn deadline_params_stay_within_the_kernels_bounds() {
+    let offer = DeadlineOffer::default_612();
+    let ok = DlBw { runtime_us: 2, period_us: 100, threads: 1 };
+    assert!(deadline_bad_params("a", ok, &offer).is_none());
+    assert!(deadline_bad_params("a", DlBw { period_us: 4_194_304, ..ok }, &offer).is_none());
+    for bad in [DlBw { period_us: 99, ..ok }, DlBw { period_us: 4_194_305, ..ok }, DlBw { runtime_us: 1, ..ok }, DlBw { threads: 0, ..ok }] {
+        assert_eq!(deadline_bad_params("a", bad, &offer).unwrap().rule, Rule::DeadlineBadParams, "{bad:?}");
+    }
+}
+
+#[test]
+fn a_deadline_class_must_span_the_root_domain() {
+    assert!(deadline_needs_root_domain("a", &[0, 1], &[0, 1]).is_none());
+    let r = deadline_needs_root_domain("a", &[1], &[0, 1]).unwrap();
+    assert_eq!(r.rule, Rule::DeadlineNeedsRootDomain);
+    assert!(r.message.contains("cpus 1 on the deadline backend") && r.message.contains("(0-1)"), "{}", r.message);
+}
+
+#[test]
+fn deadline_reservations_fit_the_global_limit_minus_the_fair_server() {
+    // 2 CPUs × (95 % − 5 %) = 1.8 CPUs.
+    let env = AdmissionEnv::new(2);
+    let plan_with = |threads: u32, runtime_us: u64| {
+        let mut p = Plan::empty(&env);
+        let mut c = class("a", &[0, 1], None);
+        c.dl = Some(DlBw { runtime_us, period_us: 1_000_000, threads });
+        p.classes.push(c);
+        check_deadline_budget(&mut p, &env);
+        p
+    };
+    assert!(plan_with(2, 900_000).admitted(), "exactly the budget");
+    let p = plan_with(2, 900_001);
+    assert_eq!(p.refusals[0].rule, Rule::DeadlineOverBudget);
+    assert!(p.refusals[0].message.contains("exceed the kernel's deadline bandwidth 1.8000"), "{}", p.refusals[0].message);
+    assert!(p.arithmetic[0].contains("5.0% fair server [model]"), "{}", p.arithmetic[0]);
+    // No fair server (before 6.12): the whole global limit.
+    let old = AdmissionEnv { deadline: DeadlineOffer { fair_server_runtime_us: 0, ..DeadlineOffer::default_612() }, ..env.clone() };
+    assert!((old.deadline_budget(2) - 1.9).abs() < 1e-9);
 }
 
 #[test]
