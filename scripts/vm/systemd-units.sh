@@ -17,6 +17,8 @@
 #            transient service that also runs a shell): its quota and cpuset reach
 #            nginx.service, which holds only the class's processes; the other unit is shared
 #            and refused with a note; nothing moves.
+#   round 6: an RT class of units (no RT group scheduling here) gets SCHED_DEADLINE
+#            reservations; restore after a SIGKILL gives the thread SCHED_OTHER back.
 set -u
 mkdir -p /etc/joule
 out=${JOULE_VM_OUT:-/tmp}
@@ -201,5 +203,30 @@ echo "res_joule_cgroups=$(find /sys/fs/cgroup -maxdepth 1 -name 'joule*' | wc -l
 kill -TERM "$agent"; wait "$agent"; echo "res_agent_rc=$?"
 echo "res_after=$(props)"
 systemctl stop joule-mixed.service
+
+# Round 6: an RT class of units (no RT group scheduling here): its unit's busy loop gets a
+# SCHED_DEADLINE reservation (policy 6, /proc/PID/stat field 41); a SIGKILLed agent's restore
+# gives it SCHED_OTHER back.
+echo "t_round6=$(date +%s)"
+systemd-run --quiet --unit=joule-rt.service sh -c 'while :; do :; done'
+rt_pid=$(systemctl show -p MainPID --value joule-rt.service)
+policy() { awk '{print $41}' "/proc/$rt_pid/stat"; }
+{ config_head | sed '/^\[\[class\]\]/,$d'; cat <<'EOF6'; } >/etc/joule/joule.toml
+[[class]]
+name = "rt"
+match = { unit = ["joule-rt.service"] }
+rt_runtime_us = 30000
+rt_period_us = 100000
+EOF6
+echo "rt_policy_before=$(policy)"
+joule agent --config /etc/joule/joule.toml --no-bpf >"$out/agent6.log" 2>&1 &
+agent=$!
+for i in $(seq 300); do [ "$(policy)" = 6 ] && break; sleep 0.2; done
+echo "rt_policy_applied=$(policy)"
+kill -KILL "$agent"; wait "$agent" 2>/dev/null
+echo "rt_policy_killed=$(policy)"
+joule restore --journal-dir /run/joule >"$out/restore-rt.txt" 2>&1; echo "rt_restore_rc=$?"
+echo "rt_policy_restored=$(policy)"
+systemctl stop joule-rt.service
 echo "t_end=$(date +%s)"
 exit 0

@@ -7,7 +7,7 @@ use crate::testkit::{cgroup_v2, proc_fixture};
 use joule_core::control::{merge, Actuators, Facts};
 use joule_core::effects::{Files, Units};
 use joule_core::journal;
-use joule_qos::QosOpts;
+use joule_qos::{AdmissionEnv, QosOpts};
 
 #[test]
 fn applies_holds_the_members_and_the_merged_cap_then_releases() {
@@ -90,7 +90,7 @@ fn unit_classes_go_to_systemd_beside_cgroupfs_ones_and_drift_is_reported_once() 
         "[[class]]\nname = \"web\"\nmatch = { unit = [\"nginx.service\"] }\nweight = 300\n\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { slice = [\"batch.slice\"] }\n",
     )
     .unwrap();
-    let units = UnitClasses::new(&cfg.classes, 2).unwrap();
+    let units = UnitClasses::new(&cfg.classes, &AdmissionEnv::new(2)).unwrap();
     let mut acts = Actuators::new(vec![Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: None })))]);
     let mut events = Vec::new();
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());
@@ -123,7 +123,7 @@ fn a_process_of_no_class_joining_a_unit_a_class_had_to_itself_gives_the_unit_bac
     let jd = tempfile::tempdir().unwrap();
     let journal = Journal::open(jd.path()).unwrap();
     let cfg = joule_core::config::Config::parse("[[class]]\nname = \"by-name\"\nmatch = { comm = [\"nginx\"], uid = [0] }\nweight = 50\n").unwrap();
-    let units = UnitClasses::for_systemd(&cfg.classes, 2, std::path::Path::new("/cg")).unwrap();
+    let units = UnitClasses::for_systemd(&cfg.classes, &AdmissionEnv::new(2), std::path::Path::new("/cg")).unwrap();
     let mut acts = Actuators::new(vec![Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: None })))]);
     let mut events = Vec::new();
     let mut sink = |e: &str, _: serde_json::Value| events.push(e.to_string());

@@ -13,12 +13,14 @@ pub mod admission;
 pub mod backend;
 pub mod controller;
 pub mod cpulist;
+pub mod deadline;
 pub mod seed;
 pub mod units;
 
 pub use admission::{admit, AdmissionEnv, ClassPlan, CoreSum, DeadlineOffer, DlBw, Plan, Refusal, RtBackend, Rule, ShareKind};
 pub use backend::{BackendKind, Layout};
 pub use controller::{ApplyReport, ClassCap, ClassStatus, QosController, QosOpts, ReconcileReport};
+pub use deadline::Reserved;
 pub use units::{Drift, UnitClasses};
 
 use std::path::PathBuf;

@@ -13,12 +13,18 @@
 //! holds other work (a login session, a container, a service with other processes) is shared,
 //! and unit-wide properties are refused for it, with the reason. No process is moved.
 //!
+//! **RT classes** get per-thread SCHED_DEADLINE reservations ([`crate::deadline`]): a unit has
+//! no RT bandwidth on cgroup v2, and a reservation needs no cgroup. They are admitted together,
+//! against the kernel's deadline bandwidth, when the classes are built.
+//!
 //! **Drift**: what joule set is remembered; a later value joule did not write (an
 //! administrator's `systemctl set-property`, a `daemon-reload` of a unit file that sets it) is
 //! reported, and the administrator's value wins: joule stops holding that property until the
 //! config changes (a new controller).
 
-use crate::{ApplyReport, ClassCap, QosError, ReconcileReport, OWNER};
+use crate::admission::{admit, AdmissionEnv, DlBw, RtBackend};
+use crate::deadline::Reservations;
+use crate::{ApplyReport, ClassCap, QosError, ReconcileReport, Reserved, OWNER};
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, UnitValue};
 use joule_core::journal::{Journal, RestoreReport, Undo};
@@ -66,6 +72,9 @@ pub struct UnitClasses {
     shared: BTreeMap<String, BTreeSet<String>>,
     /// unit -> its cgroup (relative to `cgroup_root`), for the units resolved classes have.
     unit_dirs: BTreeMap<String, String>,
+    /// The RT classes' reservations: per class, what each thread gets.
+    dl_classes: Vec<(String, DlBw)>,
+    dl: Reservations,
 }
 
 /// `AllowedCPUs`' bitmask for a cpu list: CPU n is bit n % 8 of byte n / 8.
@@ -78,29 +87,26 @@ pub fn cpu_mask(cpus: &[usize]) -> Vec<u8> {
 }
 
 impl UnitClasses {
-    /// The unit classes of `classes` (the others are left to the cgroupfs controller). A unit
-    /// class that asks what a unit cannot have (RT runtime: cgroup v2 has no RT bandwidth) or
-    /// names a cpu list that does not parse is refused with the reason.
-    pub fn new(classes: &[ClassConfig], ncpus: usize) -> Result<UnitClasses, QosError> {
+    /// The unit classes of `classes` (the others are left to the cgroupfs controller), on a
+    /// machine `env` describes (its CPUs, the kernel's RT limit and deadline offer). A unit
+    /// class that names a cpu list that does not parse, or RT runtime the deadline backend
+    /// cannot admit, is refused with the reason.
+    pub fn new(classes: &[ClassConfig], env: &AdmissionEnv) -> Result<UnitClasses, QosError> {
         let units: Vec<ClassConfig> = classes.iter().filter(|c| c.matches.only_units()).cloned().collect();
-        Self::build(&units, ncpus, PathBuf::new())
+        Self::build(&units, env, PathBuf::new())
     }
 
     /// Every class of `classes`, on a host whose cgroup tree (unified, at `cgroup_root`)
     /// systemd owns: those that name units are those units; the others get the units their
     /// processes live in ([`UnitClasses::resolve`]).
-    pub fn for_systemd(classes: &[ClassConfig], ncpus: usize, cgroup_root: &Path) -> Result<UnitClasses, QosError> {
-        Self::build(classes, ncpus, cgroup_root.to_path_buf())
+    pub fn for_systemd(classes: &[ClassConfig], env: &AdmissionEnv, cgroup_root: &Path) -> Result<UnitClasses, QosError> {
+        Self::build(classes, env, cgroup_root.to_path_buf())
     }
 
-    fn build(classes: &[ClassConfig], ncpus: usize, cgroup_root: PathBuf) -> Result<UnitClasses, QosError> {
+    fn build(classes: &[ClassConfig], env: &AdmissionEnv, cgroup_root: PathBuf) -> Result<UnitClasses, QosError> {
         let mut out = Vec::new();
-        let mut refused = Vec::new();
+        let (dl_classes, mut refused) = admit_rt(classes, env);
         for c in classes {
-            if c.rt_runtime_us.is_some_and(|r| r > 0) {
-                refused.push(format!("class {}: systemd units have no RT bandwidth (cgroup v2); give it a quota or weight", c.name));
-                continue;
-            }
             if c.parent.is_some() {
                 refused.push(format!("class {}: a class of systemd units cannot be nested (parent); use a slice", c.name));
                 continue;
@@ -129,14 +135,30 @@ impl UnitClasses {
         }
         Ok(UnitClasses {
             classes: out,
-            ncpus: ncpus.max(1),
+            ncpus: env.cpus.len().max(1),
             held: BTreeMap::new(),
             yielded: BTreeSet::new(),
             caps: BTreeMap::new(),
             cgroup_root,
             shared: BTreeMap::new(),
             unit_dirs: BTreeMap::new(),
+            dl_classes,
+            dl: Reservations::default(),
         })
+    }
+
+    /// A deadline class's threads as the last hold left them.
+    pub fn reserved(&self, class: &str) -> Option<Reserved> {
+        self.dl.reserved(class)
+    }
+
+    /// Holds the RT classes' reservations on the threads `members` lists (each thread's old
+    /// policy journalled first).
+    fn hold_deadline(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<Vec<String>, QosError> {
+        if self.dl_classes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.dl.hold(fx, members, &self.dl_classes, |u| Ok(journal.record(OWNER, u)?))
     }
 
     /// The units `class` acts on now (named, or resolved from its processes).
@@ -222,6 +244,7 @@ impl UnitClasses {
                 self.set_cap(journal, fx, &name, cap)?;
             }
         }
+        report.notes.extend(self.hold_deadline(journal, fx, members)?);
         Ok(report)
     }
 
@@ -377,12 +400,28 @@ impl UnitClasses {
         out
     }
 
-    /// Undoes every unit property of owner `qos` (this process's and a crashed one's).
+    /// Undoes every unit property and reservation of owner `qos` (this process's and a crashed
+    /// one's).
     pub fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.held.clear();
         self.caps.clear();
-        Ok(journal.restore_where(fx, |e| e.owner == OWNER && matches!(e.undo, Undo::UnitProperty { .. }))?)
+        self.dl.forget();
+        Ok(journal.restore_where(fx, |e| e.owner == OWNER && matches!(e.undo, Undo::UnitProperty { .. } | Undo::Sched { .. }))?)
     }
+}
+
+/// The RT classes of `classes` through deadline admission (units have no RT bandwidth): each
+/// one's reservations, and the refusals as text. Admitted together, as the kernel admits their
+/// threads against one budget; `parent` plays no part (a unit class has none: refused apart).
+fn admit_rt(classes: &[ClassConfig], env: &AdmissionEnv) -> (Vec<(String, DlBw)>, Vec<String>) {
+    let rt: Vec<ClassConfig> = classes.iter().filter(|c| c.rt_runtime_us.is_some_and(|r| r > 0)).map(|c| ClassConfig { parent: None, ..c.clone() }).collect();
+    if rt.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let env = AdmissionEnv { rt_group_sched: false, rt_backend: Some(RtBackend::Deadline), ..env.clone() };
+    let plan = admit(&rt, &env);
+    let dl = plan.classes.iter().filter_map(|c| Some((c.name.clone(), c.dl?))).collect();
+    (dl, plan.refusals.into_iter().map(|r| r.message).collect())
 }
 
 /// The system unit a process lives in, from its v2 cgroup path, and that unit's cgroup: the

@@ -3,7 +3,7 @@
 
 use super::*;
 use joule_core::config::Config;
-use joule_core::effects::{FakeEffects, Units};
+use joule_core::effects::{FakeEffects, Sched, SchedAttr, Units};
 
 fn classes(text: &str) -> Vec<ClassConfig> {
     Config::parse(text).unwrap_or_else(|e| panic!("{e:?}")).classes
@@ -23,7 +23,7 @@ const WEB: &str = "[[class]]\nname = \"web\"\nmatch = { unit = [\"nginx.service\
 fn a_unit_class_sets_its_units_properties_through_systemd_and_restore_puts_them_back() {
     let fx = FakeEffects::default().with_unit("nginx.service").with_unit("batch.slice");
     let (_d, j) = journal();
-    let mut u = UnitClasses::new(&classes(WEB), 2).unwrap();
+    let mut u = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap();
     assert_eq!(u.class_names(), vec!["web", "batch"], "the comm class is the cgroupfs controller's");
     let r = u.apply(&j, &fx).unwrap();
     assert_eq!(r.writes, 4);
@@ -52,31 +52,54 @@ fn a_failure_half_way_undoes_what_was_set_and_names_the_unit() {
     let fx = FakeEffects::default().with_unit("nginx.service");
     fx.fail_calls("set-property nginx.service CPUWeight=200", libc::EPERM);
     let (_d, j) = journal();
-    let mut u = UnitClasses::new(&classes(WEB), 2).unwrap();
+    let mut u = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap();
     let e = u.apply(&j, &fx).unwrap_err().to_string();
     assert!(e.contains("CPUWeight of nginx.service") && e.contains("200"), "{e}");
     assert_eq!(fx.unit_property("nginx.service", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(u64::MAX), "rolled back");
     assert!(j.entries().unwrap().is_empty());
     // A unit that does not exist is an error naming it, and nothing is left set.
     let fx = FakeEffects::default();
-    let e = UnitClasses::new(&classes(WEB), 2).unwrap().apply(&j, &fx).unwrap_err().to_string();
+    let e = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap().apply(&j, &fx).unwrap_err().to_string();
     assert!(e.contains("nginx.service"), "{e}");
 }
 
 #[test]
-fn what_a_unit_cannot_have_is_refused_with_the_reason() {
-    let e = UnitClasses::new(&classes("[[class]]\nname = \"rt\"\nmatch = { unit = [\"a.service\"] }\nrt_runtime_us = 1000\nrt_period_us = 100000\n"), 2)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("no RT bandwidth"), "{e}");
+fn an_rt_class_of_units_gets_deadline_reservations_and_what_does_not_fit_is_refused_with_the_reason() {
+    let rt = |extra: &str| {
+        classes(&format!("[[class]]\nname = \"rt\"\nmatch = {{ unit = [\"a.service\"] }}\nrt_runtime_us = 30000\nrt_period_us = 100000\n{extra}"))
+    };
+    let refusal = |extra: &str| UnitClasses::new(&rt(extra), &AdmissionEnv::new(2)).err().unwrap().to_string();
+    assert!(refusal("cpus = \"1\"\n").contains("must be free to run on every CPU of its root domain"));
+    assert!(refusal("rt_threads = 7\n").contains("exceed the kernel's deadline bandwidth"));
+    // Two threads of a.service's process: each gets a reservation, its old policy journalled
+    // first; release gives it back.
+    let procfs = tempfile::tempdir().unwrap();
+    let mut fx = FakeEffects::default().with_unit("a.service");
+    for t in [10, 11] {
+        std::fs::create_dir_all(procfs.path().join(format!("10/task/{t}"))).unwrap();
+        fx = fx.with_file(format!("/proc/{t}/stat"), &format!("{t} (a) S 1 {t} {t} 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 {}\n", 1000 + t));
+        fx.sched.lock().unwrap().insert(t, SchedAttr::OTHER);
+    }
+    let (_d, j) = journal();
+    let mut u = UnitClasses::new(&rt(""), &AdmissionEnv::new(2)).unwrap();
+    u.apply(&j, &fx).unwrap();
+    let mut m = members(&[(10, "rt", "/system.slice/a.service")]);
+    m.procfs = procfs.path().into();
+    u.resolve(&j, &fx, &m).unwrap();
+    let dl = SchedAttr { policy: joule_core::effects::SCHED_DEADLINE, priority: 0 };
+    assert_eq!((fx.get_sched(10).unwrap(), fx.get_sched(11).unwrap()), (dl, dl));
+    assert_eq!(u.reserved("rt"), Some(Reserved { threads: 2, unreserved: 0 }));
+    assert_eq!(j.entries().unwrap().len(), 2, "one record per thread");
+    u.release(&j, &fx).unwrap();
+    assert_eq!((fx.get_sched(10).unwrap(), fx.get_sched(11).unwrap()), (SchedAttr::OTHER, SchedAttr::OTHER));
+    assert!(j.entries().unwrap().is_empty());
 }
 
 #[test]
 fn a_thermal_cap_lowers_the_quota_and_lifting_it_goes_back_to_the_configured_one() {
     let fx = FakeEffects::default().with_unit("nginx.service").with_unit("batch.slice");
     let (_d, j) = journal();
-    let mut u = UnitClasses::new(&classes(WEB), 2).unwrap();
+    let mut u = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap();
     u.apply(&j, &fx).unwrap();
     assert!(u.set_cap(&j, &fx, "batch", 15.0).unwrap());
     assert_eq!(fx.unit_property("batch.slice", "CPUQuotaPerSecUSec").unwrap(), UnitValue::U64(300_000), "15 % of 2 CPUs");
@@ -101,7 +124,7 @@ fn a_thermal_cap_lowers_the_quota_and_lifting_it_goes_back_to_the_configured_one
 fn a_change_by_someone_else_is_reported_once_and_then_left_alone() {
     let fx = FakeEffects::default().with_unit("nginx.service").with_unit("batch.slice");
     let (_d, j) = journal();
-    let mut u = UnitClasses::new(&classes(WEB), 2).unwrap();
+    let mut u = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap();
     u.apply(&j, &fx).unwrap();
     assert!(u.drift(&fx).is_empty());
     // `systemctl set-property nginx.service CPUWeight=50` by hand.
@@ -121,7 +144,7 @@ fn a_change_by_someone_else_is_reported_once_and_then_left_alone() {
 fn a_cap_changed_twice_is_walked_back_to_the_value_found() {
     let fx = FakeEffects::default().with_unit("batch.slice").with_unit("nginx.service");
     let (_d, j) = journal();
-    let mut u = UnitClasses::new(&classes(WEB), 2).unwrap();
+    let mut u = UnitClasses::new(&classes(WEB), &AdmissionEnv::new(2)).unwrap();
     u.set_cap(&j, &fx, "batch", 60.0).unwrap();
     u.set_cap(&j, &fx, "batch", 15.0).unwrap();
     j.restore_all(&fx).unwrap();
@@ -166,7 +189,7 @@ fn a_class_matched_by_processes_acts_through_the_units_it_fills_and_refuses_shar
         .with_dir(format!("/cg{SESSION}"))
         .with_file(format!("/cg{SESSION}/cgroup.procs"), "20\n21\n");
     let (_d, j) = journal();
-    let mut u = UnitClasses::for_systemd(&classes(cfg), 2, Path::new("/cg")).unwrap();
+    let mut u = UnitClasses::for_systemd(&classes(cfg), &AdmissionEnv::new(2), Path::new("/cg")).unwrap();
     assert_eq!(u.apply(&j, &fx).unwrap().writes, 0, "no unit is known before the processes are");
     // nginx's master and worker are the class's; the session also runs 21 (a shell).
     let m = members(&[(10, "by-name", NGINX), (11, "by-name", NGINX), (20, "by-name", SESSION)]);
@@ -195,7 +218,7 @@ fn a_unit_another_class_names_is_not_taken_by_a_process_class() {
                [[class]]\nname = \"by-name\"\nmatch = { comm = [\"nginx\"], uid = [0] }\nquota_us = 30000\n";
     let fx = FakeEffects::default().with_unit("nginx.service").with_file("/cg/system.slice/nginx.service/cgroup.procs", "10\n");
     let (_d, j) = journal();
-    let mut u = UnitClasses::for_systemd(&classes(cfg), 2, Path::new("/cg")).unwrap();
+    let mut u = UnitClasses::for_systemd(&classes(cfg), &AdmissionEnv::new(2), Path::new("/cg")).unwrap();
     u.apply(&j, &fx).unwrap();
     let r = u.resolve(&j, &fx, &members(&[(10, "by-name", NGINX)])).unwrap();
     assert!(r.notes.iter().any(|n| n.contains("it is class web's")), "{:?}", r.notes);

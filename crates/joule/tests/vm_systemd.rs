@@ -213,3 +213,21 @@ fn vm_systemd_a_class_matched_by_comm_and_uid_acts_through_the_unit_it_fills_and
     assert_eq!(get("res_agent_rc"), "0", "{}", out.describe());
     assert_eq!(get("res_after"), get("found"), "the agent's stop did not put nginx.service back:\n{}", out.describe());
 }
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_systemd_an_rt_class_of_units_gets_deadline_reservations_and_restore_after_sigkill_gives_them_back() {
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
+    println!(
+        "RT class of joule-rt.service: policy {} -> {} (SIGKILL) {} -> restore {}",
+        get("rt_policy_before"),
+        get("rt_policy_applied"),
+        get("rt_policy_killed"),
+        get("rt_policy_restored")
+    );
+    assert_eq!(get("rt_policy_before"), "0", "{}", out.describe());
+    assert_eq!(get("rt_policy_applied"), "6", "the unit's thread never got SCHED_DEADLINE:\n{}", out.describe());
+    assert_eq!(get("rt_policy_killed"), "6", "a SIGKILLed agent undoes nothing itself:\n{}", out.describe());
+    assert_eq!((get("rt_restore_rc"), get("rt_policy_restored")), ("0", "0"), "{}", out.describe());
+}

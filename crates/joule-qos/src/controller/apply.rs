@@ -29,7 +29,7 @@ impl QosController {
         });
         if let Err(e) = result {
             let mine = self.applied.split_off(mark);
-            self.forget_reservations();
+            self.dl.forget();
             let failed = self.undo(&mine, Some(journal), fx).failed;
             if !failed.is_empty() {
                 tracing::warn!("rollback left {} record(s) for `joule restore`: {:?}", failed.len(), failed);
@@ -104,7 +104,7 @@ impl QosController {
     /// MoveTask could hit a reused pid). Other records stay.
     pub fn rollback(&mut self, journal: &Journal, fx: &dyn Effects) -> (usize, usize, Vec<String>) {
         let mine = std::mem::take(&mut self.applied);
-        self.forget_reservations();
+        self.dl.forget();
         let r = self.undo(&mine, Some(journal), fx);
         (r.undone, r.already_gone, r.failed)
     }
@@ -131,7 +131,7 @@ impl QosController {
     /// crashed one — and leaves other mechanisms' records alone.
     pub fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
         self.applied.clear();
-        self.forget_reservations();
+        self.dl.forget();
         self.caps.clear();
         self.cap_journalled.clear();
         let r = journal.restore_owner(&self.opts.owner, fx)?;

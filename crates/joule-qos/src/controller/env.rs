@@ -26,9 +26,7 @@ pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> Admissi
                 .unwrap_or(1);
             (0..n.max(1)).collect()
         });
-    let k = opts.procfs_root.join("sys/kernel");
-    let rt_rt = read_trimmed(fx, &k.join("sched_rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(950_000);
-    let rt_p = read_trimmed(fx, &k.join("sched_rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let (rt_rt, rt_p) = global_rt(opts, fx);
     // RT bandwidth other groups at joule's level already hold (v1 checks siblings' sum).
     let mut others = 0.0;
     if let (BackendKind::V1, Some(cpu)) = (layout.kind, layout.mount(Hier::Cpu)) {
@@ -55,6 +53,30 @@ pub fn machine_env(layout: &Layout, opts: &QosOpts, fx: &dyn Effects) -> Admissi
         rt_fallback_to_cfs: opts.rt_fallback_to_cfs,
         rt_backend: opts.rt_backend,
         deadline: deadline_offer(opts, fx),
+    }
+}
+
+/// `kernel.sched_rt_runtime_us` and `kernel.sched_rt_period_us` (the kernel's defaults when
+/// they cannot be read).
+fn global_rt(opts: &QosOpts, fx: &dyn Effects) -> (i64, u64) {
+    let k = opts.procfs_root.join("sys/kernel");
+    let rt_rt = read_trimmed(fx, &k.join("sched_rt_runtime_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(950_000);
+    let rt_p = read_trimmed(fx, &k.join("sched_rt_period_us")).ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    (rt_rt, rt_p)
+}
+
+/// What admission knows of a machine whose classes are systemd units (no hierarchy is read):
+/// its `ncpus` CPUs, the kernel's RT limit and what SCHED_DEADLINE offers, which RT classes
+/// get there (units have no RT bandwidth).
+pub fn units_env(opts: &QosOpts, ncpus: usize, fx: &dyn Effects) -> AdmissionEnv {
+    let (rt_rt, rt_p) = global_rt(opts, fx);
+    AdmissionEnv {
+        global_rt_runtime_us: rt_rt,
+        global_rt_period_us: rt_p,
+        rt_group_sched: false,
+        rt_backend: Some(crate::RtBackend::Deadline),
+        deadline: deadline_offer(opts, fx),
+        ..AdmissionEnv::new(ncpus)
     }
 }
 

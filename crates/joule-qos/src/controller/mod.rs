@@ -6,14 +6,12 @@
 
 mod apply;
 mod cap;
-mod deadline;
 mod env;
 mod place;
 mod status;
 
 pub use cap::ClassCap;
-pub use deadline::Reserved;
-pub use env::machine_env;
+pub use env::{machine_env, units_env};
 
 use crate::admission::{admit, Plan, ShareKind};
 use crate::backend::{steps, BackendKind, Hier, Layout, PlannedWrite};
@@ -21,7 +19,7 @@ use crate::QosError;
 use joule_core::config::ClassConfig;
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::journal::{Journal, Undo};
-use joule_core::membership::ClassPlace;
+use joule_core::membership::{ClassPlace, Membership};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -156,12 +154,8 @@ pub struct QosController {
     /// The flock on joule's group directory, held while the classes are applied: one agent
     /// per cgroup tree (apply.rs).
     group_lock: Option<std::os::fd::OwnedFd>,
-    /// Threads whose policy before their reservation is in the journal (deadline.rs).
-    dl_journalled: std::collections::BTreeSet<i32>,
-    /// Threads whose reservation the kernel refused, already said.
-    dl_refused: std::collections::BTreeSet<i32>,
-    /// Per deadline class, its threads after the last hold.
-    reserved: BTreeMap<String, Reserved>,
+    /// The deadline classes' reservations (crate::deadline).
+    dl: crate::deadline::Reservations,
 }
 
 impl QosController {
@@ -202,9 +196,7 @@ impl QosController {
             origins: Default::default(),
             origins_sweep_at: place::MAX_ORIGINS,
             group_lock: None,
-            dl_journalled: Default::default(),
-            dl_refused: Default::default(),
-            reserved: BTreeMap::new(),
+            dl: Default::default(),
         })
     }
 
@@ -248,6 +240,24 @@ impl QosController {
 
     fn task_dir(&self, m: &Path, class: &str) -> PathBuf {
         self.layout.task_dir(m, &self.plan, class)
+    }
+
+    /// Holds the deadline classes' reservations on the threads `members` lists, each record
+    /// journalled (and kept for a rollback) before its change.
+    fn hold_deadline(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<Vec<String>, QosError> {
+        let classes: Vec<_> = self.plan.classes.iter().filter_map(|c| Some((c.name.clone(), c.dl?))).collect();
+        if classes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut dl = std::mem::take(&mut self.dl);
+        let notes = dl.hold(fx, members, &classes, |u| self.record(journal, u));
+        self.dl = dl;
+        notes
+    }
+
+    /// A deadline class's threads as the last hold left them.
+    pub fn reserved(&self, class: &str) -> Option<crate::Reserved> {
+        self.dl.reserved(class)
     }
 
     fn record(&mut self, journal: &Journal, undo: Undo) -> Result<(), QosError> {

@@ -670,7 +670,7 @@ fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release
     assert_eq!(f.fx.get_sched(500).unwrap(), dl);
     assert_eq!(f.fx.get_sched(502).unwrap(), SchedAttr::OTHER);
     assert_eq!(f.fx.get_sched(503).unwrap(), dl, "rt_threads = 2: 500 and 503");
-    assert_eq!(c.reserved("main"), Some(Reserved { threads: 2, unreserved: 1 }));
+    assert_eq!(c.reserved("main"), Some(crate::Reserved { threads: 2, unreserved: 1 }));
     assert!(log(&f).contains(&"deadline 500 300000000 1000000000 1000000000".to_string()), "{:#?}", log(&f));
     // No RT runtime on the class's group: the reservations are the guarantee.
     assert!(!log(&f).iter().any(|l| l.contains("main/cpu.rt_runtime_us")), "{:#?}", log(&f));

@@ -78,17 +78,18 @@ pub fn unit_classes(cfg: &Config, root: bool) -> anyhow::Result<Option<UnitClass
         return Ok(None);
     }
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let u = unit_classes_of(cfg, ncpus).map_err(crate::UsageError::from_display)?;
+    let env = joule_qos::controller::units_env(&qos_opts(cfg), ncpus, &joule_core::effects::RealEffects);
+    let u = unit_classes_of(cfg, &env).map_err(crate::UsageError::from_display)?;
     Ok((!u.is_empty()).then_some(u))
 }
 
 /// The classes that act through units: all of them where systemd owns the tree, else those
 /// that name units.
-fn unit_classes_of(cfg: &Config, ncpus: usize) -> Result<UnitClasses, joule_qos::QosError> {
+fn unit_classes_of(cfg: &Config, env: &joule_qos::AdmissionEnv) -> Result<UnitClasses, joule_qos::QosError> {
     if systemd_host(cfg) {
-        UnitClasses::for_systemd(&cfg.classes, ncpus, &cfg.telemetry.cgroup_root)
+        UnitClasses::for_systemd(&cfg.classes, env, &cfg.telemetry.cgroup_root)
     } else {
-        UnitClasses::new(&cfg.classes, ncpus)
+        UnitClasses::new(&cfg.classes, env)
     }
 }
 
@@ -135,7 +136,9 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
     }
     let opts = QosOpts { enforce_admission: false, ..qos_opts(cfg) };
     let key_of = |class: &str| cfg.classes.iter().position(|c| c.name == class).map_or("class".to_string(), |i| format!("class[{i}]"));
-    let mut out: Vec<(String, String)> = match unit_classes_of(cfg, 1) {
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let env = joule_qos::controller::units_env(&opts, ncpus, &RealEffects);
+    let mut out: Vec<(String, String)> = match unit_classes_of(cfg, &env) {
         Ok(_) => Vec::new(),
         Err(e) => vec![("class".to_string(), e.to_string())],
     };
@@ -293,7 +296,7 @@ mod tests {
         let by_name = MatchRules { comm: vec!["nginx".into()], uid: vec![0, 33], ..Default::default() };
         cfg.classes.push(ClassConfig { name: "by-name".into(), matches: by_name, quota_us: Some(30_000), ..Default::default() });
         assert!(cgroupfs_classes(&cfg).is_empty(), "joule makes no cgroup here");
-        assert_eq!(unit_classes_of(&cfg, 2).unwrap().class_names(), ["web", "by-name"]);
+        assert_eq!(unit_classes_of(&cfg, &joule_qos::AdmissionEnv::new(2)).unwrap().class_names(), ["web", "by-name"]);
         assert!(refusals(&cfg).is_empty(), "{:?}", refusals(&cfg));
         let why = systemd_refusal(&cfg).expect("joule qos is refused");
         assert!(why.contains("by-name") && !why.contains("web,"), "{why}");

@@ -4,13 +4,15 @@
 //! its own reservation at the next hold). A thread's old policy is journalled before its first
 //! change, pinned to its start time, so `joule restore` after a SIGKILL puts it back.
 //! Threads are read every hold (`Membership::threads`): reservations follow them as they
-//! appear, and a thread that exits takes its reservation with it.
+//! appear, and a thread that exits takes its reservation with it. No cgroup is needed, so the
+//! cgroupfs controller and the classes of systemd units share this.
 
-use super::QosController;
+use crate::admission::DlBw;
 use crate::QosError;
 use joule_core::effects::{Deadline, Effects, SCHED_DEADLINE};
-use joule_core::journal::{Journal, Undo};
+use joule_core::journal::Undo;
 use joule_core::membership::Membership;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A deadline class's threads after a hold.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -21,19 +23,36 @@ pub struct Reserved {
     pub unreserved: usize,
 }
 
-impl QosController {
-    /// Gives every thread of the deadline classes that `members` lists its reservation, up to
-    /// each class's `rt_threads`. What the kernel refuses (EBUSY: its deadline bandwidth is
-    /// full, other programs' reservations included; EPERM: the thread's affinity was narrowed
-    /// by its app) is said once per thread in the returned notes, not an error: the class's
-    /// other threads keep theirs.
-    pub(super) fn hold_deadline(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<Vec<String>, QosError> {
+/// The reservations held, and what is already journalled or said about each thread.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    /// Threads whose policy before their reservation is in the journal.
+    journalled: BTreeSet<i32>,
+    /// Threads whose reservation the kernel refused, already said.
+    refused: BTreeSet<i32>,
+    /// Per deadline class, its threads after the last hold.
+    reserved: BTreeMap<String, Reserved>,
+}
+
+impl Reservations {
+    /// Gives every thread of `classes` that `members` lists its reservation, up to each
+    /// class's `rt_threads`, calling `record` with the thread's old policy before its first
+    /// change. What the kernel refuses (EBUSY: its deadline bandwidth is full, other programs'
+    /// reservations included; EPERM: the thread's affinity was narrowed by its app) is said
+    /// once per thread in the returned notes, not an error: the class's other threads keep
+    /// theirs.
+    pub fn hold(
+        &mut self,
+        fx: &dyn Effects,
+        members: &Membership,
+        classes: &[(String, DlBw)],
+        mut record: impl FnMut(Undo) -> Result<(), QosError>,
+    ) -> Result<Vec<String>, QosError> {
         let mut notes = Vec::new();
-        let classes: Vec<_> = self.plan.classes.iter().filter_map(|c| Some((c.name.clone(), c.dl?))).collect();
         for (class, dl) in classes {
             let want = Deadline { runtime_ns: dl.runtime_us * 1000, deadline_ns: dl.period_us * 1000, period_ns: dl.period_us * 1000 };
             let mut r = Reserved::default();
-            for tid in members.threads(&class) {
+            for tid in members.threads(class) {
                 let Ok(now) = fx.get_sched(tid) else { continue }; // exited since it was listed
                 if now.policy == SCHED_DEADLINE {
                     r.threads += 1;
@@ -43,18 +62,19 @@ impl QosController {
                     r.unreserved += 1;
                     continue;
                 }
-                if self.dl_journalled.insert(tid) {
-                    self.record(journal, Undo::sched(fx, tid, now))?;
+                if !self.journalled.contains(&tid) {
+                    record(Undo::sched(fx, tid, now))?;
+                    self.journalled.insert(tid);
                 }
                 match fx.set_deadline(tid, want) {
                     Ok(()) => {
                         r.threads += 1;
-                        self.dl_refused.remove(&tid);
+                        self.refused.remove(&tid);
                     }
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                     Err(e) => {
                         r.unreserved += 1;
-                        if self.dl_refused.insert(tid) {
+                        if self.refused.insert(tid) {
                             let why = match e.raw_os_error() {
                                 Some(libc::EBUSY) => " — the kernel's deadline bandwidth is full (other programs' reservations count too)",
                                 Some(libc::EPERM) => " — its affinity does not span its root domain (the app narrowed it)",
@@ -68,24 +88,22 @@ impl QosController {
                     }
                 }
             }
-            self.reserved.insert(class, r);
+            self.reserved.insert(class.clone(), r);
         }
         // Forget threads that are gone, so the sets follow churn rather than grow with it.
-        if self.dl_journalled.len() > 4 * self.reserved.values().map(|r| r.threads + r.unreserved).sum::<usize>() + 64 {
+        if self.journalled.len() > 4 * self.reserved.values().map(|r| r.threads + r.unreserved).sum::<usize>() + 64 {
             let procfs = &members.procfs;
             let alive = |t: &i32| joule_core::procfs::task_dir(procfs, *t).exists();
-            self.dl_journalled.retain(alive);
-            self.dl_refused.retain(alive);
+            self.journalled.retain(alive);
+            self.refused.retain(alive);
         }
         Ok(notes)
     }
 
     /// After the records are undone: every thread's old policy must be journalled again
     /// before its next reservation.
-    pub(super) fn forget_reservations(&mut self) {
-        self.dl_journalled.clear();
-        self.dl_refused.clear();
-        self.reserved.clear();
+    pub fn forget(&mut self) {
+        *self = Reservations::default();
     }
 
     /// A deadline class's threads as the last hold left them.
