@@ -18,7 +18,8 @@
 #            nginx.service, which holds only the class's processes; the other unit is shared
 #            and refused with a note; nothing moves.
 #   round 6: an RT class of units (no RT group scheduling here) gets SCHED_DEADLINE
-#            reservations; restore after a SIGKILL gives the thread SCHED_OTHER back.
+#            reservations; after a SIGKILL (the guardian) and a restore the thread is back at
+#            SCHED_OTHER.
 set -u
 mkdir -p /etc/joule
 out=${JOULE_VM_OUT:-/tmp}
@@ -205,8 +206,8 @@ echo "res_after=$(props)"
 systemctl stop joule-mixed.service
 
 # Round 6: an RT class of units (no RT group scheduling here): its unit's busy loop gets a
-# SCHED_DEADLINE reservation (policy 6, /proc/PID/stat field 41); a SIGKILLed agent's restore
-# gives it SCHED_OTHER back.
+# SCHED_DEADLINE reservation (policy 6, /proc/PID/stat field 41); after a SIGKILL of the agent
+# (its guardian restores at once) and `joule restore`, the loop is back at SCHED_OTHER.
 echo "t_round6=$(date +%s)"
 systemd-run --quiet --unit=joule-rt.service sh -c 'while :; do :; done'
 rt_pid=$(systemctl show -p MainPID --value joule-rt.service)

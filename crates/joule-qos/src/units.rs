@@ -152,6 +152,11 @@ impl UnitClasses {
         self.dl.reserved(class)
     }
 
+    /// Whether `class` holds SCHED_DEADLINE reservations (it has RT runtime).
+    pub fn has_deadline(&self, class: &str) -> bool {
+        self.dl_classes.iter().any(|(c, _)| c == class)
+    }
+
     /// Holds the RT classes' reservations on the threads `members` lists (each thread's old
     /// policy journalled first).
     fn hold_deadline(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<Vec<String>, QosError> {

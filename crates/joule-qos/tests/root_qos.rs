@@ -289,14 +289,19 @@ fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks()
         let dl = SchedAttr { policy: joule_core::effects::SCHED_DEADLINE, priority: 0 };
         assert_eq!((RealEffects.get_sched(spin).unwrap(), RealEffects.get_sched(forker).unwrap()), (dl, dl));
         // Real-time hogs on every CPU for the whole measurement: the reservation still holds.
+        // The baseline in the same window: a busy loop of no class.
+        let plain = g.spin();
         let hogs = fifo_hogs(5.0);
         std::thread::sleep(Duration::from_millis(500));
+        let plain_before = cpu_ticks(plain);
         let got = measure(&c, "main", 3.0);
+        let plain_pct = (cpu_ticks(plain) - plain_before) as f64 / 3.0;
         for h in hogs {
             h.join().unwrap();
         }
-        println!("deadline 30000/100000 under SCHED_FIFO hogs on every CPU: achieved {got:.1}%");
+        println!("under SCHED_FIFO hogs on every CPU: deadline 30000/100000 achieved {got:.1}%; a busy loop of no class {plain_pct:.1}% (USER_HZ ticks)");
         assert!((got - 30.0).abs() <= 2.0, "SCHED_DEADLINE 30000/100000 under FIFO hogs achieved {got:.1}%");
+        assert!(plain_pct < got / 2.0, "the hogs did not compete: a plain loop got {plain_pct:.1}%");
         // Reset-on-fork: the reserved shell forks (without it, fork() fails with EAGAIN).
         let count = || std::fs::read_to_string(&forks).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
         let before = count();
@@ -341,6 +346,14 @@ fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_threa
     no_leftovers();
     // The deadline backend makes no cpuset partition: joule's group, where one would be, is gone.
     assert!(!Path::new(&format!("/sys/fs/cgroup/cpuset/{GROUP}")).exists());
+}
+
+/// utime + stime of `pid`, in USER_HZ ticks (100 per second).
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime); f[0] is field 3.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
 /// Every thread on the machine under SCHED_DEADLINE.

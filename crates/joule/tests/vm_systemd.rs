@@ -228,6 +228,9 @@ fn vm_systemd_an_rt_class_of_units_gets_deadline_reservations_and_restore_after_
     );
     assert_eq!(get("rt_policy_before"), "0", "{}", out.describe());
     assert_eq!(get("rt_policy_applied"), "6", "the unit's thread never got SCHED_DEADLINE:\n{}", out.describe());
-    assert_eq!(get("rt_policy_killed"), "6", "a SIGKILLed agent undoes nothing itself:\n{}", out.describe());
+    // The agent's guardian restores as soon as the agent dies: by the time the script looks,
+    // the thread may be back already (it was, in the runs so far); `joule restore` then finds
+    // nothing left to undo.
+    assert!(["0", "6"].contains(&get("rt_policy_killed")), "{}", out.describe());
     assert_eq!((get("rt_restore_rc"), get("rt_policy_restored")), ("0", "0"), "{}", out.describe());
 }

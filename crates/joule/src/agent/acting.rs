@@ -139,6 +139,7 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let env = joule_qos::controller::units_env(&opts, ncpus, &RealEffects);
     let mut out: Vec<(String, String)> = match unit_classes_of(cfg, &env) {
+        Ok(u) if cfg.elevate.enabled() && u.has_deadline(&cfg.elevate.class) => vec![elevate_refusal(cfg)],
         Ok(_) => Vec::new(),
         Err(e) => vec![("class".to_string(), e.to_string())],
     };
@@ -150,15 +151,34 @@ fn admission_refusals(cfg: &Config) -> Vec<(String, String)> {
         return out;
     }
     out.extend(match QosController::new_with(&fs_classes, opts, &RealEffects) {
-        Ok(ctl) => ctl
-            .plan()
-            .refusals
-            .iter()
-            .map(|r| (r.classes.first().map_or("class".to_string(), |c| key_of(c)), format!("admission on this machine: {}", r.message)))
-            .collect(),
+        Ok(ctl) => {
+            let mut r: Vec<(String, String)> = ctl
+                .plan()
+                .refusals
+                .iter()
+                .map(|r| (r.classes.first().map_or("class".to_string(), |c| key_of(c)), format!("admission on this machine: {}", r.message)))
+                .collect();
+            if cfg.elevate.enabled() && ctl.plan().class(&cfg.elevate.class).is_some_and(|c| c.dl.is_some()) {
+                r.push(elevate_refusal(cfg));
+            }
+            r
+        }
         Err(e) => vec![("class".to_string(), format!("the class cgroups cannot be made on this machine: {e}"))],
     });
     out
+}
+
+/// One writer per thread: the user-space scheduler runs its class's threads under SCHED_FIFO
+/// on one core, so that class cannot also hold SCHED_DEADLINE reservations (which must span
+/// the root domain).
+fn elevate_refusal(cfg: &Config) -> (String, String) {
+    (
+        "elevate.class".to_string(),
+        format!(
+            "class {}: its RT runtime becomes SCHED_DEADLINE reservations on this kernel, and [elevate] runs the same threads under SCHED_FIFO on CPU {}: one writer per thread — drop rt_runtime_us from the class, or elevate another class",
+            cfg.elevate.class, cfg.elevate.cpu
+        ),
+    )
 }
 
 /// On a host whose tree systemd owns, a nap class must name its units: systemd freezes units
@@ -306,6 +326,15 @@ mod tests {
         assert!(refusals(&cfg).iter().any(|(k, _)| k == "nap.class"));
         cfg.nap.class = Some("web".into());
         assert_eq!(nap_refusal(&cfg), None);
+        // An RT class of units holds SCHED_DEADLINE reservations: not also elevate's.
+        let rt = MatchRules { unit: vec!["rt.service".into()], ..Default::default() };
+        cfg.classes.push(ClassConfig { name: "rt".into(), matches: rt, rt_runtime_us: Some(30_000), ..Default::default() });
+        assert!(refusals(&cfg).is_empty(), "{:?}", refusals(&cfg));
+        cfg.elevate.class = "rt".into();
+        let r = refusals(&cfg);
+        assert!(r.iter().any(|(k, m)| k == "elevate.class" && m.contains("one writer per thread")), "{r:?}");
+        cfg.elevate.class.clear();
+        cfg.classes.pop();
         // PID 1 is not systemd: joule owns its joule/ trees as before.
         std::fs::write(proc.join("1/comm"), "init\n").unwrap();
         assert_eq!(systemd_refusal(&cfg), None);
