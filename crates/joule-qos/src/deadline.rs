@@ -26,8 +26,9 @@ pub struct Reserved {
 /// The reservations held, and what is already journalled or said about each thread.
 #[derive(Debug, Default)]
 pub struct Reservations {
-    /// Threads whose policy before their reservation is in the journal.
-    journalled: BTreeSet<i32>,
+    /// Threads (tid, start time) whose policy before their reservation is in the journal: a
+    /// reused tid is another thread, whose own policy is journalled again.
+    journalled: BTreeSet<(i32, Option<u64>)>,
     /// Threads whose reservation the kernel refused, already said.
     refused: BTreeSet<i32>,
     /// Per deadline class, its threads after the last hold.
@@ -62,9 +63,10 @@ impl Reservations {
                     r.unreserved += 1;
                     continue;
                 }
-                if !self.journalled.contains(&tid) {
-                    record(Undo::sched(fx, tid, now))?;
-                    self.journalled.insert(tid);
+                let started = joule_core::journal::start_time(fx, tid);
+                if !self.journalled.contains(&(tid, started)) {
+                    record(Undo::Sched { tid, old: now, started })?;
+                    self.journalled.insert((tid, started));
                 }
                 match fx.set_deadline(tid, want) {
                     Ok(()) => {
@@ -93,9 +95,9 @@ impl Reservations {
         // Forget threads that are gone, so the sets follow churn rather than grow with it.
         if self.journalled.len() > 4 * self.reserved.values().map(|r| r.threads + r.unreserved).sum::<usize>() + 64 {
             let procfs = &members.procfs;
-            let alive = |t: &i32| joule_core::procfs::task_dir(procfs, *t).exists();
-            self.journalled.retain(alive);
-            self.refused.retain(alive);
+            let alive = |t: i32| joule_core::procfs::task_dir(procfs, t).exists();
+            self.journalled.retain(|(t, _)| alive(*t));
+            self.refused.retain(|t| alive(*t));
         }
         Ok(notes)
     }

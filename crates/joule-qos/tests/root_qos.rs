@@ -213,15 +213,7 @@ fn root_sigkill_after_apply_then_restore_leaves_nothing() {
     let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
     let before = std::fs::read_to_string(format!("/proc/{}/cgroup", sleeper.id())).unwrap();
     // A helper binary applies the classes and is SIGKILLed with them in place.
-    let mut helper = Command::new(env!("CARGO_BIN_EXE_joule-qos-test-helper")).arg(g.dir.path()).arg(sleeper.id().to_string()).arg(GROUP).spawn().unwrap();
-    let ready = g.dir.path().join("ready");
-    for _ in 0..200 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "helper never applied");
+    let mut helper = applied_by_helper(&g, sleeper.id() as i32, &[]);
     assert!(Path::new(&format!("/sys/fs/cgroup/cpu/{GROUP}/main")).exists());
     assert_eq!(std::fs::read_to_string(format!("/sys/fs/cgroup/cpu/{GROUP}/main/cpu.rt_runtime_us")).unwrap().trim(), "200000");
     helper.kill().unwrap(); // SIGKILL
@@ -303,7 +295,18 @@ fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks()
         assert!((got - 30.0).abs() <= 2.0, "SCHED_DEADLINE 30000/100000 under FIFO hogs achieved {got:.1}%");
         assert!(plain_pct < got / 2.0, "the hogs did not compete: a plain loop got {plain_pct:.1}%");
         // Reset-on-fork: the reserved shell forks (without it, fork() fails with EAGAIN).
-        let count = || std::fs::read_to_string(&forks).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+        // The shell rewrites the file (`>` truncates it first): a read may find it empty.
+        let count = || {
+            (0..100)
+                .find_map(|_| {
+                    let n = std::fs::read_to_string(&forks).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                    n.or_else(|| {
+                        std::thread::sleep(Duration::from_millis(10));
+                        None
+                    })
+                })
+                .unwrap_or(0)
+        };
         let before = count();
         std::thread::sleep(Duration::from_secs(1));
         assert!(count() > before, "the reserved shell did not fork ({before} forks before, {} after)", count());
@@ -323,16 +326,7 @@ fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_threa
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut g = Guard::new();
     let sleeper = g.sh("sleep 600");
-    let mut helper =
-        Command::new(env!("CARGO_BIN_EXE_joule-qos-test-helper")).arg(g.dir.path()).arg(sleeper.to_string()).arg(GROUP).arg("deadline").spawn().unwrap();
-    let ready = g.dir.path().join("ready");
-    for _ in 0..200 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "helper never applied");
+    let mut helper = applied_by_helper(&g, sleeper, &["deadline"]);
     assert_eq!(RealEffects.get_sched(sleeper).unwrap().policy, joule_core::effects::SCHED_DEADLINE);
     helper.kill().unwrap(); // SIGKILL
     helper.wait().unwrap();
@@ -346,6 +340,21 @@ fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_threa
     no_leftovers();
     // The deadline backend makes no cpuset partition: joule's group, where one would be, is gone.
     assert!(!Path::new(&format!("/sys/fs/cgroup/cpuset/{GROUP}")).exists());
+}
+
+/// The test helper binary, started to apply its classes around `pid` into `g`'s journal
+/// (`extra`: its mode), once it says it has applied them (at most 10 s).
+fn applied_by_helper(g: &Guard, pid: i32, extra: &[&str]) -> Child {
+    let helper = Command::new(env!("CARGO_BIN_EXE_joule-qos-test-helper")).arg(g.dir.path()).arg(pid.to_string()).arg(GROUP).args(extra).spawn().unwrap();
+    let ready = g.dir.path().join("ready");
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "helper never applied");
+    helper
 }
 
 /// utime + stime of `pid`, in USER_HZ ticks (100 per second).

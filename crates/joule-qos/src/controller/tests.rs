@@ -682,6 +682,13 @@ fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release
     assert!(rr.notes.is_empty(), "a refusal is said once: {:?}", rr.notes);
     assert_eq!(sched_records(jd.path()), 3);
     assert!(c.status(&f)[0].configured.contains("deadline 300000/1000000 µs × 2 thread(s), 2 held, 1 not"), "{:?}", c.status(&f));
+    // Thread 503 exits and a new thread gets its tid (another start time): its own policy is
+    // journalled before its reservation, not taken for the old thread's.
+    f.fx.files.lock().unwrap().insert("/proc/503/stat".into(), stat_line(503, "main").replace(" 1503\n", " 9999\n"));
+    f.fx.sched.lock().unwrap().insert(503, SchedAttr::OTHER);
+    c.hold(&j, &f, &members).unwrap();
+    assert_eq!(f.fx.get_sched(503).unwrap(), dl);
+    assert_eq!(sched_records(jd.path()), 4, "the new thread's old policy is journalled too");
     c.release(&j, &f).unwrap();
     for t in [500, 502, 503] {
         assert_eq!(f.fx.get_sched(t).unwrap(), SchedAttr::OTHER, "thread {t}");
