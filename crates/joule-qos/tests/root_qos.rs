@@ -325,7 +325,10 @@ fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_threa
     }
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut g = Guard::new();
-    let sleeper = g.sh("sleep 600");
+    // `sleep` itself, not a shell around it: killing a shell would leave the sleep behind,
+    // holding the test's stdout (and the tier's pipe) open for 10 min.
+    g.children.push(Command::new("sleep").arg("600").spawn().unwrap());
+    let sleeper = g.children[0].id() as i32;
     let mut helper = applied_by_helper(&g, sleeper, &["deadline"]);
     assert_eq!(RealEffects.get_sched(sleeper).unwrap().policy, joule_core::effects::SCHED_DEADLINE);
     helper.kill().unwrap(); // SIGKILL
