@@ -277,7 +277,9 @@ fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks()
         assert_eq!(c.plan().class("main").unwrap().rt_backend, Some(joule_qos::RtBackend::Deadline));
         let j = Journal::open(g.dir.path()).unwrap();
         let r = c.apply(&j, &RealEffects).unwrap();
-        assert!(r.notes.is_empty(), "{:?}", r.notes);
+        // The forker's short-lived children may exit before they are moved (a note each); no
+        // thread may have been refused its reservation.
+        assert!(!r.notes.iter().any(|n| n.contains("keeps its policy")), "{:?}", r.notes);
         let dl = SchedAttr { policy: joule_core::effects::SCHED_DEADLINE, priority: 0 };
         assert_eq!((RealEffects.get_sched(spin).unwrap(), RealEffects.get_sched(forker).unwrap()), (dl, dl));
         // Real-time hogs on every CPU for the whole measurement: the reservation still holds.
