@@ -210,6 +210,40 @@ mod tests {
         assert!(m.notes.iter().any(|n| n.contains("no cpufreq")));
     }
 
+    /// `testdata/boards/<board>/sys`, as a mainline kernel lays it out (symlinked policies).
+    pub(crate) fn board_root(board: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/boards").join(board).join("sys")
+    }
+
+    #[test]
+    fn rk3588_clusters_come_from_cpufreq_policies_cpu_capacity_and_the_debugfs_em() {
+        let m = read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&board_root("rk3588")), 1.0).unwrap();
+        let names: Vec<(&str, &[usize])> = m.domains.iter().map(|d| (d.name.as_str(), d.cpus.as_slice())).collect();
+        assert_eq!(names, [("cpu0-3", &[0, 1, 2, 3][..]), ("cpu4-5", &[4, 5][..]), ("cpu6-7", &[6, 7][..])], "policy0, policy4, policy6");
+        assert_eq!(m.domains.iter().map(|d| d.max_capacity()).collect::<Vec<_>>(), [397.0, 1024.0, 1024.0]);
+        let table = |k: usize| m.domains[k].opps.iter().map(|o| (o.frequency_khz / 1000, o.power_mw)).collect::<Vec<_>>();
+        // The EM's µW, as the kernel computed them from the DT's coefficient and OPP voltages.
+        assert_eq!(table(0), [(1008, 104.713), (1200, 138.699), (1416, 187.459), (1608, 264.885), (1800, 370.386)]);
+        let big = [(1200, 227.448), (1416, 309.622), (1608, 388.409), (1800, 541.008), (2016, 717.575), (2208, 894.801), (2400, 998.4)];
+        assert_eq!((table(1).as_slice(), table(2).as_slice()), (&big[..], &big[..]));
+        // Capacity linear in frequency, as the EM's own `performance` (⌊397 × 1416 / 1800⌋ = 312).
+        assert_eq!(m.domains[0].opps[2].capacity.floor(), 312.0);
+        assert_eq!(m.domains[1].opps[3].capacity, 768.0);
+        assert!(m.domains.iter().all(|d| d.power_source == Origin::Model && d.static_mw == 0.0));
+        assert_eq!(m.notes.iter().filter(|n| n.contains("from the kernel's energy model")).count(), 3, "{:?}", m.notes);
+        assert_eq!(m.reference_khz(), 2_400_000);
+    }
+
+    #[test]
+    fn rpi5_is_one_domain_of_ten_opps_without_an_em() {
+        let m = read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&board_root("rpi5")), 2000.0).unwrap();
+        assert!(m.is_homogeneous());
+        let d = &m.domains[0];
+        assert_eq!((d.name.as_str(), d.cpus.as_slice(), d.opps.len()), ("cpu0-3", &[0, 1, 2, 3][..], 10));
+        assert_eq!((d.opps[0].frequency_khz, d.max_capacity(), d.opps[9].power_mw), (1_500_000, 1024.0, 2000.0));
+        assert!(m.notes.iter().any(|n| n.contains("no kernel energy model for CPU 0")), "{:?}", m.notes);
+    }
+
     #[test]
     fn no_cpus_is_an_error_naming_the_root() {
         let e = read_kernel(&FakeEffects::default(), &roots(), 1.0).unwrap_err();
