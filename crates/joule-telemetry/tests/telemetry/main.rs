@@ -2,6 +2,7 @@
 //! `testdata/`, the Sampler end to end, and a smoke test plus a cost measurement on this
 //! machine's real /proc and /sys (no root needed).
 
+mod boards;
 mod cgroups;
 mod common;
 mod power;
