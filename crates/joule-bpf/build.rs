@@ -1,7 +1,9 @@
 //! Builds the BPF side, one program per entry of PROGS: a libbpf-rs skeleton of
 //! src/bpf/<name>.bpf.c (clang-16, -mcpu=v3, CO-RE against the checked-in
-//! src/bpf/vmlinux/<arch>/vmlinux.h, see scripts/gen-vmlinux.sh), and the Rust bindings of the
-//! one shared src/bpf/intf.h (bindgen). Nothing here depends on the build machine's kernel.
+//! src/bpf/vmlinux/<arch>/vmlinux.h of the target architecture, x86_64 or aarch64, see
+//! scripts/gen-vmlinux.sh; what differs between them in C is src/bpf/arch.h), and the Rust
+//! bindings of the one shared src/bpf/intf.h (bindgen). Nothing here depends on the build
+//! machine's kernel or architecture: a cross build compiles the same programs.
 use libbpf_cargo::SkeletonBuilder;
 use std::{env, path::PathBuf};
 
@@ -11,7 +13,11 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());
     let bpf = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap()).join("src/bpf");
     let vmlinux = bpf.join("vmlinux").join(env::var("CARGO_CFG_TARGET_ARCH").unwrap());
-    assert!(vmlinux.join("vmlinux.h").exists(), "no {}/vmlinux.h for this arch (scripts/gen-vmlinux.sh)", vmlinux.display());
+    assert!(
+        vmlinux.join("vmlinux.h").exists(),
+        "joule's BPF programs are built for x86_64 and aarch64; there is no {}/vmlinux.h for this target (scripts/gen-vmlinux.sh makes one)",
+        vmlinux.display()
+    );
     let clang = env::var("JOULE_BPF_CLANG").unwrap_or_else(|_| "clang-16".into());
     // The 7.x header has anonymous embedded structs (-fms-extensions); clang-16 stops at v3.
     let clang_args: [String; 5] =

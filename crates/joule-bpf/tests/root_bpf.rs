@@ -22,6 +22,26 @@ macro_rules! require_root {
 
 const V1_CPU: &str = "/sys/fs/cgroup/cpu";
 
+/// A hierarchy to move processes in: the v1 cpu hierarchy where there is one (this host), else
+/// the v2 root (a pure v2 guest, such as the arm64 one).
+fn move_target_root() -> PathBuf {
+    if Path::new(V1_CPU).exists() {
+        PathBuf::from(V1_CPU)
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    }
+}
+
+/// Where cgroup2 is mounted, if anywhere.
+fn cgroup2_mount() -> Option<PathBuf> {
+    std::fs::read_to_string("/proc/self/mounts").ok().and_then(|m| {
+        m.lines().find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, mnt, "cgroup2", ..] => Some(PathBuf::from(mnt)),
+            _ => None,
+        })
+    })
+}
+
 /// Ids of loaded BPF programs whose name starts with `prefix` (names are cut at 15 bytes).
 fn prog_ids(prefix: &str) -> std::collections::BTreeSet<u32> {
     libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_string_lossy().starts_with(prefix)).map(|p| p.id).collect()
@@ -231,13 +251,7 @@ fn root_runqlat_evicts_a_removed_cgroup_after_the_rescan_period() {
 #[ignore = "tier 2: root"]
 fn root_runqlat_on_cgroup_v2_reports_the_root() {
     require_root!();
-    let cgroup2_mount = std::fs::read_to_string("/proc/self/mounts").ok().and_then(|m| {
-        m.lines().find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-            [_, mnt, "cgroup2", ..] => Some(PathBuf::from(mnt)),
-            _ => None,
-        })
-    });
-    let Some(root) = cgroup2_mount else {
+    let Some(root) = cgroup2_mount() else {
         require(false, "a cgroup2 mount");
         return;
     };
@@ -601,7 +615,7 @@ fn root_procmon_reports_fork_exec_rename_cgroup_creds_and_exit_of_a_process() {
     use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
     require_root!();
     let mut mon = ProcMonitor::load(&ProcMonitorOpts { creds: true, ..Default::default() }).expect("loading procmon");
-    let cg = TempCgroup::new(Path::new(V1_CPU));
+    let cg = TempCgroup::new(&move_target_root());
     // The child renames itself, drops to uid 65534 and sleeps; the test moves it meanwhile.
     let mut child = std::process::Command::new("sh")
         .args(["-c", "printf jproc-renamed > /proc/self/comm; exec setpriv --reuid=65534 --regid=65534 --clear-groups sleep 0.5"])
@@ -667,4 +681,56 @@ fn root_nap_counts_live_tcp_sockets_on_a_watched_port_up_and_down() {
     wait_for(1);
     drop(old);
     wait_for(0);
+}
+
+/// Every eBPF program joule ships passes this kernel's verifier and attaches, each through its
+/// own loader with real options: run on this host by the root tier and on arm64 by the arm64
+/// guest (docs/arm64.md), so an architecture's differences (a register, a syscall number, a
+/// trampoline) fail here rather than in an operator's agent. The sched_ext scheduler loads
+/// where the kernel has sched_ext (the guests; this host's 6.18 has none, which is said).
+#[test]
+#[ignore = "tier 2: root"]
+fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
+    use joule_bpf::{FlowMonitor, NapProbe, NapProto, NetlimitClassifier, NetlimitRule, ProcMonitor, ProcMonitorOpts, Scx, ScxOpts};
+    require_root!();
+    let Some(cg2) = cgroup2_mount() else {
+        require(false, "a cgroup2 mount (the flow monitor attaches there)");
+        return;
+    };
+    let programs = || -> std::collections::BTreeMap<u32, String> {
+        libbpf_rs::query::ProgInfoIter::default().map(|p| (p.id, p.name.to_string_lossy().into_owned())).collect()
+    };
+    let before = programs();
+    let thermal = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let rule = NetlimitRule { classid: 0x10001, proto: Some(6), sport: None, dport: Some(5201), daddr: None };
+    // Each object with one of its programs, as the kernel names it (15 characters at most).
+    let mut loaded: Vec<(&str, &str, Box<dyn std::any::Any>)> = vec![
+        ("runqlat", "joule_sched_swi", Box::new(runqlat_for_this_machine())),
+        ("thermal", "joule_thermal_t", Box::new(ThermalStage::load(thermal, None).expect("loading thermal.bpf.c"))),
+        ("procmon", "joule_proc_cred", Box::new(ProcMonitor::load(&ProcMonitorOpts { creds: true, ..Default::default() }).expect("loading procmon.bpf.c"))),
+        ("nap", "nap_sock_state", Box::new(NapProbe::load(&[(NapProto::Tcp, 8080), (NapProto::Udp, 5353)]).expect("loading nap.bpf.c"))),
+        ("flow", "joule_flow_egre", Box::new(FlowMonitor::load(&cg2).expect("loading flow.bpf.c"))),
+        ("netlimit", "joule_netlimit_", Box::new(NetlimitClassifier::load(&[rule], &[(1, 0x10002)]).expect("loading netlimit.bpf.c"))),
+    ];
+    if Path::new("/sys/kernel/sched_ext").exists() {
+        loaded.push(("scx", "joule_enqueue", Box::new(Scx::load(ScxOpts::default()).expect("loading scx.bpf.c (sched_ext is in this kernel)"))));
+    } else {
+        eprintln!("scx: not loaded, this kernel has no sched_ext (the VM tier's guests load it)");
+    }
+    let ours: std::collections::BTreeMap<u32, String> = programs().into_iter().filter(|(id, _)| !before.contains_key(id)).collect();
+    eprintln!("{} on {}: {} programs of {} objects in the kernel: {:?}", std::env::consts::ARCH, kernel_release(), ours.len(), loaded.len(), ours.values());
+    for (object, program, _) in &loaded {
+        assert!(ours.values().any(|n| n.starts_with(program)), "{object}: no program {program} in the kernel: {ours:?}");
+    }
+    drop(loaded);
+    let ids: std::collections::BTreeSet<u32> = ours.keys().copied().collect();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while programs().keys().any(|id| ids.contains(id)) {
+        assert!(Instant::now() < deadline, "programs left in the kernel after every loader was dropped: {:?}", programs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }

@@ -12,6 +12,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "intf.h"
+#include "arch.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -96,18 +97,20 @@ int BPF_PROG(joule_proc_cgroup, struct cgroup *dst, const char *path, struct tas
 	return 0;
 }
 
-/* x86_64 syscall numbers of the calls that change a real uid. */
-#define NR_SETUID 105
-#define NR_SETREUID 113
-#define NR_SETRESUID 117
+/* The numbers of the calls that change a real uid on this architecture: user space sets them
+ * before load from the libc crate's SYS_setuid, SYS_setreuid and SYS_setresuid (they differ:
+ * x86-64 105/113/117, arm64 146/145/147). -1 matches no syscall. */
+const volatile long nr_setuid = -1;
+const volatile long nr_setreuid = -1;
+const volatile long nr_setresuid = -1;
 
 SEC("tp_btf/sys_exit")
 int BPF_PROG(joule_proc_creds, struct pt_regs *regs, long ret)
 {
 	if (ret != 0)
 		return 0;
-	long nr = BPF_CORE_READ(regs, orig_ax);
-	if (nr != NR_SETUID && nr != NR_SETREUID && nr != NR_SETRESUID)
+	long nr = JOULE_SYSCALL_NR(regs);
+	if (nr != nr_setuid && nr != nr_setreuid && nr != nr_setresuid)
 		return 0;
 	send(JOULE_PROC_CREDS, bpf_get_current_task_btf(), 0, 0);
 	return 0;

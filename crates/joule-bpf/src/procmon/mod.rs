@@ -119,6 +119,9 @@ impl ProcMonitor {
             bpf("sizing proc_events", open.maps.proc_events.set_max_entries(bytes))?;
         }
         open.progs.joule_proc_creds.set_autoload(opts.creds);
+        // The uid-changing syscalls' numbers of the architecture this is built for.
+        let rodata = open.maps.rodata_data.as_mut().expect("procmon has a .rodata section");
+        (rodata.nr_setuid, rodata.nr_setreuid, rodata.nr_setresuid) = (libc::SYS_setuid, libc::SYS_setreuid, libc::SYS_setresuid);
         let mut skel = bpf("loading procmon into the kernel", open.load())?;
         bpf("attaching the process monitor's tracepoints", skel.attach())?;
         let lost = bpf("opening proc_lost", MapHandle::try_from(&skel.maps.proc_lost))?;
