@@ -84,8 +84,8 @@ pub struct EnergyTarget {
     pub mean_packet_bytes: Option<f64>,
     /// Network app: the interface its traffic leaves by (in the `[net]` namespace). With it the
     /// bandwidth placement decides is held there, by the traffic-control actuator (an HTB class
-    /// for the class's sockets); without it no limit is held (the model still counts on the
-    /// target's bandwidth).
+    /// for the class's sockets); without it no limit is held, and placement plans for what the
+    /// class sends (the flow monitor's rate when past the target, else the target).
     #[serde(default)]
     pub interface: Option<String>,
     /// CPU app: the fraction (0–1] of the performance it has alone on the biggest CPU at the

@@ -1,8 +1,9 @@
 //! Models for unit tests: a homogeneous 4-CPU machine with three OPPs (the shape of an x86
-//! laptop with cpufreq) and a one-little, two-big machine priced by hand, beside the shipped XU4
-//! model (`EnergyModel::odroid_xu4`).
+//! laptop with cpufreq), a one-little, two-big machine priced by hand, and the RK3588 as its
+//! kernel describes it (`testdata/boards/rk3588`), beside the shipped XU4 model
+//! (`EnergyModel::odroid_xu4`).
 
-use super::{EnergyModel, Opp, PerfDomain};
+use super::{read_kernel, EnergyModel, KernelRoots, Opp, PerfDomain};
 use crate::Origin;
 
 pub fn homogeneous() -> EnergyModel {
@@ -44,4 +45,15 @@ pub fn little_big() -> EnergyModel {
         from: "test".into(),
         notes: vec![],
     }
+}
+
+/// `testdata/boards/<board>/sys`: a board's sysfs (and debugfs) as its kernel lays it out.
+pub fn board_root(board: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/boards").join(board).join("sys")
+}
+
+/// The RK3588 read by the kernel model reader from its fixture: A55 ×4 (capacity 397) and two
+/// A76 pairs, powers from the kernel's Energy Model.
+pub fn rk3588() -> EnergyModel {
+    read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&board_root("rk3588")), 1.0).expect("the RK3588 fixture reads")
 }

@@ -210,14 +210,9 @@ mod tests {
         assert!(m.notes.iter().any(|n| n.contains("no cpufreq")));
     }
 
-    /// `testdata/boards/<board>/sys`, as a mainline kernel lays it out (symlinked policies).
-    pub(crate) fn board_root(board: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/boards").join(board).join("sys")
-    }
-
     #[test]
     fn rk3588_clusters_come_from_cpufreq_policies_cpu_capacity_and_the_debugfs_em() {
-        let m = read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&board_root("rk3588")), 1.0).unwrap();
+        let m = super::super::fixtures::rk3588();
         let names: Vec<(&str, &[usize])> = m.domains.iter().map(|d| (d.name.as_str(), d.cpus.as_slice())).collect();
         assert_eq!(names, [("cpu0-3", &[0, 1, 2, 3][..]), ("cpu4-5", &[4, 5][..]), ("cpu6-7", &[6, 7][..])], "policy0, policy4, policy6");
         assert_eq!(m.domains.iter().map(|d| d.max_capacity()).collect::<Vec<_>>(), [397.0, 1024.0, 1024.0]);
@@ -236,7 +231,7 @@ mod tests {
 
     #[test]
     fn rpi5_is_one_domain_of_ten_opps_without_an_em() {
-        let m = read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&board_root("rpi5")), 2000.0).unwrap();
+        let m = read_kernel(&crate::effects::RealEffects, &KernelRoots::under(&super::super::fixtures::board_root("rpi5")), 2000.0).unwrap();
         assert!(m.is_homogeneous());
         let d = &m.domains[0];
         assert_eq!((d.name.as_str(), d.cpus.as_slice(), d.opps.len()), ("cpu0-3", &[0, 1, 2, 3][..], 10));

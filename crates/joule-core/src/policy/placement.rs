@@ -1,34 +1,36 @@
 //! Energy-aware placement (mechanism 2): given each class's QoS target, choose per class the
 //! performance domain (its threads' affinity), the domain's frequency cap and, for network apps,
-//! a bandwidth limit (held on the interface the target names), so every target is met at the least modelled energy. The seed's
-//! (EANeM) point is built in: a network app's CPU demand comes from its flow state (bandwidth
-//! and mean packet size, `energy::NetCost`), softirq work included, and its bandwidth is
-//! limited to the target, which bounds that softirq work. `eas.rs` is the baseline: the kernel's
-//! energy-aware wake-up rule priced on the same model;
-//! `eval.rs` scores any placement on the model, so both are judged by the same arithmetic.
+//! a bandwidth limit (held on the interface the target names), so every target is met at the
+//! least modelled energy. The seed's (EANeM) point is built in: a network app's CPU demand comes
+//! from its flow state (bandwidth and mean packet size, `energy::NetCost`), softirq work
+//! included, and where joule holds its bandwidth to the target that bounds the softirq work.
+//! Where nothing holds it, a placement is judged with the app sending what it offers, so a
+//! decision never counts on a limit nobody enforces. `eas.rs` is the baseline: the kernel's
+//! energy-aware wake-up rule priced on the same model; `eval.rs` is the policy's own estimate of
+//! a placement (what the search minimises; a benchmark scores decisions with its own plant).
 //!
 //! The search is exhaustive over class → domain (domains^classes, ≤ 4096 combinations; beyond
 //! that one class at a time, greedily); within a domain threads go worst-fit onto its CPUs and
 //! the domain runs at the lowest OPP where the busiest CPU's need fits under the headroom.
 //! Pure: [`PlacementPolicy`] turns config + snapshot into knob wants per class — its threads'
 //! affinity, its domain's frequency cap, its traffic's rate where the target names the
-//! interface — with a
-//! hysteresis so jittering readings do not move threads.
+//! interface — with a hysteresis so jittering readings do not move threads.
 
 mod eas;
 mod eval;
+mod search;
 
 pub use eval::{evaluate, AppOutcome, Outcome};
+pub use search::decide_joule;
 
 use crate::config::{ClassConfig, Config, Direction, EnergyTarget, PlacementPolicyKind};
 use crate::control::{owner, FreqLimit, Plan, Policy, Want};
-use crate::energy::{EnergyModel, FlowState, NetCost, CAPACITY_SCALE};
+use crate::energy::{EnergyModel, FlowState, NetCost};
 use crate::Snapshot;
 use serde::Serialize;
 
 /// Mean packet size assumed for a network class until measured: a full Ethernet TCP segment.
 pub const DEFAULT_PACKET_BYTES: f64 = 1448.0;
-const MAX_COMBINATIONS: usize = 4096;
 
 /// One class as placement sees it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,9 +42,12 @@ pub struct App {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AppKind {
-    /// A network app (one thread) and its flow: the target, the packet size, and what it would
-    /// send unlimited.
-    Net { target_mbit: f64, mean_packet_bytes: f64, offered_mbit: f64 },
+    /// A network app (one thread) and its flow: the target, the packet size, what it would send
+    /// unlimited, and whether joule can hold it to its target (`limit_held`: the target names the
+    /// interface its traffic leaves by). Where nothing holds the limit the app sends what it
+    /// offers, and a placement is judged at that rate: its network work runs before any thread
+    /// on its CPU, so a placement that is fine for the target can starve the threads beside it.
+    Net { target_mbit: f64, mean_packet_bytes: f64, offered_mbit: f64, limit_held: bool },
     /// A CPU-bound app: `threads` threads, each wanting `perf_fraction` of the biggest CPU at
     /// its top OPP.
     Cpu { perf_fraction: f64, threads: u32 },
@@ -50,133 +55,23 @@ pub enum AppKind {
     Rt { deadline_us: u64, runtime_us: u64, period_us: u64 },
 }
 
-/// A placement: per app its threads' CPUs (the model's packing), its domain and its bandwidth
-/// limit; per domain its OPP index.
+/// A placement: per app its threads' CPUs (the model's packing), the performance domains its
+/// threads may run on and its bandwidth limit; per domain its OPP index.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Placement {
     pub threads: Vec<Vec<usize>>,
     pub opp: Vec<usize>,
     pub limit_mbit: Vec<Option<f64>>,
-    pub domain: Vec<Option<usize>>,
+    /// Per app, ascending: one domain, or (joule) every domain of one core type where that
+    /// type has several clocks (the RK3588's two A76 pairs), or (EAS) wherever its threads went.
+    /// Empty when no thread of it is placed.
+    pub domains: Vec<Vec<usize>>,
 }
 
 /// (thread work, softirq work) of a network app at `mbit`, in capacity units.
 pub(crate) fn net_demand_cap(model: &EnergyModel, cost: &NetCost, mbit: f64, mean_packet_bytes: f64) -> (f64, f64) {
     let d = cost.demand(&FlowState { bandwidth_mbit: mbit, mean_packet_bytes });
     (model.capacity_for(d.app_cycles_per_s), model.capacity_for(d.softirq_cycles_per_s))
-}
-
-/// Per thread of `a`: (the capacity it needs, the least OPP capacity it needs to run at all).
-fn thread_needs(model: &EnergyModel, cost: &NetCost, a: &App) -> Vec<(f64, f64)> {
-    match &a.kind {
-        AppKind::Net { target_mbit, mean_packet_bytes, offered_mbit } => {
-            let (app, soft) = net_demand_cap(model, cost, target_mbit.min(*offered_mbit), *mean_packet_bytes);
-            vec![(app + soft, 0.0)]
-        }
-        AppKind::Cpu { perf_fraction, threads } => vec![(perf_fraction * CAPACITY_SCALE, perf_fraction * CAPACITY_SCALE); *threads as usize],
-        AppKind::Rt { deadline_us, runtime_us, period_us } => {
-            vec![(CAPACITY_SCALE * *runtime_us as f64 / *period_us as f64, CAPACITY_SCALE * *runtime_us as f64 / *deadline_us as f64)]
-        }
-    }
-}
-
-/// Places every app on the domain `assign[i]`: worst-fit packing, then per domain the lowest
-/// OPP where the busiest CPU fits: network and RT work under `1 - headroom` (bursts, model
-/// error), CPU-bound work exactly (it takes whatever it gets; its target is a capacity).
-fn pack(model: &EnergyModel, apps: &[App], cost: &NetCost, assign: &[usize], headroom: f64) -> Placement {
-    let ncpu = model.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |m| m + 1);
-    let (mut elastic, mut bound) = (vec![0.0f64; ncpu], vec![0.0f64; ncpu]);
-    let mut floor = vec![0.0f64; model.domains.len()];
-    let mut items: Vec<(usize, f64, f64)> =
-        apps.iter().enumerate().flat_map(|(i, a)| thread_needs(model, cost, a).into_iter().map(move |(n, f)| (i, n, f))).collect();
-    items.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut threads = vec![Vec::new(); apps.len()];
-    for (i, need, min_cap) in items {
-        let d = &model.domains[assign[i]];
-        let cpu = d.cpus.iter().copied().min_by(|a, b| (elastic[*a] + bound[*a]).total_cmp(&(elastic[*b] + bound[*b]))).unwrap_or(0);
-        if matches!(apps[i].kind, AppKind::Cpu { .. }) {
-            bound[cpu] += need;
-        } else {
-            elastic[cpu] += need;
-        }
-        floor[assign[i]] = floor[assign[i]].max(min_cap);
-        threads[i].push(cpu);
-    }
-    let opp = model
-        .domains
-        .iter()
-        .enumerate()
-        .map(|(k, d)| {
-            let busiest = d.cpus.iter().map(|c| elastic[*c] / (1.0 - headroom) + bound[*c]).fold(0.0, f64::max);
-            d.opp_for(busiest.max(floor[k]))
-        })
-        .collect();
-    let limit_mbit = apps.iter().map(|a| if let AppKind::Net { target_mbit, .. } = a.kind { Some(target_mbit) } else { None }).collect();
-    Placement { threads, opp, limit_mbit, domain: assign.iter().map(|d| Some(*d)).collect() }
-}
-
-/// Better = meets every target, then more performance when not, then less power.
-fn better(a: &Outcome, b: &Outcome) -> bool {
-    match (a.all_met(), b.all_met()) {
-        (true, false) => true,
-        (false, true) => false,
-        (true, true) => a.power_mw < b.power_mw - 1e-9,
-        (false, false) => a.perf() > b.perf() + 1e-9 || ((a.perf() - b.perf()).abs() <= 1e-9 && a.power_mw < b.power_mw - 1e-9),
-    }
-}
-
-/// Scores `assign`; where the packing's OPPs miss a target (the model's max-min sharing is
-/// stricter than the sum of needs), raises the domains of the apps that miss, one OPP at a time.
-fn try_assign(model: &EnergyModel, apps: &[App], cost: &NetCost, assign: &[usize], headroom: f64) -> (Placement, Outcome) {
-    let mut p = pack(model, apps, cost, assign, headroom);
-    loop {
-        let o = evaluate(model, apps, &p, cost);
-        let mut raised = false;
-        for (i, a) in o.apps.iter().enumerate() {
-            let d = assign[i];
-            if !a.qos_met && p.opp[d] + 1 < model.domains[d].opps.len() {
-                p.opp[d] += 1;
-                raised = true;
-            }
-        }
-        if !raised {
-            return (p, o);
-        }
-    }
-}
-
-/// joule's decision: the least modelled energy that meets every target.
-pub fn decide_joule(model: &EnergyModel, apps: &[App], cost: &NetCost, headroom_pct: f64) -> (Placement, Outcome) {
-    let (nd, headroom) = (model.domains.len(), headroom_pct / 100.0);
-    let combos = (0..apps.len()).try_fold(1usize, |acc, _| acc.checked_mul(nd).filter(|c| *c <= MAX_COMBINATIONS));
-    let score = |assign: &[usize]| try_assign(model, apps, cost, assign, headroom);
-    let keep = |best: Option<(Placement, Outcome)>, cand: (Placement, Outcome)| match best {
-        Some(b) if !better(&cand.1, &b.1) => Some(b),
-        _ => Some(cand),
-    };
-    let mut best = None;
-    match combos {
-        Some(n) => {
-            for k in 0..n {
-                let assign: Vec<usize> = (0..apps.len()).map(|i| k / nd.pow(i as u32) % nd).collect();
-                best = keep(best, score(&assign));
-            }
-        }
-        None => {
-            // Too many to enumerate: one app at a time, each to its best domain given the rest.
-            let mut assign = vec![nd - 1; apps.len()];
-            for i in 0..apps.len() {
-                let pick = (0..nd).map(|d| {
-                    assign[i] = d;
-                    (d, score(&assign).1)
-                });
-                let pick = pick.reduce(|x, y| if better(&y.1, &x.1) { y } else { x }).map_or(nd - 1, |x| x.0);
-                assign[i] = pick;
-            }
-            best = Some(score(&assign));
-        }
-    }
-    best.unwrap_or_else(|| score(&[]))
 }
 
 /// The EAS baseline's decision, scored on the same model. `limits_mbit` (one per app, or
@@ -269,7 +164,8 @@ impl PlacementPolicy {
                 let kind = if let Some(b) = t.bandwidth_mbit {
                     let seen = self.classes.iter().find(|c| c.name == t.class).and_then(|c| class_flow(flows, c));
                     let bytes = seen.map_or(t.mean_packet_bytes.unwrap_or(DEFAULT_PACKET_BYTES), |f| f.mean_packet_bytes);
-                    AppKind::Net { target_mbit: b, mean_packet_bytes: bytes, offered_mbit: seen.map_or(b, |f| f.bandwidth_mbit.max(b)) }
+                    let offered_mbit = seen.map_or(b, |f| f.bandwidth_mbit.max(b));
+                    AppKind::Net { target_mbit: b, mean_packet_bytes: bytes, offered_mbit, limit_held: t.interface.is_some() }
                 } else if let Some(p) = t.perf_fraction {
                     let threads = t.threads.unwrap_or(1).max(used.map_or(0, |u| (u - 0.05).ceil().max(0.0) as u32));
                     AppKind::Cpu { perf_fraction: p, threads }
@@ -282,7 +178,7 @@ impl PlacementPolicy {
     }
 
     fn demands(&self, apps: &[App]) -> Vec<f64> {
-        apps.iter().map(|a| thread_needs(&self.model, &self.cost, a).iter().map(|n| n.0).sum()).collect()
+        apps.iter().map(|a| search::thread_needs(&self.model, &self.cost, a).iter().map(|n| n.0).sum()).collect()
     }
 
     fn moved(&self, now: &[f64]) -> bool {
@@ -299,21 +195,30 @@ impl PlacementPolicy {
         };
         let mut out = Vec::new();
         for (i, a) in apps.iter().enumerate() {
-            let Some(k) = p.domain[i] else { continue };
-            let d = &self.model.domains[k];
-            let khz = d.opps[p.opp[k]].frequency_khz;
+            let set = &p.domains[i];
+            if set.is_empty() {
+                continue;
+            }
+            let doms: Vec<&crate::energy::PerfDomain> = set.iter().map(|k| &self.model.domains[*k]).collect();
+            let mhz: Vec<String> = set.iter().map(|k| (self.model.domains[*k].opps[p.opp[*k]].frequency_khz / 1000).to_string()).collect();
             let why = format!(
                 "{} policy: class {} on domain {} at {} MHz meets {:.0} % of its target (model), {:.0} mW modelled for all classes",
                 if self.kind == PlacementPolicyKind::Joule { "joule" } else { "eas" },
                 a.class,
-                d.name,
-                khz / 1000,
+                doms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join("+"),
+                mhz.join("/"),
                 o.apps[i].perf_uncapped * 100.0,
                 o.power_mw
             );
-            out.push((owner::TASK_SCHED, Want::Affinity { class: a.class.clone(), cpus: d.cpus.clone() }, why.clone()));
-            if khz > 0 {
-                out.push((owner::CPUFREQ, Want::FreqCap { cpus: Some(d.cpus.clone()), limit: FreqLimit::Khz(khz) }, why.clone()));
+            let mut cpus: Vec<usize> = doms.iter().flat_map(|d| d.cpus.iter().copied()).collect();
+            cpus.sort_unstable();
+            out.push((owner::TASK_SCHED, Want::Affinity { class: a.class.clone(), cpus }, why.clone()));
+            for k in set {
+                let d = &self.model.domains[*k];
+                let khz = d.opps[p.opp[*k]].frequency_khz;
+                if khz > 0 {
+                    out.push((owner::CPUFREQ, Want::FreqCap { cpus: Some(d.cpus.clone()), limit: FreqLimit::Khz(khz) }, why.clone()));
+                }
             }
             let interface = self.targets.iter().find(|t| t.class == a.class).and_then(|t| t.interface.clone());
             if let (Some(rate_mbit), Some(interface)) = (p.limit_mbit[i], interface) {

@@ -14,8 +14,9 @@
 //!   energy delta wins. The kernel also prices the thread's previous CPU and prefers it on a
 //!   tie; in steady state there is no previous CPU to keep, so that is left out;
 //! - a thread that fits no CPU anywhere (over-utilised: EAS stands aside and load balancing
-//!   spreads the load) goes to the least loaded CPU of the biggest domain. A CPU-bound thread's
-//!   utilisation is 1024 (it always runs), so it always lands here;
+//!   spreads the load, misfit tasks pulled to the biggest CPUs) goes to the least loaded of the
+//!   biggest CPUs, whichever domain they are in (the RK3588's four A76s are two domains). A
+//!   CPU-bound thread's utilisation is 1024 (it always runs), so it always lands here;
 //! - an RT thread is not placed by EAS: it goes to the least loaded CPU (RT push/pull), and its
 //!   domain runs at the top OPP (schedutil's default for RT);
 //! - softirq: a network app's own utilisation is its thread's work only (softirq time is not the
@@ -124,8 +125,9 @@ fn pick(model: &EnergyModel, load: &Load, t: &Thread) -> usize {
         }
     }
     best.map(|b| b.1).unwrap_or_else(|| {
-        let biggest = model.domains.iter().max_by(|a, b| a.max_capacity().total_cmp(&b.max_capacity()));
-        least_loaded(biggest.into_iter().flat_map(|d| d.cpus.iter().copied()), load)
+        let top = model.domains.iter().map(|d| d.max_capacity()).fold(0.0, f64::max);
+        let biggest = model.domains.iter().filter(|d| d.max_capacity() >= top - 1e-9);
+        least_loaded(biggest.flat_map(|d| d.cpus.iter().copied()), load)
     })
 }
 
@@ -169,8 +171,16 @@ pub fn decide(model: &EnergyModel, apps: &[App], cost: &NetCost, limits_mbit: &[
     for (i, cpu) in owner.into_iter().zip(cpus) {
         per_app[i].push(cpu);
     }
-    let domain = per_app.iter().map(|t| t.first().and_then(|c| model.domains.iter().position(|d| d.cpus.contains(c)))).collect();
-    Placement { threads: per_app, opp, limit_mbit: (0..apps.len()).map(limit).collect(), domain }
+    let domains = per_app
+        .iter()
+        .map(|t| {
+            let mut ds: Vec<usize> = t.iter().filter_map(|c| model.domains.iter().position(|d| d.cpus.contains(c))).collect();
+            ds.sort_unstable();
+            ds.dedup();
+            ds
+        })
+        .collect();
+    Placement { threads: per_app, opp, limit_mbit: (0..apps.len()).map(limit).collect(), domains }
 }
 
 #[cfg(test)]

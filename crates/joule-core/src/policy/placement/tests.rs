@@ -5,7 +5,7 @@ use crate::energy::fixtures::homogeneous;
 use crate::snapshot::CgroupCpu;
 
 fn net(class: &str, target_mbit: f64, mean_packet_bytes: f64, offered_mbit: f64) -> App {
-    App { class: class.into(), kind: AppKind::Net { target_mbit, mean_packet_bytes, offered_mbit } }
+    App { class: class.into(), kind: AppKind::Net { target_mbit, mean_packet_bytes, offered_mbit, limit_held: true } }
 }
 
 fn cpu(class: &str, perf_fraction: f64, threads: u32) -> App {
@@ -18,7 +18,7 @@ fn freq_mhz(m: &EnergyModel, p: &Placement, name: &str) -> u64 {
 }
 
 fn domain_of(m: &EnergyModel, p: &Placement, app: usize) -> String {
-    m.domains[p.domain[app].unwrap()].name.clone()
+    p.domains[app].iter().map(|k| m.domains[*k].name.as_str()).collect::<Vec<_>>().join("+")
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn homogeneous_machine_degenerates_to_the_lowest_opp_that_meets_the_targets() {
     let (jp, jo) = decide_joule(&m, &apps, &NetCost::default(), 10.0);
     let (ep, eo) = decide_eas(&m, &apps, &NetCost::default(), &[]);
     assert!(jo.all_met(), "{jo:?}");
-    assert_eq!(jp.domain, vec![Some(0), Some(0)], "one domain: nothing to choose");
+    assert_eq!(jp.domains, [[0], [0]], "one domain: nothing to choose");
     assert_eq!(freq_mhz(&m, &jp, "all"), 1000, "0.3 × 3 GHz fits the 1 GHz OPP");
     assert_eq!(freq_mhz(&m, &ep, "all"), 3000);
     assert!(jo.power_mw < eo.power_mw);
@@ -162,12 +162,12 @@ fn measured_small_packets_move_a_network_class_and_count_past_the_hysteresis() {
     let flow = |cgroup: &str, bytes: u64, packets: u64| FlowReading { cgroup: cgroup.into(), bytes, packets, rate_bytes_per_second: 25e6 };
     // Someone else's flow, and none of the class's: modelled from the target (1448-byte packets).
     let none = p.apps(&Snapshot::default(), &[flow("/other.slice/x", 1000, 10)]);
-    assert_eq!(none[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: DEFAULT_PACKET_BYTES, offered_mbit: 200.0 });
+    assert_eq!(none[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: DEFAULT_PACKET_BYTES, offered_mbit: 200.0, limit_held: false });
     // The flow monitor sees 200-byte packets under the class's cgroup rule.
     let seen = [flow("/system.slice/rpc.service", 2_000_000, 10_000), flow("/system.slice/rpc.service/worker", 0, 0)];
     assert_eq!(class_flow(&seen, &cfg.classes[0]), Some(FlowState { bandwidth_mbit: 400.0, mean_packet_bytes: 200.0 }));
     let apps = p.apps(&Snapshot::default(), &seen);
-    assert_eq!(apps[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: 200.0, offered_mbit: 400.0 });
+    assert_eq!(apps[0].kind, AppKind::Net { target_mbit: 200.0, mean_packet_bytes: 200.0, offered_mbit: 400.0, limit_held: false });
     let (bulk, small) = (p.demands(&none), p.demands(&apps));
     assert!(small[0] > 3.0 * bulk[0], "{small:?} vs {bulk:?}");
     p.held = Some(Held { demands: bulk, decisions: vec![] });
@@ -203,4 +203,35 @@ fn the_flow_monitors_per_cgroup_readings_reach_placement_with_flows_beyond_the_t
     let r = flow_readings(&snap);
     assert_eq!(r.len(), 2, "{r:?}");
     assert_eq!((r[0].cgroup.as_str(), r[0].bytes, r[0].packets), ("joule/ftp", 9_150_000, 9100));
+}
+
+/// The PARSEC 75 % + FTP trace of `joule bench net-qos --only placement`: PARSEC on every big
+/// CPU, two bulk flows that would fill a 1000 Mbit/s link between them.
+fn parsec75_ftp(big_cpus: u32, each_mbit: f64, limit_held: bool) -> Vec<App> {
+    let flow = |i: usize| App {
+        class: format!("ftp{i}"),
+        kind: AppKind::Net { target_mbit: each_mbit, mean_packet_bytes: 1448.0, offered_mbit: 500.0, limit_held },
+    };
+    vec![cpu("parsec", 0.75, big_cpus), flow(0), flow(1)]
+}
+
+#[test]
+fn regression_a_limit_nobody_holds_is_not_counted_on_parsec75_ftp_meets_every_target() {
+    // Before: the policy planned every flow at its target even where no limit held it, put the
+    // flows beside PARSEC on the A15s at 1400 MHz, and the flows' unlimited network work (served
+    // first) left PARSEC 0.92 of its target in 3 of 4 steps.
+    let xu4 = EnergyModel::odroid_xu4();
+    let cost = NetCost::default();
+    let (held, _) = decide_joule(&xu4, &parsec75_ftp(4, 50.0, true), &cost, 10.0);
+    let stripped = Placement { limit_mbit: vec![None; 3], ..held };
+    assert!(!evaluate(&xu4, &parsec75_ftp(4, 50.0, false), &stripped, &cost).all_met(), "the old decision, its limits not held");
+    for (model, big) in [(xu4, 4), (crate::energy::fixtures::rk3588(), 4)] {
+        for each_mbit in [12.5, 25.0, 50.0, 100.0] {
+            let apps = parsec75_ftp(big, each_mbit, false);
+            let (p, o) = decide_joule(&model, &apps, &cost, 10.0);
+            assert!(o.all_met(), "{} at {each_mbit} Mbit/s: {o:?} {p:?}", model.from);
+            assert_eq!(p.limit_mbit, [None, None, None], "nothing holds a limit: none is counted on");
+            assert!(o.apps[1].achieved_mbit.unwrap() >= each_mbit, "{o:?}");
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! `joule bench net-qos` (issue 11): in two network namespaces joined by a veth pair that the
 //! bench creates, (1) the limiter's accuracy with iperf3 (TCP and UDP at several targets) and
 //! its own CPU cost, (2) softirq starvation of a 1 ms SCHED_FIFO task by a small-packet flood,
-//! idle / flood / flood with joule's limiter, (3) the energy placement (`placement.rs`, the
+//! idle / flood / flood with joule's limiter, (3) the energy placement (`placement/`, the
 //! energy half). JSON `{limiter, softirq, placement}`, a plot, a table with ratios. Needs root
 //! and iperf3; the limiter refuses anything but the bench's veth (JOULE_NET_TEST_GUARD).
 
@@ -57,6 +57,15 @@ pub struct NetQosArgs {
     /// a homogeneous machine.
     #[arg(long)]
     pub host_model: bool,
+    /// Placement: also decide on a board's energy model read from DIR, a sysfs root with its
+    /// debugfs beneath (`DIR/devices/system/cpu`, `DIR/kernel/debug/energy_model`), by the same
+    /// reader the agent uses with `[energy] model = "kernel"`: e.g. a board's fixture
+    /// (`testdata/boards/rk3588/sys`) or a copy of a real board's trees. Repeat for several. The
+    /// model is named after DIR (its parent when DIR is `sys`); each class's decision is printed
+    /// beside the baseline's for it. A tree without the kernel's Energy Model gets
+    /// `telemetry.power_model` powers, said in the model's notes.
+    #[arg(long, value_name = "DIR")]
+    pub model_root: Vec<PathBuf>,
     /// Placement: static (leakage) power of each XU4 cluster whenever it is busy, mW, as
     /// "A7,A15" (sensitivity; the kernel's EM and the shipped model have none). The policy sees
     /// it too, so decisions may change.
@@ -163,6 +172,10 @@ pub fn run(args: &NetQosArgs) -> anyhow::Result<()> {
     print(&out);
     if let Some(rows) = &placement_rows {
         placement::print(rows);
+        for root in &args.model_root {
+            println!();
+            placement::decisions_table(rows, &model_name(root));
+        }
     }
     if let Some(p) = &args.json {
         report::write_json(p, &out)?;
@@ -181,9 +194,9 @@ pub fn run(args: &NetQosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The placement section (the energy half, `placement.rs`): joule and the EAS baseline on
-/// the XU4 model (and this machine's with `--host-model`); the rows go to `placement`, the
-/// ratios beside the seed's, the assumptions and the models to `placement_*`.
+/// The placement section (the energy half, `placement/`): joule and the EAS baseline on the XU4
+/// model (and this machine's with `--host-model`, boards' with `--model-root`); the rows go to
+/// `placement`, the ratios beside the seed's, the assumptions and the models to `placement_*`.
 fn placement_section(args: &NetQosArgs, out: &mut serde_json::Value) -> anyhow::Result<Vec<placement::PlacementRow>> {
     let mut opts = placement::PlacementOpts { board_mw: args.board_mw, ..placement::PlacementOpts::default() };
     if let Some(s) = &args.static_mw {
@@ -193,15 +206,19 @@ fn placement_section(args: &NetQosArgs, out: &mut serde_json::Value) -> anyhow::
         opts.models[0].1.notes.push(format!("static power per busy cluster set by --static-mw: A7 {} mW, A15 {} mW (assumption)", s[0], s[1]));
     }
     if args.host_model {
-        let cfg = joule_core::config::Config::default();
-        let roots = joule_core::energy::KernelRoots::under(&cfg.telemetry.sysfs_root);
-        let m = joule_core::energy::read_kernel(&RealEffects, &roots, cfg.telemetry.power_model.cpu_dynamic_watts * 1000.0)?;
-        opts.models.push(("this-machine".into(), m));
+        let roots = joule_core::energy::KernelRoots::under(&joule_core::config::Config::default().telemetry.sysfs_root);
+        opts.models.push(("this-machine".into(), joule_core::energy::read_kernel(&RealEffects, &roots, cfg_power_mw())?));
+    }
+    for root in &args.model_root {
+        let roots = joule_core::energy::KernelRoots::under(root);
+        let m = joule_core::energy::read_kernel(&RealEffects, &roots, cfg_power_mw())
+            .with_context(|| format!("while reading the energy model under --model-root {}", root.display()))?;
+        opts.models.push((model_name(root), m));
     }
     let rows = placement::run(&opts)?;
     let vs: Vec<serde_json::Value> = placement::versus_seed(&rows, "odroid-xu4")
         .into_iter()
-        .map(|(r, s)| serde_json::json!({ "group": r.group, "limits": r.limits, "joule_over_eas_uncapped": r.uncapped, "joule_over_eas": r.capped, "seed": s, "source": "model" }))
+        .map(|(r, s)| serde_json::json!({ "group": r.group, "limits": r.limits, "joule_over_eas_uncapped": r.uncapped, "joule_over_eas": r.capped, "joule_qos_met": r.joule_qos_met, "seed": s, "source": "model" }))
         .collect();
     let models: Vec<&joule_core::energy::EnergyModel> = opts.models.iter().map(|m| &m.1).collect();
     out["placement"] = serde_json::to_value(&rows)?;
@@ -209,6 +226,22 @@ fn placement_section(args: &NetQosArgs, out: &mut serde_json::Value) -> anyhow::
     out["placement_assumptions"] = serde_json::to_value(placement::assumptions(&opts))?;
     out["placement_models"] = serde_json::to_value(models)?;
     Ok(rows)
+}
+
+/// The default config's power per busy CPU, mW: what a kernel model without an EM is priced at.
+fn cfg_power_mw() -> f64 {
+    joule_core::config::Config::default().telemetry.power_model.cpu_dynamic_watts * 1000.0
+}
+
+/// A `--model-root` model's name: the directory's, or its parent's when it is called `sys`.
+fn model_name(root: &std::path::Path) -> String {
+    let name = |p: &std::path::Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let own = name(root).unwrap_or_else(|| root.display().to_string());
+    if own == "sys" {
+        root.parent().and_then(name).unwrap_or(own)
+    } else {
+        own
+    }
 }
 
 fn cell(v: &serde_json::Value) -> String {

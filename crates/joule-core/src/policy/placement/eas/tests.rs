@@ -40,11 +40,11 @@ fn the_choice_follows_the_models_power_figures() {
     assert_eq!(place(&m, &[task(80.0)]).0, [1]);
     // The same end to end on the XU4 model: a 1000 Mbit/s bulk sender's thread goes to an A7,
     // and to an A15 once the A7 powers are ten times what the device tree gives.
-    let apps = [App { class: "ftp".into(), kind: AppKind::Net { target_mbit: 100.0, mean_packet_bytes: 1448.0, offered_mbit: 1000.0 } }];
+    let apps = [App { class: "ftp".into(), kind: AppKind::Net { target_mbit: 100.0, mean_packet_bytes: 1448.0, offered_mbit: 1000.0, limit_held: true } }];
     let mut xu4 = EnergyModel::odroid_xu4();
-    assert_eq!(decide_eas(&xu4, &apps, &NetCost::default(), &[]).0.domain, [Some(0)]);
+    assert_eq!(decide_eas(&xu4, &apps, &NetCost::default(), &[]).0.domains, [[0]]);
     xu4.domains[0].opps.iter_mut().for_each(|o| o.power_mw *= 10.0);
-    assert_eq!(decide_eas(&xu4, &apps, &NetCost::default(), &[]).0.domain, [Some(1)]);
+    assert_eq!(decide_eas(&xu4, &apps, &NetCost::default(), &[]).0.domains, [[1]]);
 }
 
 #[test]
@@ -78,11 +78,23 @@ fn rt_threads_go_to_the_least_loaded_cpu_and_run_their_domain_at_the_top() {
 #[test]
 fn lent_limits_hold_the_baselines_senders() {
     let m = EnergyModel::odroid_xu4();
-    let apps = [App { class: "ftp".into(), kind: AppKind::Net { target_mbit: 100.0, mean_packet_bytes: 1448.0, offered_mbit: 1000.0 } }];
+    let apps = [App { class: "ftp".into(), kind: AppKind::Net { target_mbit: 100.0, mean_packet_bytes: 1448.0, offered_mbit: 1000.0, limit_held: true } }];
     let (p, o) = decide_eas(&m, &apps, &NetCost::default(), &[Some(100.0)]);
     assert_eq!(p.limit_mbit, [Some(100.0)]);
     assert!((o.apps[0].achieved_mbit.unwrap() - 100.0).abs() < 1e-9, "{o:?}");
     assert_eq!(m.domains[0].opps[p.opp[0]].frequency_khz, 600_000, "100 Mbit/s with its softirq fits the lowest A7 OPP");
     let (free, _) = decide_eas(&m, &apps, &NetCost::default(), &[]);
     assert!(free.opp[0] > p.opp[0], "unlimited, the softirq of 1000 Mbit/s raises the A7s");
+}
+
+#[test]
+fn over_utilised_threads_spread_over_every_biggest_cpu_when_they_are_two_domains() {
+    // The RK3588: its four A76s are two clusters of equal capacity. Four CPU-bound threads take
+    // one each, as load balancing spreads them; not two on each CPU of one cluster.
+    let m = crate::energy::fixtures::rk3588();
+    let (cpus, opp) = place(&m, &[task(1024.0), task(1024.0), task(1024.0), task(1024.0)]);
+    let mut sorted = cpus.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [4, 5, 6, 7], "{cpus:?}");
+    assert_eq!(opp, [0, 6, 6], "schedutil: both A76 clusters at 2.4 GHz, the idle A55s at their lowest");
 }
