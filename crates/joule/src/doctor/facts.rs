@@ -33,6 +33,10 @@ pub struct Facts {
     /// `kernel.sched_rt_runtime_us` (-1: no limit).
     pub sched_rt_runtime_us: Option<i64>,
     pub sensors: Sensors,
+    /// The cpufreq policies (CPUs sharing a clock), as energy-aware placement's domains.
+    pub cpufreq_policies: Vec<super::energy::CpufreqPolicy>,
+    /// The kernel's Energy Model in debugfs, as placement's powers.
+    pub energy_model: super::energy::EnergyModelFacts,
     /// Mounted where joule looks for them (joule mounts them itself when missing).
     pub bpffs_mounted: bool,
     pub tracefs_mounted: bool,
@@ -92,6 +96,8 @@ impl Facts {
             cgroup: CgroupFacts::read(&r.cgroup, init.as_deref()),
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
+            cpufreq_policies: super::energy::cpufreq_policies(&r.sys),
+            energy_model: super::energy::EnergyModelFacts::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),
             tracefs_mounted: mounts.iter().any(|m| m.fstype == "tracefs"),
             proc_hidepid: mounts.iter().any(|m| m.fstype == "proc" && m.mount_point == r.proc && m.hides_pids()),

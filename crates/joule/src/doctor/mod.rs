@@ -3,6 +3,7 @@
 //! so an operator knows before enabling anything. Reads only; changes nothing.
 
 mod backends;
+mod energy;
 mod facts;
 
 pub use backends::{choose, Choice};
@@ -78,6 +79,8 @@ pub fn render(f: &Facts, backends: &[Choice]) -> String {
         ("hwmon temp / power inputs", format!("{} / {}", f.sensors.hwmon_temp_inputs, f.sensors.hwmon_power_inputs)),
         ("RAPL zones", f.sensors.rapl_zones.to_string()),
         ("cpufreq driver", f.sensors.cpufreq_driver.clone().unwrap_or_else(|| "none".into())),
+        ("cpufreq policies", energy::policies_row(&f.cpufreq_policies)),
+        ("energy model", energy::model_row(&f.energy_model)),
         ("bpffs / tracefs mounted", format!("{} / {}", yes(f.bpffs_mounted), yes(f.tracefs_mounted))),
         ("/proc hidepid", yes(f.proc_hidepid).into()),
     ];
