@@ -208,10 +208,8 @@ fn the_flow_monitors_per_cgroup_readings_reach_placement_with_flows_beyond_the_t
 /// The PARSEC 75 % + FTP trace of `joule bench net-qos --only placement`: PARSEC on every big
 /// CPU, two bulk flows that would fill a 1000 Mbit/s link between them.
 fn parsec75_ftp(big_cpus: u32, each_mbit: f64, limit_held: bool) -> Vec<App> {
-    let flow = |i: usize| App {
-        class: format!("ftp{i}"),
-        kind: AppKind::Net { target_mbit: each_mbit, mean_packet_bytes: 1448.0, offered_mbit: 500.0, limit_held },
-    };
+    let flow =
+        |i: usize| App { class: format!("ftp{i}"), kind: AppKind::Net { target_mbit: each_mbit, mean_packet_bytes: 1448.0, offered_mbit: 500.0, limit_held } };
     vec![cpu("parsec", 0.75, big_cpus), flow(0), flow(1)]
 }
 

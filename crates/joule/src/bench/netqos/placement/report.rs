@@ -109,10 +109,8 @@ pub fn print(rows: &[PlacementRow]) {
     }
     println!();
     let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
-    let s: Vec<Vec<String>> = versus_seed(rows, &first)
-        .into_iter()
-        .map(|(r, seed)| vec![r.group, r.limits, times(r.uncapped), times(r.capped), format!("{seed:.2}×")])
-        .collect();
+    let s: Vec<Vec<String>> =
+        versus_seed(rows, &first).into_iter().map(|(r, seed)| vec![r.group, r.limits, times(r.uncapped), times(r.capped), format!("{seed:.2}×")]).collect();
     print_table(&[&format!("group ({first})"), "limits", "joule/eas (model)", "capped", "seed (measured, XU4)"], &s);
     println!("all values: source = model (energy model + the bench's plant; nothing measured); perf/W counts performance past the target, capped counts it up to the target; a ratio is reported only where joule met every class's target in every step");
 }
@@ -148,11 +146,8 @@ pub fn decisions_table(rows: &[PlacementRow], model: &str) {
 /// magnitude between scenarios), then the seed's three figures.
 pub fn plot(rows: &[PlacementRow], path: &Path) -> anyhow::Result<()> {
     let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
-    let mut groups: Vec<(String, Vec<f64>)> = ratios(rows)
-        .into_iter()
-        .filter(|r| r.model == first)
-        .filter_map(|r| Some((format!("{} ({})", r.scenario, r.limits), vec![r.uncapped?])))
-        .collect();
+    let mut groups: Vec<(String, Vec<f64>)> =
+        ratios(rows).into_iter().filter(|r| r.model == first).filter_map(|r| Some((format!("{} ({})", r.scenario, r.limits), vec![r.uncapped?]))).collect();
     groups.extend(SEED.iter().map(|(g, v)| (format!("seed: {g}"), vec![*v])));
     bar_plot(path, &format!("joule / EAS perf per watt (uncapped), limits none / same, {first} energy model (model); seed's (measured)"), "ratio", &groups)
 }

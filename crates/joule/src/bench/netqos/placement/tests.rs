@@ -64,7 +64,11 @@ fn a_placement_that_misses_qos_is_no_win_and_the_report_says_why() {
     let rows = run(&PlacementOpts { models: vec![("slow".into(), slow)], ..PlacementOpts::default() }).unwrap();
     let miss = rows.iter().find(|r| r.policy == "joule" && r.scenario == "parsec75+ftp" && r.limits == "same").unwrap();
     assert!(!miss.qos_met && miss.qos_met_steps == 0, "{miss:?}");
-    assert!(miss.qos_missed[0].starts_with("step 0: parsec at 0.") && miss.qos_missed[0].contains("found no placement meeting every target"), "{:?}", miss.qos_missed);
+    assert!(
+        miss.qos_missed[0].starts_with("step 0: parsec at 0.") && miss.qos_missed[0].contains("found no placement meeting every target"),
+        "{:?}",
+        miss.qos_missed
+    );
     let r = ratios(&rows);
     let ratio = r.iter().find(|x| x.scenario == "parsec75+ftp" && x.limits == "same").unwrap();
     assert_eq!((ratio.uncapped, ratio.capped, ratio.joule_qos_met), (None, None, false), "no perf/W for a placement that misses");
