@@ -108,10 +108,17 @@ pub fn print(rows: &[PlacementRow]) {
         println!("{} misses QoS: {} {} limits {}: {}", m.policy, m.model, m.scenario, m.limits, m.qos_missed.join("; "));
     }
     println!();
-    let first = rows.first().map(|r| r.model.clone()).unwrap_or_default();
-    let s: Vec<Vec<String>> =
-        versus_seed(rows, &first).into_iter().map(|(r, seed)| vec![r.group, r.limits, times(r.uncapped), times(r.capped), format!("{seed:.2}×")]).collect();
-    print_table(&[&format!("group ({first})"), "limits", "joule/eas (model)", "capped", "seed (measured, XU4)"], &s);
+    // Per model, the mean over each seed group's scenarios (the seed's figures are the XU4's).
+    let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    models.dedup();
+    for (k, model) in models.into_iter().enumerate() {
+        if k > 0 {
+            println!();
+        }
+        let s: Vec<Vec<String>> =
+            versus_seed(rows, model).into_iter().map(|(r, seed)| vec![r.group, r.limits, times(r.uncapped), times(r.capped), format!("{seed:.2}×")]).collect();
+        print_table(&[&format!("group ({model})"), "limits", "joule/eas (model)", "capped", "seed (measured, XU4)"], &s);
+    }
     println!("all values: source = model (energy model + the bench's plant; nothing measured); perf/W counts performance past the target, capped counts it up to the target; a ratio is reported only where joule met every class's target in every step");
 }
 
