@@ -233,3 +233,27 @@ fn regression_a_limit_nobody_holds_is_not_counted_on_parsec75_ftp_meets_every_ta
         }
     }
 }
+
+#[test]
+fn a_target_naming_its_interface_is_held_and_planned_at_its_target_one_without_is_not() {
+    let cfg = |interface: &str| {
+        Config::parse(&format!(
+            "[[class]]\nname = \"ftp\"\nmatch = {{ comm = [\"ftp\"] }}\n[energy]\nenabled = true\nmodel = \"file\"\nmodel_file = \"x.toml\"\n\
+             [[energy.target]]\nclass = \"ftp\"\nbandwidth_mbit = 50.0\n{interface}"
+        ))
+        .unwrap()
+    };
+    let flows = [FlowReading { cgroup: "joule/ftp".into(), bytes: 1_448_000, packets: 1000, rate_bytes_per_second: 50e6 }];
+    for (line, held) in [("interface = \"eth0\"\n", true), ("", false)] {
+        let c = cfg(line);
+        let mut p = PlacementPolicy::from_config(&c, EnergyModel::odroid_xu4()).unwrap();
+        let apps = p.apps(&Snapshot::default(), &flows);
+        assert_eq!(apps[0].kind, AppKind::Net { target_mbit: 50.0, mean_packet_bytes: 1448.0, offered_mbit: 400.0, limit_held: held });
+        let (jp, jo) = decide_joule(&p.model, &apps, &p.cost, 10.0);
+        assert!(jo.all_met(), "{jo:?}");
+        assert_eq!(jp.limit_mbit, [held.then_some(50.0)]);
+        let mut plan = Plan::default();
+        p.decide(&Snapshot::default(), &mut plan);
+        assert_eq!(plan.for_actuator(owner::TC).count(), usize::from(held), "a rate is asked for only where it is held");
+    }
+}
