@@ -177,8 +177,17 @@ impl PlacementPolicy {
             .collect()
     }
 
+    /// What each class loads the CPUs with: its needs, and for a sender nothing holds, what it
+    /// sends (a sender growing past its target changes what it takes from the threads beside it).
     fn demands(&self, apps: &[App]) -> Vec<f64> {
-        apps.iter().map(|a| search::thread_needs(&self.model, &self.cost, a).iter().map(|n| n.0).sum()).collect()
+        let load = |a: &App| match &a.kind {
+            AppKind::Net { mean_packet_bytes, offered_mbit, limit_held: false, .. } => {
+                let (app, soft) = net_demand_cap(&self.model, &self.cost, *offered_mbit, *mean_packet_bytes);
+                app + soft
+            }
+            _ => search::thread_needs(&self.model, &self.cost, a).iter().map(|n| n.0).sum(),
+        };
+        apps.iter().map(load).collect()
     }
 
     fn moved(&self, now: &[f64]) -> bool {

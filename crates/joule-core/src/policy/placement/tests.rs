@@ -255,5 +255,9 @@ fn a_target_naming_its_interface_is_held_and_planned_at_its_target_one_without_i
         let mut plan = Plan::default();
         p.decide(&Snapshot::default(), &mut plan);
         assert_eq!(plan.for_actuator(owner::TC).count(), usize::from(held), "a rate is asked for only where it is held");
+        // The sender doubling its rate past the target: a new load only where nothing holds it.
+        let faster = [FlowReading { rate_bytes_per_second: 100e6, ..flows[0].clone() }];
+        p.held = Some(Held { demands: p.demands(&apps), decisions: vec![] });
+        assert_eq!(p.moved(&p.demands(&p.apps(&Snapshot::default(), &faster))), !held);
     }
 }
