@@ -5,7 +5,7 @@ CONFIG ?= deploy/joule.toml
 JOULE := target/release/joule
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build run test test-unit test-root test-vm vm-deps restore image clean fuzz
+.PHONY: all deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz
 
 all: build
 
@@ -18,8 +18,17 @@ build: deps
 run: build
 	$(JOULE) agent --config $(CONFIG)
 
+# joule for aarch64 (Raspberry Pi 5, RK3588 boards; docs/arm64.md): on an x86_64 host a cross
+# build with Debian's gcc-aarch64-linux-gnu (scripts/arm64/setup.sh cross installs it), natively
+# on an aarch64 host. Writes target/aarch64-unknown-linux-gnu/release/joule, and joule-bpf's root
+# tests beside it for the arm64 guest.
+build-arm64: deps
+	@bash scripts/arm64/setup.sh cross
+	@bash scripts/arm64/build.sh
+
 # Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: a VM with a newer kernel
-# (sched_ext, a real ACPI thermal zone, pure cgroup v2) for what this kernel lacks.
+# (sched_ext, a real ACPI thermal zone, pure cgroup v2) for what this kernel lacks, the systemd
+# guest, and the arm64 guest running the aarch64 build.
 # Tests build with --release so they share compiled dependencies with the release binary
 # that `make run` and the VM tier use (one build of everything instead of two).
 # Each tier prints how many tests ran, passed, failed and skipped (scripts/test-tier.sh); tiers 2
@@ -29,7 +38,7 @@ run: build
 TIER_SUMMARY ?= target/tier-summary.txt
 export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
 
-test: build vm-deps
+test: build build-arm64 vm-deps
 	@mkdir -p target && rm -f $(TIER_SUMMARY)
 	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
 	@$(MAKE) --no-print-directory test-unit test-root test-vm
@@ -48,8 +57,9 @@ test-root: deps
 
 vm-deps: deps
 	@bash scripts/vm/setup.sh
+	@bash scripts/arm64/setup.sh guest
 
-test-vm: build vm-deps
+test-vm: build build-arm64 vm-deps
 	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked -- --ignored vm_ --test-threads=1
 
 restore: build

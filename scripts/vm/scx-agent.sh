@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Inside the VM guest (a kernel with sched_ext and the ACPI thermal zone): `joule agent` with
-# `[thermal] scheduler = "scx"` — its scheduler actuator, driven by the real zone. Prints
+# `[thermal] scheduler = "scx"` — its scheduler actuator, driven by the real zone. With
+# JOULE_ZONE_TREE=DIR (the arm64 guest: qemu's arm virt machine has no thermal zone, docs/arm64.md)
+# the zone is a sysfs tree of one `cpu-thermal` zone in DIR instead, which the agent reads through
+# `telemetry.thermal_root` and feeds to the in-kernel stage, as it does `joule bench thermal`'s
+# plant; fio is left out where it is not installed (stress-ng alone is the load). Prints
 # key=value lines (numbers measured under TCG: only their direction means anything) and leaves
 # the agent's event log, plan and metrics in $JOULE_VM_OUT.
 # Usage: scx-agent.sh PATH/TO/joule stage — the stage follows the zone across the thresholds,
@@ -25,11 +29,22 @@ CFG=$OUT/joule-$MODE.toml
 pids=()
 agent=
 sysrq_was=$(cat /proc/sys/kernel/sysrq)
+# set_temp CELSIUS|off: what the zone reports (off: the ACPI zone's triangle wave, the tree's 45 °C).
+set_temp() {
+	if [ -n "${JOULE_ZONE_TREE:-}" ]; then
+		local z=$JOULE_ZONE_TREE/class/thermal/thermal_zone0
+		mkdir -p "$z" && echo cpu-thermal >"$z/type"
+		if [ "$1" = off ]; then echo 45000; else echo $(($1 * 1000)); fi >"$z/temp.new"
+		mv "$z/temp.new" "$z/temp" # whole, never half a number
+	else
+		bash "$HERE/set-temp.sh" "$1"
+	fi
+}
 cleanup() {
 	[ -n "$agent" ] && kill "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
 	kill "${pids[@]}" 2>/dev/null || true
 	wait 2>/dev/null || true
-	bash "$HERE/set-temp.sh" off >/dev/null 2>&1 || true
+	set_temp off >/dev/null 2>&1 || true
 	echo "$sysrq_was" >/proc/sys/kernel/sysrq
 	rm -f /tmp/joule-fio.dat
 }
@@ -50,6 +65,10 @@ stage_thresholds_celsius = [70.0, 80.0, 90.0]
 hysteresis_celsius = 3.0
 scheduler = "scx"
 EOF
+	if [ -n "${JOULE_ZONE_TREE:-}" ]; then
+		set_temp off
+		printf '[telemetry]\nthermal_root = "%s"\n' "$JOULE_ZONE_TREE" >>"$CFG"
+	fi
 	if [ -n "${1:-}" ]; then
 		cat >>"$CFG" <<EOF
 [[class]]
@@ -107,7 +126,7 @@ stage)
 	# 75, 85, 95 °C: stages 1, 2, 3; 60 °C: back to 0 (below every threshold less hysteresis).
 	for step in 75:1 85:2 95:3 60:0; do
 		c=${step%:*} want=${step#*:}
-		bash "$HERE/set-temp.sh" "$c"
+		set_temp "$c"
 		t0=$(date +%s%N)
 		until_s 20 snap_stage_is "$want" || true
 		until_s 10 scx_stage_is "$want" || true
@@ -125,10 +144,16 @@ load)
 	# Bounded by the cleanup, not by its own timeout: TCG makes the phases' length unpredictable.
 	stress-ng --cpu 2 --timeout 600s >"$OUT/stress-ng.log" 2>&1 &
 	pids+=($!)
-	fio --name=rw --filename=/tmp/joule-fio.dat --size=16m --rw=randrw --bs=4k --ioengine=psync --direct=0 \
-		--time_based --runtime=60 --output-format=json --output="$OUT/fio.json" >/dev/null 2>&1 &
-	pids+=($!)
-	fio_pid=$!
+	load_t0=$(date +%s)
+	fio_pid=
+	if command -v fio >/dev/null; then
+		fio --name=rw --filename=/tmp/joule-fio.dat --size=16m --rw=randrw --bs=4k --ioengine=psync --direct=0 \
+			--time_based --runtime=60 --output-format=json --output="$OUT/fio.json" >/dev/null 2>&1 &
+		pids+=($!)
+		fio_pid=$!
+	else
+		echo "fio=absent"
+	fi
 	config "$lab"
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
@@ -153,17 +178,24 @@ print(f'$1_lab_slices={slices}')
 print(f'$1_held={${b[4]} - ${a[4]}}')
 print(f'$1_labelled_dispatches={${b[5]} - ${a[5]}}')"
 	}
-	bash "$HERE/set-temp.sh" off
+	set_temp off
 	phase stage0 20
-	bash "$HERE/set-temp.sh" 95
+	set_temp 95
 	until_s 20 scx_stage_is 3 || echo "stage3_never=1"
 	echo "stage_seen=$(scx_stage)"
 	phase stage3 25
 	echo "be_tasks_after=$(wc -l <"$be/cgroup.procs")"
-	wait "$fio_pid" || echo "fio_rc=$?"
+	# 60 s of load in all: fio's runtime, or the rest of it slept.
+	if [ -n "$fio_pid" ]; then
+		wait "$fio_pid" || echo "fio_rc=$?"
+	else
+		left=$((60 - ($(date +%s) - load_t0)))
+		[ "$left" -gt 0 ] && sleep "$left"
+	fi
+	echo "load_s=$(($(date +%s) - load_t0))"
 	echo "state_after_60s=$(cat $S/state) ops=$(cat $S/root/ops 2>/dev/null || echo none)"
 	echo "ejections=$(ejected)"
-	python3 -c "
+	[ -n "$fio_pid" ] && python3 -c "
 import json
 j = json.load(open('$OUT/fio.json'))['jobs'][0]
 print(f\"fio_read_mib_s={j['read']['bw'] / 1024:.2f}\")
@@ -194,7 +226,7 @@ eject)
 	sleep 1000 &
 	pids+=($!)
 	config "$!"
-	bash "$HERE/set-temp.sh" 95
+	set_temp 95
 	start_agent
 	until_s 60 ours || { echo "never_ours=1"; cat "$OUT/agent-$MODE.log"; exit 1; }
 	be=/sys/fs/cgroup/joule.batch

@@ -718,7 +718,8 @@ fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
         eprintln!("scx: not loaded, this kernel has no sched_ext (the VM tier's guests load it)");
     }
     let ours: std::collections::BTreeMap<u32, String> = programs().into_iter().filter(|(id, _)| !before.contains_key(id)).collect();
-    eprintln!("{} on {}: {} programs of {} objects in the kernel: {:?}", std::env::consts::ARCH, kernel_release(), ours.len(), loaded.len(), ours.values());
+    let objects: Vec<&str> = loaded.iter().map(|(o, _, _)| *o).collect();
+    eprintln!("{} on {}: {} programs of {objects:?} in the kernel: {:?}", std::env::consts::ARCH, kernel_release(), ours.len(), ours.values());
     for (object, program, _) in &loaded {
         assert!(ours.values().any(|n| n.starts_with(program)), "{object}: no program {program} in the kernel: {ours:?}");
     }

@@ -1,7 +1,11 @@
 //! Tier 3: joule on a sched_ext kernel (Debian's 7.x cloud kernel under qemu/TCG, see
 //! docs/vm.md). All checks share one boot, made by the first test that runs; each test then
-//! asserts on its own check's output. Run with `make test-vm`, or
+//! asserts on its own check's output. The arm64 guest's checks (mod `arm64`, docs/arm64.md) share
+//! another boot and the assertions below. Run with `make test-vm`, or
 //! `cargo test -p joule --test vm -- --ignored vm_ --test-threads=1`.
+
+#[path = "vm/arm64.rs"]
+mod arm64;
 
 use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
 use std::collections::BTreeMap;
@@ -118,6 +122,12 @@ fn vm_monitor_once_json_has_every_section() {
         return;
     }
     let Some(out) = check("monitor") else { return };
+    assert_monitor_json(out);
+}
+
+/// `joule monitor --once --json` in a guest: every section, with values that are possible, and
+/// run-queue latency measured by joule's eBPF program.
+fn assert_monitor_json(out: &VmOutput) {
     assert_eq!(out.status, 0, "joule monitor --once --json failed:\n{}", out.describe());
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{}", out.stdout));
     let obj = v.as_object().unwrap_or_else(|| panic!("not a JSON object: {v}"));
@@ -143,7 +153,9 @@ fn vm_monitor_once_json_has_every_section() {
     // With the guest's ACPI zone the stage is computed from the sensor; without one, the model.
     let want_source = if zones.is_empty() { "model" } else { "sensor" };
     assert_eq!(stage["temp_source"], want_source, "stage: {stage}; zones: {zones:?}");
-    for r in v["runq_latency"].as_array().unwrap_or_else(|| panic!("runq_latency is not a list: {}", v["runq_latency"])) {
+    let runq = v["runq_latency"].as_array().unwrap_or_else(|| panic!("runq_latency is not a list: {}", v["runq_latency"]));
+    assert!(!runq.is_empty() && runq.iter().all(|r| r["source"] == "ebpf"), "run-queue latency not from eBPF: {runq:?}");
+    for r in runq {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
         // Percentiles are read off a histogram (the bucket's bounds), the max exactly.
         assert!(r["count"].as_u64().is_some() && f("p50_us") <= f("p99_us") && f("max_us") >= 0.0, "run-queue latency: {r}");
@@ -177,6 +189,11 @@ fn vm_qos_class_on_cgroup_v2_lands_and_releases() {
         return;
     }
     let Some(out) = check("qos_v2") else { return };
+    assert_qos_v2(out);
+}
+
+/// scripts/vm/qos-v2.sh: a class capped at 30 % lands on cgroup v2 and is released.
+fn assert_qos_v2(out: &VmOutput) {
     assert_eq!(out.status, 0, "qos on cgroup v2 failed:\n{}", out.describe());
     let kv: BTreeMap<&str, &str> = out.stdout.lines().filter_map(|l| l.split_once('=')).collect();
     assert_eq!(kv.get("cpu.max"), Some(&"30000 100000"), "{}", out.describe());
@@ -395,6 +412,12 @@ fn num(kv: &BTreeMap<&str, &str>, key: &str) -> f64 {
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
     let Some(out) = zone_check("scx_agent_stage") else { return };
+    assert_agent_stage_follows_the_zone(out);
+}
+
+/// scripts/vm/scx-agent.sh stage: the agent loads joule's scheduler, and the stage its plan and
+/// the scheduler (in the kernel) see follows the zone through 75/85/95/60 °C.
+fn assert_agent_stage_follows_the_zone(out: &VmOutput) {
     assert_eq!(out.status, 0, "scx-agent.sh stage failed:\n{}", out.describe());
     let kv = kv(out);
     assert_eq!(kv.get("ops"), Some(&"joule"), "the agent did not load joule's scheduler:\n{}", out.describe());
@@ -416,6 +439,12 @@ fn vm_agent_scx_loads_and_the_schedulers_stage_follows_the_zone() {
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelled_wait() {
     let Some(out) = zone_check("scx_agent_load") else { return };
+    assert_best_effort_cut_at_stage_3(out);
+}
+
+/// scripts/vm/scx-agent.sh load: stage 3 cuts the best-effort class to its budget, and the
+/// labelled task's wait stays bounded.
+fn assert_best_effort_cut_at_stage_3(out: &VmOutput) {
     let kv = kv(out);
     assert!(num(&kv, "be_tasks") >= 1.0, "stress-ng never reached the best-effort class:\n{}", out.describe());
     assert!(kv.get("lab_cgroup").is_some_and(|c| c.ends_with("/joule/ui")), "the labelled task is not in its class:\n{}", out.describe());
@@ -447,19 +476,32 @@ fn vm_agent_scx_cuts_the_best_effort_class_at_a_hot_stage_and_bounds_the_labelle
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_runs_60_s_of_stress_ng_and_fio_without_ejection() {
     let Some(out) = zone_check("scx_agent_load") else { return };
+    assert_load_without_ejection(out);
     let kv = kv(out);
-    assert_eq!(kv.get("ejections"), Some(&"0"), "the kernel ejected the scheduler under load:\n{}", out.describe());
-    assert_eq!(kv.get("state_after_60s"), Some(&"enabled ops=joule"), "{}", out.describe());
     assert!(!kv.contains_key("fio_rc"), "fio failed:\n{}", out.describe());
     let (r, w) = (num(&kv, "fio_read_mib_s"), num(&kv, "fio_write_mib_s"));
     println!("60 s: fio randrw 4k on a 16 MiB file {r:.2} MiB/s read, {w:.2} MiB/s write (TCG), 25 s at stage 0 then 35 s at stage 3, no ejection");
     assert!(r > 0.0 && w > 0.0, "fio moved no data:\n{}", out.describe());
 }
 
+/// scripts/vm/scx-agent.sh load: 60 s of load under joule's scheduler, never ejected.
+fn assert_load_without_ejection(out: &VmOutput) {
+    let kv = kv(out);
+    assert_eq!(kv.get("ejections"), Some(&"0"), "the kernel ejected the scheduler under load:\n{}", out.describe());
+    assert_eq!(kv.get("state_after_60s"), Some(&"enabled ops=joule"), "{}", out.describe());
+    assert!(num(&kv, "load_s") >= 60.0, "the load ran {} s, not 60:\n{}", kv["load_s"], out.describe());
+}
+
 #[test]
 #[ignore = "tier 3: vm"]
 fn vm_agent_scx_sigkill_returns_the_default_scheduler_and_restore_leaves_nothing() {
     let Some(out) = zone_check("scx_agent_load") else { return };
+    assert_sigkill_then_restore_leaves_nothing(out);
+}
+
+/// scripts/vm/scx-agent.sh load, its end: SIGKILL of the agent (and its guardian) gives the
+/// kernel's scheduler back; `joule restore` then removes the pins and class cgroups.
+fn assert_sigkill_then_restore_leaves_nothing(out: &VmOutput) {
     let kv = kv(out);
     println!("SIGKILL of the agent -> sched_ext disabled after {} ms (TCG)", kv.get("kill_fallback_ms").unwrap_or(&"?"));
     assert_eq!(kv.get("kill_state"), Some(&"disabled"), "the kernel kept joule's scheduler after the agent died:\n{}", out.describe());

@@ -1,8 +1,11 @@
 //! The tier-3 harness: runs shell commands as root in a VM booted on the cached sched_ext
-//! kernel, through `scripts/vm/run.sh` (see docs/vm.md), or in the systemd guest (a Debian
+//! kernel, through `scripts/vm/run.sh` (see docs/vm.md), in the systemd guest (a Debian
 //! root with systemd as PID 1 on pure cgroup v2, `scripts/vm/systemd-guest.sh`,
-//! docs/systemd.md). A boot costs 10–15 s under TCG (the systemd guest's ~80 s), so tests share
-//! one boot through [`Vm::batch`] where they can.
+//! docs/systemd.md), or in the arm64 guest (Debian's arm64 kernel under qemu-system-aarch64,
+//! `scripts/arm64/run.sh`, docs/arm64.md; [`arm64`]). A boot costs 5–15 s under TCG (the
+//! systemd guest's ~80 s), so tests share one boot through [`Vm::batch`] where they can.
+
+pub mod arm64;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,11 +27,22 @@ impl VmOutput {
     }
 }
 
+/// Which guest a [`Vm`] boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guest {
+    /// The host's own root, read-only, on the cached x86 kernel (virtme-ng).
+    Host,
+    /// A Debian root with systemd as PID 1.
+    Systemd,
+    /// A small Debian arm64 root on Debian's arm64 kernel, running the cross-built binary.
+    Arm64,
+}
+
 /// A VM configuration; each `run`/`batch` is one boot.
 pub struct Vm {
     cache: PathBuf,
     thermal: bool,
-    systemd: bool,
+    guest: Guest,
     mem: String,
 }
 
@@ -40,18 +54,24 @@ pub fn repo_root() -> PathBuf {
 impl Vm {
     pub fn new() -> Vm {
         let cache = std::env::var_os("JOULE_VM_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
-        Vm { cache, thermal: false, systemd: false, mem: "2G".into() }
+        Vm { cache, thermal: false, guest: Guest::Host, mem: "2G".into() }
     }
 
     /// What `make vm-deps` should have installed and did not, if anything.
     pub fn missing(&self) -> Option<String> {
+        if self.guest == Guest::Arm64 {
+            return arm64::missing();
+        }
+        if std::env::consts::ARCH != "x86_64" {
+            return Some("an x86_64 host: the x86 guests run this host's own binaries (on aarch64, tier 3 is the arm64 guest)".into());
+        }
         let need = [("venv/bin/vng", "virtme-ng"), ("cargo/bin/virtiofsd", "virtiofsd"), ("kernel/current/VERSION", "the sched_ext kernel")];
         for (rel, what) in need {
             if !self.cache.join(rel).exists() {
                 return Some(format!("{what} ({}) ; run make vm-deps", self.cache.join(rel).display()));
             }
         }
-        if self.systemd && !self.cache.join("debian-root/.joule-ready").exists() {
+        if self.guest == Guest::Systemd && !self.cache.join("debian-root/.joule-ready").exists() {
             return Some(format!("the systemd guest's root ({}/debian-root); run make vm-deps", self.cache.display()));
         }
         if self.thermal && !self.cache.join("thermal.aml").exists() {
@@ -82,7 +102,16 @@ impl Vm {
     /// nginx.service up, the repo's `target/release/joule` at `/usr/local/bin/joule`. The repo
     /// itself is not there: checks get what they need through `batch`.
     pub fn systemd_guest(mut self) -> Vm {
-        self.systemd = true;
+        self.guest = Guest::Systemd;
+        self
+    }
+
+    /// Boots the arm64 guest instead: qemu-system-aarch64 (TCG) on Debian's arm64 cloud kernel,
+    /// a small Debian arm64 root (scripts/arm64/setup.sh), the cross-built
+    /// `target/aarch64-unknown-linux-gnu/release/joule` at `/joule/bin/joule` and the repo's
+    /// `scripts/` at `/joule/scripts`; checks run in `/joule`.
+    pub fn arm64_guest(mut self) -> Vm {
+        self.guest = Guest::Arm64;
         self
     }
 
@@ -101,8 +130,8 @@ impl Vm {
             assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "check name {name}");
             let file = rwdir.path().join(format!("{name}.sh"));
             std::fs::write(&file, cmd).expect("write check");
-            // The systemd guest gets the check scripts copied in (guest_files).
-            let f = if self.systemd { format!("{GUEST_CHECKS}/{name}.sh") } else { file.display().to_string() };
+            // The systemd and arm64 guests get the check scripts copied in.
+            let f = if self.guest == Guest::Host { file.display().to_string() } else { format!("{GUEST_CHECKS}/{name}.sh") };
             script.push_str(&format!(
                 "bash {f} >$JOULE_VM_OUT/{name}.out 2>$JOULE_VM_OUT/{name}.err </dev/null; \
                  echo $? >$JOULE_VM_OUT/{name}.status\n"
@@ -132,8 +161,10 @@ impl Vm {
     }
 
     fn run_in(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
-        if self.systemd {
-            return self.run_systemd(rwdir, cmd, timeout_s);
+        match self.guest {
+            Guest::Systemd => return self.run_systemd(rwdir, cmd, timeout_s),
+            Guest::Arm64 => return arm64::run(rwdir, cmd, timeout_s, &self.mem),
+            Guest::Host => {}
         }
         let root = repo_root();
         let mut c = Command::new("bash");
@@ -163,21 +194,32 @@ pub fn shown<'a>(results: &'a BTreeMap<String, VmOutput>, name: &str) -> &'a VmO
     out
 }
 
-/// Where the systemd guest finds the batch's check scripts.
+/// Where the systemd and arm64 guests find the batch's check scripts.
 const GUEST_CHECKS: &str = "/joule/checks";
+
+/// A copy of the binary `bin` in `dir` without its debug info (123 MB with it, ~18 without;
+/// symbols stay, so a backtrace still names functions), or `bin` itself when no strip tool
+/// can. llvm-strip (from install-deps' llvm-16) reads every architecture's ELF; binutils'
+/// `strip` only the host's.
+fn without_debug_info(bin: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join(bin.file_name().expect("a binary's file name"));
+    let strips = ["llvm-strip-16", "strip"];
+    let ok = strips.iter().any(|s| Command::new(s).arg("--strip-debug").arg("-o").arg(&out).arg(bin).status().is_ok_and(|st| st.success()));
+    if ok {
+        out
+    } else {
+        bin.to_path_buf()
+    }
+}
 
 impl Vm {
     fn run_systemd(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
         let root = repo_root();
         let out = tempfile::tempdir().expect("guest output dir");
-        // The guest gets joule without its debug info (123 MB with it; symbols stay, so a
-        // backtrace still names functions): every boot copies it, and every exec under TCG
-        // (the agent, restore, each nap gate) reads it through virtiofs.
-        let bin = root.join("target/release/joule");
+        // The guest gets joule without its debug info: every boot copies it, and every exec
+        // under TCG (the agent, restore, each nap gate) reads it through virtiofs.
         let bin_dir = tempfile::tempdir().expect("a dir for the guest's binary");
-        let stripped = bin_dir.path().join("joule");
-        let ok = Command::new("strip").arg("--strip-debug").arg("-o").arg(&stripped).arg(&bin).status().is_ok_and(|s| s.success());
-        let guest_bin = if ok { stripped } else { bin };
+        let guest_bin = without_debug_info(&root.join("target/release/joule"), bin_dir.path());
         let mut c = Command::new("bash");
         c.arg(root.join("scripts/vm/systemd-guest.sh"))
             .args(["run", "--timeout", &timeout_s.to_string(), "--out"])
@@ -193,24 +235,35 @@ impl Vm {
             }
         }
         let run = c.arg("--").arg(cmd).output().expect("run scripts/vm/systemd-guest.sh");
-        // What the guest left in $JOULE_VM_OUT goes where batch reads it.
-        for e in std::fs::read_dir(out.path()).expect("guest output dir").flatten() {
-            let _ = std::fs::copy(e.path(), rwdir.join(e.file_name()));
-        }
-        let read = |n: &str| std::fs::read_to_string(out.path().join(n)).unwrap_or_default();
-        // A guest that failed or timed out shows the end of its console (the dir goes away).
-        let console = if run.status.success() {
-            String::new()
-        } else {
-            let log = read("console.log");
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            format!("\n--- the guest's console, last {} lines ---\n{}", tail.len(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
-        };
-        VmOutput {
-            status: if run.status.success() { read("status").trim().parse().unwrap_or(-1) } else { run.status.code().unwrap_or(-1) },
-            stdout: read("stdout"),
-            stderr: format!("{}{}{console}", read("stderr"), String::from_utf8_lossy(&run.stderr)),
-        }
+        collect(out.path(), rwdir, &run)
+    }
+}
+
+/// The result of a guest run whose harness left `stdout`, `stderr`, `status` and
+/// `console.log` (and whatever the guest wrote to `$JOULE_VM_OUT`) in `out`: those files are
+/// copied to `rwdir`, where [`Vm::batch`] reads each check's. A guest that reported no status,
+/// or whose harness failed otherwise, shows the end of its console (`out` goes away).
+fn collect(out: &Path, rwdir: &Path, run: &std::process::Output) -> VmOutput {
+    for e in std::fs::read_dir(out).expect("guest output dir").flatten() {
+        let _ = std::fs::copy(e.path(), rwdir.join(e.file_name()));
+    }
+    let read = |n: &str| std::fs::read_to_string(out.join(n)).unwrap_or_default();
+    let guest_status: Option<i32> = read("status").trim().parse().ok();
+    let harness_ok = run.status.success() || run.status.code() == guest_status;
+    let console = if guest_status.is_some() && harness_ok {
+        String::new()
+    } else {
+        let log = read("console.log");
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        format!("\n--- the guest's console, last {} lines ---\n{}", tail.len(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+    };
+    VmOutput {
+        status: match guest_status {
+            Some(s) if harness_ok => s,
+            _ => run.status.code().unwrap_or(-1),
+        },
+        stdout: read("stdout"),
+        stderr: format!("{}{}{console}", read("stderr"), String::from_utf8_lossy(&run.stderr)),
     }
 }
 

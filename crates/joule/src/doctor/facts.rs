@@ -24,6 +24,9 @@ impl Default for Roots {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Facts {
+    /// The machine's architecture as the kernel names it (`<proc>/sys/kernel/arch`, `uname -m`:
+    /// `x86_64`, `aarch64`); the one this binary was built for when that file is missing.
+    pub architecture: String,
     pub kernel_release: Option<String>,
     /// `<sys>/kernel/btf/vmlinux`: what joule's BPF programs are relocated against.
     pub btf: bool,
@@ -90,6 +93,7 @@ impl Facts {
         let mounts = joule_core::mountinfo::read(&r.proc.join("self/mountinfo"));
         let init = read_trim(&r.proc.join("1/comm"));
         Facts {
+            architecture: read_trim(&r.proc.join("sys/kernel/arch")).unwrap_or_else(|| std::env::consts::ARCH.to_string()),
             kernel_release: read_trim(&r.proc.join("sys/kernel/osrelease")),
             btf: r.sys.join("kernel/btf/vmlinux").exists(),
             sched_ext: read_trim(&r.sys.join(joule_core::sched_ext::SYSFS_SCHED_EXT).join("state")),

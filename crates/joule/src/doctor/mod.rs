@@ -13,10 +13,10 @@ use std::path::PathBuf;
 
 /// Show what this machine offers joule and which backend each mechanism will use.
 ///
-/// Reads the kernel's offer (BTF, sched_ext, RT group scheduling, kernel.sched_rt_runtime_us),
-/// the cgroup layout and who else manages it (systemd as PID 1, a kubelet), the sensors
-/// (thermal zones, hwmon, RAPL, cpufreq), bpffs and /proc's hidepid. Changes nothing; needs
-/// no root (some files are root-only: run it as root to see everything).
+/// Reads the architecture and the kernel's offer (BTF, sched_ext, RT group scheduling,
+/// kernel.sched_rt_runtime_us), the cgroup layout and who else manages it (systemd as PID 1, a
+/// kubelet), the sensors (thermal zones, hwmon, RAPL, cpufreq), bpffs and /proc's hidepid.
+/// Changes nothing; needs no root (some files are root-only: run it as root to see everything).
 ///
 /// Examples:
 ///   joule doctor
@@ -65,6 +65,7 @@ pub fn render(f: &Facts, backends: &[Choice]) -> String {
     let or_none = |o: Option<&str>| o.unwrap_or("none").to_string();
     let mut s = String::from("this machine\n");
     let rows = [
+        ("architecture", f.architecture.clone()),
         ("kernel", f.kernel_release.clone().unwrap_or_else(|| "?".into())),
         ("init (PID 1)", f.init.clone().unwrap_or_else(|| "?".into())),
         ("BTF", yes(f.btf).into()),

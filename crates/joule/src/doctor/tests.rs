@@ -112,3 +112,16 @@ fn a_kubelet_tree_and_an_empty_machine_are_reported_without_a_crash() {
     assert_eq!(backend(&b, "nap").backend, "none");
     let _ = render(&f, &b);
 }
+
+#[test]
+fn the_architecture_is_the_kernels_and_shows_in_the_report() {
+    let t = tempfile::tempdir().unwrap();
+    systemd_v2(t.path());
+    put(t.path(), "proc/sys/kernel/arch", "aarch64\n");
+    let f = Facts::read(&roots(t.path()));
+    assert_eq!(f.architecture, "aarch64");
+    assert!(render(&f, &choose(&f, &Config::default())).contains("architecture               aarch64"));
+    // Without the file (an old kernel, a bare fixture): the architecture this binary was built for.
+    let bare = tempfile::tempdir().unwrap();
+    assert_eq!(Facts::read(&roots(bare.path())).architecture, std::env::consts::ARCH);
+}
