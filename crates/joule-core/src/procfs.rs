@@ -1,6 +1,7 @@
-//! The per-task files of /proc that more than one crate reads, parsed in one place: `stat`
+//! The files of /proc that more than one crate reads, parsed in one place: per task `stat`
 //! (whose comm may hold spaces and parentheses), `status` (uids, counters) and `cgroup` (the
-//! task's cgroup in each hierarchy). The undo journal pins a task by its start time, qos
+//! task's cgroup in each hierarchy); the kernel's release (what a feature's first version is
+//! compared with). The undo journal pins a task by its start time, qos
 //! matching reads all three, the overhead benchmark counts context switches. Reads go through
 //! `Effects` under a procfs root given as a parameter (`/proc`, or `/proc/PID/task` for a
 //! process's threads), so tests run on fixture trees.
@@ -8,6 +9,13 @@
 use crate::cgroupfs::Controller;
 use crate::effects::Effects;
 use std::path::{Path, PathBuf};
+
+/// (major, minor) of a kernel release string (`6.18.0-1-amd64` → (6, 18)), as
+/// `<procfs>/sys/kernel/osrelease` gives it.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut v = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    Some((v.next().flatten()?, v.next().flatten()?))
+}
 
 /// `task->flags` bit of kernel threads.
 pub const PF_KTHREAD: u64 = 0x0020_0000;

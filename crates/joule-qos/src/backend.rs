@@ -207,13 +207,7 @@ pub fn shares_from_weight(w: u64) -> u64 {
 /// root cgroup has no such file; a release that cannot be read counts as a recent kernel.
 fn kernel_has_cpu_idle(fx: &dyn Effects) -> bool {
     let release = read_trimmed(fx, Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default();
-    kernel_version(&release).is_none_or(|v| v >= (5, 15))
-}
-
-/// (major, minor) of a kernel release string (`6.18.0-1-amd64` → (6, 18)).
-pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut v = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
-    Some((v.next().flatten()?, v.next().flatten()?))
+    joule_core::procfs::kernel_version(&release).is_none_or(|v| v >= (5, 15))
 }
 
 /// The steps that realise `plan` on `layout`, parents before children. An idle class on a

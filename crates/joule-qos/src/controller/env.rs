@@ -87,7 +87,7 @@ fn deadline_offer(opts: &QosOpts, fx: &dyn Effects) -> DeadlineOffer {
     let k = opts.procfs_root.join("sys/kernel");
     let num = |f: &Path| read_trimmed(fx, f).ok().and_then(|s| s.parse::<u64>().ok());
     let release = read_trimmed(fx, &k.join("osrelease")).unwrap_or_default();
-    let version = crate::backend::kernel_version(&release);
+    let version = joule_core::procfs::kernel_version(&release);
     let mut offer = DeadlineOffer::default_612();
     offer.period_min_us = num(&k.join("sched_deadline_period_min_us")).unwrap_or(offer.period_min_us);
     offer.period_max_us = num(&k.join("sched_deadline_period_max_us")).unwrap_or(offer.period_max_us);

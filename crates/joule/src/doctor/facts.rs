@@ -32,6 +32,10 @@ pub struct Facts {
     pub btf: bool,
     /// sched_ext's `state` (None: this kernel has no sched_ext).
     pub sched_ext: Option<String>,
+    /// `cpu.idle` groups (Linux 5.15+) and per-thread EEVDF slices (6.12+), judged by the
+    /// release as joule's actuators judge them (None: the release is unreadable).
+    pub cpu_idle: Option<bool>,
+    pub eevdf_slice: Option<bool>,
     pub cgroup: CgroupFacts,
     /// `kernel.sched_rt_runtime_us` (-1: no limit).
     pub sched_rt_runtime_us: Option<i64>,
@@ -92,9 +96,13 @@ impl Facts {
     pub fn read(r: &Roots) -> Facts {
         let mounts = joule_core::mountinfo::read(&r.proc.join("self/mountinfo"));
         let init = read_trim(&r.proc.join("1/comm"));
+        let kernel_release = read_trim(&r.proc.join("sys/kernel/osrelease"));
+        let since = |v: (u32, u32)| kernel_release.as_deref().and_then(joule_core::procfs::kernel_version).map(|k| k >= v);
         Facts {
             architecture: read_trim(&r.proc.join("sys/kernel/arch")).unwrap_or_else(|| std::env::consts::ARCH.to_string()),
-            kernel_release: read_trim(&r.proc.join("sys/kernel/osrelease")),
+            cpu_idle: since((5, 15)),
+            eevdf_slice: since((6, 12)),
+            kernel_release,
             btf: r.sys.join("kernel/btf/vmlinux").exists(),
             sched_ext: read_trim(&r.sys.join(joule_core::sched_ext::SYSFS_SCHED_EXT).join("state")),
             cgroup: CgroupFacts::read(&r.cgroup, init.as_deref()),

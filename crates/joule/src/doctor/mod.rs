@@ -14,8 +14,9 @@ use std::path::PathBuf;
 /// Show what this machine offers joule and which backend each mechanism will use.
 ///
 /// Reads the architecture and the kernel's offer (BTF, sched_ext, RT group scheduling,
-/// kernel.sched_rt_runtime_us), the cgroup layout and who else manages it (systemd as PID 1, a
-/// kubelet), the sensors (thermal zones, hwmon, RAPL, cpufreq), bpffs and /proc's hidepid.
+/// kernel.sched_rt_runtime_us, cpu.idle and EEVDF slices by release), the cgroup layout and who
+/// else manages it (systemd as PID 1, a kubelet), the sensors (thermal zones, hwmon, RAPL), the
+/// cpufreq policies and the kernel's energy model, bpffs and /proc's hidepid.
 /// Changes nothing; needs no root (some files are root-only: run it as root to see everything).
 ///
 /// Examples:
@@ -59,6 +60,10 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
+fn maybe(b: Option<bool>) -> &'static str {
+    b.map(yes).unwrap_or("?")
+}
+
 /// The human-readable report.
 pub fn render(f: &Facts, backends: &[Choice]) -> String {
     let cg = &f.cgroup;
@@ -70,6 +75,7 @@ pub fn render(f: &Facts, backends: &[Choice]) -> String {
         ("init (PID 1)", f.init.clone().unwrap_or_else(|| "?".into())),
         ("BTF", yes(f.btf).into()),
         ("sched_ext", f.sched_ext.clone().unwrap_or_else(|| "absent".into())),
+        ("cpu.idle / EEVDF slices", format!("{} / {}", maybe(f.cpu_idle), maybe(f.eevdf_slice))),
         ("cgroup layout", cg.layout.into()),
         ("cgroup managers", if cg.managers.is_empty() { "none known".into() } else { cg.managers.join(", ") }),
         ("cpu / cpuset controller", format!("{} / {}", or_none(cg.cpu_controller), or_none(cg.cpuset_controller))),

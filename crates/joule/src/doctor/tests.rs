@@ -120,8 +120,23 @@ fn the_architecture_is_the_kernels_and_shows_in_the_report() {
     put(t.path(), "proc/sys/kernel/arch", "aarch64\n");
     let f = Facts::read(&roots(t.path()));
     assert_eq!(f.architecture, "aarch64");
+    // 7.3: cpu.idle (5.15+) and EEVDF slices (6.12+) both.
+    assert_eq!((f.cpu_idle, f.eevdf_slice), (Some(true), Some(true)));
     assert!(render(&f, &choose(&f, &Config::default())).contains("architecture               aarch64"));
     // Without the file (an old kernel, a bare fixture): the architecture this binary was built for.
     let bare = tempfile::tempdir().unwrap();
     assert_eq!(Facts::read(&roots(bare.path())).architecture, std::env::consts::ARCH);
+}
+
+#[test]
+fn cpu_idle_and_eevdf_slices_follow_the_release_and_an_unreadable_one_is_unknown() {
+    let t = tempfile::tempdir().unwrap();
+    put(t.path(), "proc/sys/kernel/osrelease", "6.1.0-28-arm64\n");
+    let f = Facts::read(&roots(t.path()));
+    assert_eq!((f.cpu_idle, f.eevdf_slice), (Some(true), Some(false)));
+    assert!(render(&f, &choose(&f, &Config::default())).contains("cpu.idle / EEVDF slices    yes / no"));
+    put(t.path(), "proc/sys/kernel/osrelease", "5.10.0\n");
+    assert_eq!(Facts::read(&roots(t.path())).cpu_idle, Some(false));
+    let bare = tempfile::tempdir().unwrap();
+    assert_eq!(Facts::read(&roots(bare.path())).eevdf_slice, None);
 }
