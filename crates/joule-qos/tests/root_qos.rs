@@ -319,6 +319,67 @@ fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks()
     no_leftovers();
 }
 
+/// Issue 33, item 2, as the attempt was made: a root member of an RT class gets its
+/// SCHED_DEADLINE reservation, then switches to uid 1001 and exec's `sleep`. It is no longer a
+/// member (the class is `uid = [0]`), so the next hold must give it its old policy back; before
+/// the fix it kept the reservation for as long as it lived.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_a_deadline_reservation_ends_when_its_thread_switches_to_another_uid() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut g = Guard::new();
+        let go = g.dir.path().join("go");
+        let member = g.sh(&format!(
+            "printf jdlmember > /proc/self/comm; while [ ! -e {go} ]; do sleep 0.05; done; exec setpriv --reuid=1001 --regid=1001 --clear-groups sleep 30",
+            go = go.display()
+        ));
+        let uid = |pid: i32| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|u| u.split_whitespace().next().map(String::from))
+        };
+        let comm = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while comm(member) != "jdlmember" {
+            assert!(Instant::now() < deadline, "the member never renamed itself");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let cs = vec![ClassConfig {
+            name: "main".into(),
+            matches: MatchRules { comm: vec!["jdlmember".into()], uid: vec![0], ..Default::default() },
+            rt_runtime_us: Some(10_000),
+            rt_period_us: Some(100_000),
+            ..Default::default()
+        }];
+        let mut c = QosController::new(&cs, QosOpts { rt_backend: Some(joule_qos::RtBackend::Deadline), ..opts() }).unwrap();
+        let j = Journal::open(g.dir.path()).unwrap();
+        c.apply(&j, &RealEffects).unwrap();
+        let dl = SchedAttr { policy: joule_core::effects::SCHED_DEADLINE, priority: 0 };
+        assert_eq!(RealEffects.get_sched(member).unwrap(), dl, "the root member got its reservation");
+        // The user's move: another uid, another program.
+        std::fs::write(&go, "").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while uid(member).as_deref() != Some("1001") || comm(member) != "sleep" {
+            assert!(Instant::now() < deadline, "the member never became uid 1001's sleep: uid {:?}, comm {}", uid(member), comm(member));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The next period's look at the class (a /proc scan and a hold, as the agent's).
+        let r = c.reconcile(&j, &RealEffects).unwrap();
+        assert_eq!(
+            RealEffects.get_sched(member).unwrap(),
+            SchedAttr::OTHER,
+            "uid 1001's sleep kept the SCHED_DEADLINE reservation of a class it is not in; notes: {:?}",
+            r.notes
+        );
+        assert!(r.notes.iter().any(|n| n.contains(&format!("thread {member} left the class"))), "{:?}", r.notes);
+        c.release(&j, &RealEffects).unwrap();
+    }
+    no_leftovers();
+}
+
 #[test]
 #[ignore = "tier 2: root"]
 fn root_sigkill_with_deadline_reservations_then_restore_leaves_no_deadline_thread() {

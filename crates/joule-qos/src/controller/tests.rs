@@ -642,6 +642,53 @@ fn threads_fixture(f: &CgFake, dir: &Path, pid: i32, tids: &[i32]) {
     }
 }
 
+/// Issue 33, item 2: a reservation ends with the membership that earned it. A member's thread
+/// that stops matching (here: it exec'd another program, as a member's child that switched to
+/// another uid and exec'd `sleep` did) gets its old policy back at the next hold; a thread whose
+/// tid was reused meanwhile is another thread and is left alone.
+#[test]
+fn regression_a_deadline_reservation_is_taken_back_when_its_thread_leaves_the_class() {
+    use joule_core::effects::SCHED_DEADLINE;
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    for pid in [500, 600, 700] {
+        proc_fixture(pd.path(), pid, "main");
+        threads_fixture(&f, pd.path(), pid, &[pid]);
+    }
+    let cs = vec![ClassConfig {
+        name: "main".into(),
+        matches: MatchRules { comm: vec!["main".into()], ..Default::default() },
+        rt_runtime_us: Some(100_000),
+        rt_threads: Some(4),
+        ..Default::default()
+    }];
+    let o = QosOpts { rt_backend: Some(crate::RtBackend::Deadline), ..opts(pd.path()) };
+    let mut c = QosController::new_with(&cs, o, &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
+    let dl = SchedAttr { policy: SCHED_DEADLINE, priority: 0 };
+    for t in [500, 600, 700] {
+        assert_eq!(f.fx.get_sched(t).unwrap(), dl, "thread {t}");
+    }
+    // 600 exec's `sleep` (no longer a member); 700 exits and its tid goes to a new thread
+    // (another start time) that is not a member either and already holds SCHED_DEADLINE of its own.
+    proc_fixture(pd.path(), 600, "sleep");
+    proc_fixture(pd.path(), 700, "other");
+    f.fx.files.lock().unwrap().insert("/proc/700/stat".into(), stat_line(700, "other").replace(" 1700\n", " 9999\n"));
+    let members = c.scan_members(&f);
+    let r = c.hold(&j, &f, &members).unwrap();
+    assert_eq!(f.fx.get_sched(600).unwrap(), SchedAttr::OTHER, "600 left the class: its reservation must end");
+    assert!(r.notes.iter().any(|n| n.contains("thread 600 left the class")), "{:?}", r.notes);
+    assert_eq!(f.fx.get_sched(700).unwrap(), dl, "a reused tid is another thread: not joule's to change");
+    assert_eq!(f.fx.get_sched(500).unwrap(), dl, "a member keeps its reservation");
+    // Taken back once: the next hold says nothing more.
+    let r = c.hold(&j, &f, &members).unwrap();
+    assert!(r.notes.is_empty(), "{:?}", r.notes);
+    c.release(&j, &f).unwrap();
+    assert_eq!(f.fx.get_sched(500).unwrap(), SchedAttr::OTHER);
+}
+
 #[test]
 fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release_gives_the_policy_back() {
     use joule_core::effects::SCHED_DEADLINE;
