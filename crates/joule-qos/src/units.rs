@@ -431,14 +431,18 @@ fn admit_rt(classes: &[ClassConfig], env: &AdmissionEnv) -> (Vec<(String, DlBw)>
 
 /// The system unit a process lives in, from its v2 cgroup path, and that unit's cgroup: the
 /// first `.service` or `.scope` component (`/system.slice/nginx.service` -> nginx.service;
-/// below `user@1000.service` everything is the user's manager's, so that unit is the one).
+/// below `user@1000.service` everything is the user's manager's, so that unit is the one),
+/// provided it is where systemd puts units (right below a chain of slices,
+/// `joule_core::config::systemd_unit_at`): a `nginx.service` directory made below a directory
+/// someone was handed is nobody's unit, and acting on the real nginx.service for it would let
+/// them change a unit they do not own (issue 33).
 pub fn unit_of(path: &str) -> Option<(String, String)> {
     let mut dir = String::new();
     for seg in path.split('/').filter(|s| !s.is_empty()) {
         dir.push('/');
         dir.push_str(seg);
         if (seg.ends_with(".service") || seg.ends_with(".scope")) && joule_core::effects::valid_unit_name(seg) {
-            return Some((seg.to_string(), dir));
+            return joule_core::config::systemd_unit_at(&dir, seg).then(|| (seg.to_string(), dir));
         }
     }
     None

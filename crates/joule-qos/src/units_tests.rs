@@ -235,4 +235,8 @@ fn the_unit_of_a_process_is_its_first_service_or_scope() {
     assert_eq!(unit_of("/system.slice/docker-ab12.scope/inner"), Some(("docker-ab12.scope".into(), "/system.slice/docker-ab12.scope".into())));
     assert_eq!(unit_of("/"), None);
     assert_eq!(unit_of("/joule/web"), None);
+    // Issue 33: a `*.service` directory someone made below a directory they were handed is no
+    // unit of systemd's (acting on the real unit of that name would change someone else's).
+    assert_eq!(unit_of("/jx-deleg/nginx.service"), None);
+    assert_eq!(unit_of("/system.slice/x.slice/nginx.service"), None, "x.slice is not a child slice of system.slice");
 }

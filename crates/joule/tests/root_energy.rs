@@ -59,7 +59,7 @@ apply_classes = false
 bpf = false
 [[class]]
 name = "app"
-match = {{ pid = [{pid}] }}
+match = {{ pid = [{pid}], uid = [0] }}
 [energy]
 enabled = true
 model = "inline"

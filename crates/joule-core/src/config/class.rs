@@ -105,9 +105,11 @@ impl ClassConfig {
     }
 
     /// What the class gives its members that other tasks do not have, in words (empty: it
-    /// only takes away, or changes nothing). `elevated`: `[elevate]` schedules this class.
-    /// docs/security.md: a class that grants must be matched by something no user chooses.
-    pub fn grants(&self, elevated: bool) -> Vec<&'static str> {
+    /// only takes away, or changes nothing). `elevated`: `[elevate]` schedules this class;
+    /// `placed`: an `[energy]` target places it (CPUs and a frequency picked for it, a
+    /// bandwidth held for it). docs/security.md: a class that grants must be matched by
+    /// something no user chooses. `Config::grants` gives both from the config.
+    pub fn grants(&self, elevated: bool, placed: bool) -> Vec<&'static str> {
         let mut g = Vec::new();
         if self.rt_runtime_us.is_some_and(|r| r > 0) {
             g.push("RT runtime");
@@ -123,6 +125,9 @@ impl ClassConfig {
         }
         if elevated {
             g.push("elevate's real-time slices");
+        }
+        if placed {
+            g.push("an energy placement target (the CPUs, frequency and bandwidth its target needs)");
         }
         g
     }
@@ -144,14 +149,15 @@ impl MatchRules {
     }
 
     /// The `cgroup`, `unit` and `slice` rules against a task's cgroup paths (each kind given
-    /// must hold for one of them). A unit or slice is matched as a path component outside
-    /// every delegated subtree: a user's own manager may name a unit `nginx.service` too.
+    /// must hold for one of them). A unit or slice is matched only where systemd puts it
+    /// ([`systemd_unit_at`]), outside every delegated subtree: a user's own manager, a delegated
+    /// service's or a container's processes may name a cgroup `nginx.service` too.
     fn cgroups_match(&self, cgroups: impl IntoIterator<Item = impl AsRef<str>>) -> bool {
         if self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() {
             return true;
         }
         let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
-        let has = |names: &[String]| names.is_empty() || paths.iter().any(|p| !delegated(p) && p.split('/').any(|seg| names.iter().any(|n| n == seg)));
+        let has = |names: &[String]| names.is_empty() || paths.iter().any(|p| !delegated(p) && names.iter().any(|n| systemd_unit_at(p, n)));
         (self.cgroup.is_empty() || paths.iter().any(|p| self.cgroup_matches(p))) && has(&self.unit) && has(&self.slice)
     }
 
@@ -209,6 +215,32 @@ impl MatchRules {
             && self.unit.is_empty()
             && self.slice.is_empty()
     }
+}
+
+/// Whether the cgroup `path` is, or lies below, the cgroup systemd gives the unit or slice
+/// `name`: `name` right below a chain of slices from the root, each slice named after the one
+/// above it (`/a.slice/a-b.slice/x.service`), and a slice `name` itself such a link. systemd
+/// delegates only services and scopes (and container managers and administrators hand out
+/// non-slice directories), so whatever lies below a service, a scope or any directory that is not
+/// a slice was made by someone the delegation trusts, not by systemd: a `nginx.service` there is
+/// not the system's nginx (issue 33).
+pub fn systemd_unit_at(path: &str, name: &str) -> bool {
+    let mut above: Option<&str> = None; // the stem of the slice above; None: the root slice
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        let stem = seg.strip_suffix(".slice");
+        let linked = stem.is_some_and(|st| match above {
+            None => !st.is_empty() && !st.contains('-'),
+            Some(up) => st.strip_prefix(up).and_then(|r| r.strip_prefix('-')).is_some_and(|r| !r.is_empty() && !r.contains('-')),
+        });
+        if seg == name {
+            return stem.is_none() || linked;
+        }
+        if !linked {
+            return false;
+        }
+        above = stem;
+    }
+    false
 }
 
 /// Whether a cgroup path lies in a subtree delegated to a user (systemd's `user@UID.service`,
@@ -287,5 +319,37 @@ mod tests {
         assert!(!m.matches(1, "b", None, Some(1001), none), "comm alone is not enough");
         assert!(!m.matches(1, "c", None, Some(0), none), "uid alone is not enough");
         assert!(!m.matches(1, "a", None, None, none), "an unknown uid matches no uid rule");
+    }
+
+    /// Issue 33, item 1: a unit or slice is where systemd puts it, not any path segment of its
+    /// name: a delegated directory's owner can make `audrt.service` below it.
+    #[test]
+    fn regression_a_unit_is_matched_only_where_systemd_puts_it() {
+        use super::systemd_unit_at;
+        for (path, name, want) in [
+            ("/system.slice/audrt.service", "audrt.service", true),
+            ("/system.slice/audrt.service/sub/deeper", "audrt.service", true),
+            ("/init.scope", "init.scope", true),
+            ("/a.slice/a-b.slice/a-b-c.slice/x.service", "x.service", true),
+            ("/a.slice/a-b.slice/x.service", "a-b.slice", true),
+            ("/system.slice", "system.slice", true),
+            // Below a directory root handed out, a delegated service, a container's scope:
+            ("/jx-deleg/audrt.service", "audrt.service", false),
+            ("/system.slice/deleg.service/audrt.service", "audrt.service", false),
+            ("/system.slice/docker-1.scope/system.slice/audrt.service", "audrt.service", false),
+            ("/machine.slice/systemd-nspawn@c.service/payload/system.slice", "system.slice", false),
+            // Slices that are not named after the one above them are not systemd's.
+            ("/a.slice/c-b.slice/x.service", "x.service", false),
+            ("/a-b.slice/x.service", "x.service", false),
+            ("/a.slice/a-b-c.slice/x.service", "x.service", false),
+            ("/a.slice/a-b.slice", "b.slice", false),
+            ("/system.slice/other.service", "audrt.service", false),
+        ] {
+            assert_eq!(systemd_unit_at(path, name), want, "{name} at {path}");
+        }
+        let cfg = Config::parse("[[class]]\nname = \"c\"\nrt_runtime_us = 50000\nmatch = { unit = [\"audrt.service\"] }\n").unwrap();
+        let m = &cfg.classes[0].matches;
+        assert!(m.matches(7, "x", None, Some(0), ["/system.slice/audrt.service"]));
+        assert!(!m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"]), "a delegated directory's audrt.service is not the unit");
     }
 }

@@ -196,10 +196,10 @@ mod tests {
             r#"
             [[class]]
             name = "ftp"
-            match = { comm = ["vsftpd"] }
+            match = { comm = ["vsftpd"], uid = [0] }
             [[class]]
             name = "parsec"
-            match = { comm = ["blackscholes"] }
+            match = { comm = ["blackscholes"], uid = [1000] }
             [energy]
             enabled = true
             model = "file"
@@ -217,6 +217,21 @@ mod tests {
         .unwrap();
         assert_eq!(c.energy.targets.len(), 2);
         assert_eq!(c.energy.policy, super::PlacementPolicyKind::Eas);
+    }
+
+    /// Issue 33: a placement target is a grant (the CPUs, frequency and bandwidth a class's
+    /// target needs), so a class placed by one must be matched by something no user chooses.
+    #[test]
+    fn a_class_an_energy_target_places_must_not_be_matched_by_comm_alone() {
+        let text = |m: &str| {
+            format!(
+                "[[class]]\nname = \"ftp\"\nmatch = {{ {m} }}\n[energy]\nenabled = true\nmodel = \"file\"\nmodel_file = \"deploy/energy/odroid-xu4.toml\"\n[[energy.target]]\nclass = \"ftp\"\nbandwidth_mbit = 100.0\n"
+            )
+        };
+        let e =
+            Config::parse(&text("comm = [\"vsftpd\"]")).err().map(|e| e.iter().map(|p| p.message.clone()).collect::<Vec<_>>().join("\n")).unwrap_or_default();
+        assert!(e.contains("grants an energy placement target") && e.contains("any user can meet"), "{e}");
+        assert!(Config::parse(&text("comm = [\"vsftpd\"], uid = [0]")).is_ok());
     }
 
     #[test]

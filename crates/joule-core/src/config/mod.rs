@@ -11,7 +11,7 @@ mod net;
 mod thermal;
 mod validate;
 
-pub use class::{ClassConfig, MatchRules, ThermalRole, LABELLED_SLICE_US, SLICE_US};
+pub use class::{systemd_unit_at, ClassConfig, MatchRules, ThermalRole, LABELLED_SLICE_US, SLICE_US};
 pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
@@ -186,6 +186,14 @@ fn render(path: &Path, problems: &[Problem]) -> String {
 }
 
 impl Config {
+    /// What `class` grants its members under this config (`ClassConfig::grants`, with whether
+    /// `[elevate]` schedules it and whether an enabled `[energy]` target places it).
+    pub fn grants(&self, class: &ClassConfig) -> Vec<&'static str> {
+        let elevated = self.elevate.enabled() && self.elevate.class == class.name;
+        let placed = self.energy.enabled && self.energy.targets.iter().any(|t| t.class == class.name);
+        class.grants(elevated, placed)
+    }
+
     /// Reads (a regular file of at most [`MAX_CONFIG_BYTES`]), parses and validates a config
     /// file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

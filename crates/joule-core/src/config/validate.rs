@@ -183,7 +183,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
                 );
             }
         }
-        let grants = c.grants(cfg.elevate.enabled() && cfg.elevate.class == c.name);
+        let grants = cfg.grants(c);
         if !grants.is_empty() && !c.matches.is_empty() && !c.matches.unforgeable() {
             bad(
                 &format!("class[{i}].match"),

@@ -1,8 +1,10 @@
 //! Class membership kept from the kernel's process events (joule-bpf's process monitor), for
 //! the agent with eBPF: one walk of /proc at start, then per period only the events since the
 //! last one (`joule_core::membership::ProcessCache`). Events the ring buffer could not hold are
-//! counted by the kernel; any loss costs one walk, counted too (`process_events` in the
-//! snapshot, `joule_membership_*` metrics).
+//! counted by the kernel; a loss costs one walk, at most one every [`MIN_RESYNC_GAP`] however
+//! many events are lost (a user renaming a process in a loop floods the ring buffer: issue 33
+//! measured 149 walks in 15 s), and the walks' count and time are reported (`process_events` in
+//! the snapshot, `joule_membership_*` metrics).
 
 use anyhow::Context;
 use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
@@ -14,7 +16,12 @@ use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The least time between two walks of /proc after lost events: a walk costs in proportion to
+/// the machine's processes, so a flood of events is paid for by at most one walk in this time;
+/// in between the membership is kept from the events that arrived, staler by what was lost.
+pub const MIN_RESYNC_GAP: Duration = Duration::from_secs(5);
 
 /// The agent's membership source, when the config has classes: kept from process events with
 /// eBPF; else a walk of /proc every period when placement or the user-space scheduler follow a
@@ -38,7 +45,7 @@ pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Resul
 /// runs at every syscall's exit (tp_btf/sys_exit: fentry does not attach on the development
 /// kernel), so a config whose classes only take away does without it.
 pub fn watch_creds(cfg: &Config) -> bool {
-    cfg.classes.iter().any(|c| !c.matches.uid.is_empty() || !c.grants(cfg.elevate.enabled() && cfg.elevate.class == c.name).is_empty())
+    cfg.classes.iter().any(|c| !c.matches.uid.is_empty() || !cfg.grants(c).is_empty())
 }
 
 /// The process monitor's ring buffer size in bytes (a power of two, ≥ 4096), for tests that
@@ -51,6 +58,9 @@ pub struct EventMembership {
     classes: Vec<ClassConfig>,
     lost_seen: u64,
     stats: ProcessEvents,
+    /// When /proc was last walked; a loss since then that is still waiting for its walk.
+    walked_at: Instant,
+    pending: bool,
 }
 
 impl EventMembership {
@@ -64,7 +74,7 @@ impl EventMembership {
         let mut cache = ProcessCache::new(procfs, classes, places);
         cache.walk();
         let stats = ProcessEvents { processes: cache.processes(), source: Origin::Ebpf, ..Default::default() };
-        Ok(EventMembership { lost_seen: monitor.lost(), cache, monitor, classes: classes.to_vec(), stats })
+        Ok(EventMembership { lost_seen: monitor.lost(), cache, monitor, classes: classes.to_vec(), stats, walked_at: Instant::now(), pending: false })
     }
 }
 
@@ -110,11 +120,26 @@ impl Source for EventMembership {
         }
         let lost = self.monitor.lost();
         if lost > self.lost_seen {
-            tracing::warn!("the process monitor lost {} event(s): walking /proc again", lost - self.lost_seen);
-            self.cache.walk();
-            self.stats.resyncs_total += 1;
+            if !self.pending && self.walked_at.elapsed() < MIN_RESYNC_GAP {
+                self.stats.resyncs_deferred_total += 1;
+            }
+            self.pending = true;
             self.stats.lost_total = lost;
             self.lost_seen = lost;
+        }
+        if self.pending && self.walked_at.elapsed() >= MIN_RESYNC_GAP {
+            let t0 = Instant::now();
+            self.cache.walk();
+            self.walked_at = Instant::now();
+            self.pending = false;
+            self.stats.resyncs_total += 1;
+            self.stats.resync_seconds_total += self.walked_at.duration_since(t0).as_secs_f64();
+            tracing::warn!(
+                "the process monitor lost events ({} since start): walked /proc again in {:.1} ms (at most one walk every {} s)",
+                lost,
+                self.walked_at.duration_since(t0).as_secs_f64() * 1e3,
+                MIN_RESYNC_GAP.as_secs()
+            );
         }
         self.stats.processes = self.cache.processes();
         let m = self.cache.reading(&RealEffects);

@@ -104,10 +104,10 @@ fn the_agent_policy_holds_its_decision_within_the_hysteresis_and_redecides_past_
         r#"
         [[class]]
         name = "parsec"
-        match = { comm = ["parsec"] }
+        match = { comm = ["parsec"], uid = [0] }
         [[class]]
         name = "ftp"
-        match = { comm = ["ftp"] }
+        match = { comm = ["ftp"], uid = [0] }
         [energy]
         enabled = true
         model = "file"
@@ -238,7 +238,7 @@ fn regression_a_limit_nobody_holds_is_not_counted_on_parsec75_ftp_meets_every_ta
 fn a_target_naming_its_interface_is_held_and_planned_at_its_target_one_without_is_not() {
     let cfg = |interface: &str| {
         Config::parse(&format!(
-            "[[class]]\nname = \"ftp\"\nmatch = {{ comm = [\"ftp\"] }}\n[energy]\nenabled = true\nmodel = \"file\"\nmodel_file = \"x.toml\"\n\
+            "[[class]]\nname = \"ftp\"\nmatch = {{ comm = [\"ftp\"], uid = [0] }}\n[energy]\nenabled = true\nmodel = \"file\"\nmodel_file = \"x.toml\"\n\
              [[energy.target]]\nclass = \"ftp\"\nbandwidth_mbit = 50.0\n{interface}"
         ))
         .unwrap()
