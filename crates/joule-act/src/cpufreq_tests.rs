@@ -11,11 +11,11 @@ use joule_core::journal;
 /// Two CPUs with cpufreq (3 GHz max, 800 MHz min; cpu1 already limited by someone to 2.8
 /// GHz) and a `cpufreq`-less entry that is not a CPU.
 fn tree() -> Arc<FakeEffects> {
-    let mut fx = FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpuidle");
+    let mut fx = FakeEffects::default().with_dir("/sys/devices/system/cpu").with_dir("/sys/devices/system/cpu/cpuidle");
     for (n, cur) in [(0, "3000000"), (1, "2800000")] {
-        let d = format!("/sys/cpu/cpu{n}/cpufreq");
+        let d = format!("/sys/devices/system/cpu/cpu{n}/cpufreq");
         fx = fx
-            .with_dir(format!("/sys/cpu/cpu{n}"))
+            .with_dir(format!("/sys/devices/system/cpu/cpu{n}"))
             .with_dir(d.as_str())
             .with_file(format!("{d}/cpuinfo_max_freq"), "3000000\n")
             .with_file(format!("{d}/cpuinfo_min_freq"), "800000\n")
@@ -39,7 +39,7 @@ fn plan(wants: &[(&str, Option<Vec<usize>>, FreqLimit)]) -> Plan {
 }
 
 fn knob(fx: &FakeEffects, cpu: u32) -> String {
-    fx.file(format!("/sys/cpu/cpu{cpu}/cpufreq/scaling_max_freq")).unwrap().trim().to_string()
+    fx.file(format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_max_freq")).unwrap().trim().to_string()
 }
 
 /// Runs `body` on a started cpufreq actuator over `fx`, journalling in a fresh directory.
@@ -48,7 +48,7 @@ fn with_actuator(fx: &Arc<FakeEffects>, body: impl FnOnce(&mut Actuators, FreqRe
     let journal = Journal::open(jd.path()).unwrap();
     let mut sink = |_: &str, _: serde_json::Value| {};
     let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
-    let a = CpufreqActuator::new("/sys/cpu", fx.clone());
+    let a = CpufreqActuator::new("/sys/devices/system/cpu", fx.clone());
     let requests = a.requests();
     let mut acts = Actuators::new(vec![Box::new(a)]);
     acts.init_all(&mut cx).unwrap();
@@ -65,7 +65,7 @@ fn caps_every_cpu_journalled_first_never_below_min_and_restores_the_original() {
         assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("2550000".into(), "2550000".into()));
         let recs = journal.entries().unwrap();
         assert_eq!(recs.len(), 2);
-        assert_eq!(recs[1].undo, Undo::Write { path: "/sys/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
+        assert_eq!(recs[1].undo, Undo::Write { path: "/sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
         acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(85.0))]), cx);
         acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(10.0))]), cx);
         assert_eq!(knob(&fx, 0), "800000", "never below cpuinfo_min_freq");
@@ -120,7 +120,7 @@ fn three_mechanisms_caps_the_lowest_holds_and_a_nap_wake_restores_only_what_othe
 
 #[test]
 fn without_cpufreq_it_says_so_once_and_does_nothing() {
-    let fx = Arc::new(FakeEffects::default().with_dir("/sys/cpu").with_dir("/sys/cpu/cpu0"));
+    let fx = Arc::new(FakeEffects::default().with_dir("/sys/devices/system/cpu").with_dir("/sys/devices/system/cpu/cpu0"));
     with_actuator(&fx, |acts, nap, cx, journal| {
         let mut p = Plan::default();
         p.push("thermal", Some(owner::CPUFREQ), Want::FreqCap { cpus: None, limit: FreqLimit::Pct(70.0) }, "stage 2");

@@ -5,7 +5,9 @@
 //! The rules, checked at every open (docs/security.md):
 //! - every directory above a private directory is owned by root or by us, and nobody else can
 //!   write it unless it is sticky (/tmp), so no other user can rename or replace anything on the
-//!   way down;
+//!   way down; a symlink on the way is owned by root or us (another user's could be re-pointed
+//!   later); the way is walked one component at a time, each opened relative to the fd of the
+//!   one above it after that one was judged (issue 33);
 //! - the private directory itself is owned by us and writable by nobody else; joule creates it
 //!   0700;
 //! - files in it are opened relative to the directory's fd with `O_NOFOLLOW` (a planted
@@ -47,31 +49,98 @@ fn me() -> u32 {
 const SHARED_WRITE: u32 = 0o022;
 const STICKY: u32 = 0o1000;
 
-/// Checks that no other user can change anything on the way to `dir`: each existing ancestor
-/// (symlinks resolved, as the kernel will when we open it) is owned by root or us and is not
-/// writable by group or others unless sticky.
-fn check_ancestors(dir: &Path) -> Result<(), PrivateError> {
-    // The directory itself is judged by `private_dir`; what is above it here.
-    let mut existing = dir.parent().unwrap_or(Path::new("/"));
-    while !existing.exists() {
-        existing = existing.parent().unwrap_or(Path::new("/"));
+/// Links followed on the way to a private directory before giving up (the kernel's own bound).
+const MAX_LINKS: usize = 40;
+
+/// Opens, component by component from `/` as the kernel resolves it, the directory `parent` a
+/// private directory goes into, creating what is missing (0755) relative to the directory
+/// above it, and returns its fd. Each directory on the way is judged when it is open (owned by
+/// root or us, writable by nobody else unless sticky), and every later step is taken relative
+/// to that fd, so nothing another user changes afterwards (a rename, a link re-pointed) can
+/// send joule elsewhere. A symlink on the way is followed only when root or we own it: one that
+/// another user planted could be re-pointed later, wherever it sits.
+fn open_parent(dir: &Path, parent: &Path) -> Result<OwnedFd, PrivateError> {
+    let open_dir = |at: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(at.map(|f| f.as_raw_fd()), name, flags, Mode::empty())?;
+        // SAFETY: openat returned a new fd that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let judge = |fd: &OwnedFd, at: &Path| -> Result<(), PrivateError> {
+        let st = fstat(fd.as_raw_fd()).map_err(io_err(at))?;
+        judge_on_the_way(dir, at, st.st_uid, st.st_mode)
+    };
+    let mut at = PathBuf::from("/");
+    let mut cur = open_dir(None, &at).map_err(io_err(&at))?;
+    judge(&cur, &at)?;
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = components(parent);
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        let name_path = Path::new(&name);
+        if name == ".." {
+            at.pop();
+        } else {
+            at.push(&name);
+        }
+        let next = match open_dir(Some(&cur), name_path) {
+            Ok(fd) => fd,
+            Err(nix::Error::ENOENT) => match mkdirat(Some(cur.as_raw_fd()), name_path, Mode::from_bits_truncate(0o755)) {
+                Ok(()) | Err(nix::Error::EEXIST) => open_dir(Some(&cur), name_path).map_err(io_err(&at))?,
+                Err(e) => return Err(io_err(&at)(e)),
+            },
+            Err(nix::Error::ELOOP | nix::Error::ENOTDIR) => {
+                // A symlink (or not a directory at all): judged by who owns the link itself.
+                let st = nix::sys::stat::fstatat(Some(cur.as_raw_fd()), name_path, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io_err(&at))?;
+                if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFLNK {
+                    return Err(unsafe_path(dir, format!("{} on its way is not a directory", at.display())));
+                }
+                if st.st_uid != 0 && st.st_uid != me() {
+                    return Err(unsafe_path(dir, format!("{} on its way is a symlink owned by uid {}, who could re-point it", at.display(), st.st_uid)));
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(unsafe_path(dir, format!("more than {MAX_LINKS} symlinks on its way")));
+                }
+                let target = nix::fcntl::readlinkat(Some(cur.as_raw_fd()), name_path).map_err(io_err(&at))?;
+                at.pop();
+                let target = PathBuf::from(target);
+                for c in components(&target).into_iter().rev() {
+                    todo.push_front(c);
+                }
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                    cur = open_dir(None, &at).map_err(io_err(&at))?;
+                }
+                continue;
+            }
+            Err(e) => return Err(io_err(&at)(e)),
+        };
+        judge(&next, &at)?;
+        cur = next;
     }
-    let real = std::fs::canonicalize(existing).map_err(|source| PrivateError::Io { path: existing.to_path_buf(), source })?;
-    for a in real.ancestors() {
-        let md = std::fs::metadata(a).map_err(|source| PrivateError::Io { path: a.to_path_buf(), source })?;
-        judge_on_the_way(dir, a, &md)?;
-    }
-    Ok(())
+    Ok(cur)
+}
+
+/// The names of `p`'s components below `/` (`..` kept, `.` dropped).
+fn components(p: &Path) -> std::collections::VecDeque<std::ffi::OsString> {
+    use std::path::Component;
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `a`, a directory on the way to `dir`: owned by root or us, and writable by nobody else
 /// unless sticky.
-fn judge_on_the_way(dir: &Path, a: &Path, md: &std::fs::Metadata) -> Result<(), PrivateError> {
-    if md.uid() != 0 && md.uid() != me() {
-        return Err(unsafe_path(dir, format!("{} on its way is owned by uid {}, who could replace what is below it", a.display(), md.uid())));
+fn judge_on_the_way(dir: &Path, a: &Path, uid: u32, mode: u32) -> Result<(), PrivateError> {
+    if uid != 0 && uid != me() {
+        return Err(unsafe_path(dir, format!("{} on its way is owned by uid {uid}, who could replace what is below it", a.display())));
     }
-    if md.mode() & SHARED_WRITE != 0 && md.mode() & STICKY == 0 {
-        return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), md.mode() & 0o7777)));
+    if mode & SHARED_WRITE != 0 && mode & STICKY == 0 {
+        return Err(unsafe_path(dir, format!("{} on its way is writable by others (mode {:o}) and not sticky", a.display(), mode & 0o7777)));
     }
     Ok(())
 }
@@ -85,31 +154,35 @@ pub fn trusted_dir(dir: &Path) -> Result<(), PrivateError> {
         if md.file_type().is_symlink() {
             return Err(unsafe_path(dir, format!("{} on its way is a symlink", a.display())));
         }
-        judge_on_the_way(dir, a, &md)?;
+        judge_on_the_way(dir, a, md.uid(), md.mode())?;
     }
     Ok(())
 }
 
 /// A directory only we write, created 0700 (with its missing parents, 0755) when missing;
 /// returns an fd to open files in it with [`open_in`]. Refuses a directory owned by another
-/// user, writable by group or others, a symlink, or one below a directory another user
-/// controls.
+/// user, writable by group or others, a symlink, or one below a directory or a symlink another
+/// user controls. The way down is judged and walked one component at a time by fd
+/// ([`open_parent`]), never resolved by path again.
 pub fn private_dir(dir: &Path) -> Result<OwnedFd, PrivateError> {
     if !dir.is_absolute() {
         return Err(unsafe_path(dir, "a private directory must be an absolute path"));
     }
-    check_ancestors(dir)?;
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| PrivateError::Io { path: parent.to_path_buf(), source })?;
-    }
-    match mkdirat(None, dir, Mode::from_bits_truncate(0o700)) {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(unsafe_path(dir, "a private directory needs a name below /"));
+    };
+    let parent_fd = open_parent(dir, parent)?;
+    match mkdirat(Some(parent_fd.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
         Ok(()) | Err(nix::Error::EEXIST) => {}
         Err(e) => return Err(io_err(dir)(e)),
     }
-    let fd = openat(None, dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| match e {
-        nix::Error::ELOOP | nix::Error::ENOTDIR => unsafe_path(dir, "it is a symlink or not a directory"),
-        e => io_err(dir)(e),
-    })?;
+    let fd =
+        openat(Some(parent_fd.as_raw_fd()), name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
+            match e {
+                nix::Error::ELOOP | nix::Error::ENOTDIR => unsafe_path(dir, "it is a symlink or not a directory"),
+                e => io_err(dir)(e),
+            }
+        })?;
     // SAFETY: openat returned a new fd that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let st = fstat(fd.as_raw_fd()).map_err(io_err(dir))?;

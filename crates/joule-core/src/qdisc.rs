@@ -58,8 +58,9 @@ mod tests {
 
     const NS: &str = "/proc/1/task/2/ns/net";
 
-    fn fq() -> Qdisc {
-        Qdisc::new("fq", tc_handle(0x4a, 0), TC_H_ROOT).with_option(QdiscOption::u32(1, 4321))
+    /// A root qdisc of joule's kind (the restore replays only the kinds joule puts).
+    fn ours() -> Qdisc {
+        Qdisc::new("htb", tc_handle(0x4a, 0), TC_H_ROOT).with_option(QdiscOption::u32(1, 4321))
     }
 
     #[test]
@@ -71,11 +72,11 @@ mod tests {
         // The journal must hold the undo even when the change itself is refused.
         fx.fail_calls("qdisc replace", libc::EPERM);
         let j = Journal::open(jdir.path()).unwrap();
-        assert!(matches!(replace_root(&fx, &j, "net", ns, "veth0", &fq()), Err(QdiscError::Io { .. })));
+        assert!(matches!(replace_root(&fx, &j, "net", ns, "veth0", &ours()), Err(QdiscError::Io { .. })));
         assert_eq!(journal::entries(jdir.path()).unwrap().len(), 1);
         fx.fail.lock().unwrap().clear();
-        replace_root(&fx, &j, "net", ns, "veth0", &fq()).unwrap();
-        assert_eq!(fx.qdiscs(ns, 4).unwrap(), vec![fq()]);
+        replace_root(&fx, &j, "net", ns, "veth0", &ours()).unwrap();
+        assert_eq!(fx.qdiscs(ns, 4).unwrap(), vec![ours()]);
         let r = journal::Journal::open(jdir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
         assert_eq!((r.undone, r.already_gone, r.failed.len()), (1, 1, 0), "{r:?}");
         assert_eq!(fx.qdiscs(ns, 4).unwrap(), vec![Qdisc::new("noqueue", 0, TC_H_ROOT)]);
@@ -89,9 +90,9 @@ mod tests {
         fx.replace_qdisc(None, 2, &Qdisc::new("htb", tc_handle(1, 0), TC_H_ROOT)).unwrap();
         fx.log.lock().unwrap().clear();
         let j = Journal::open(jdir.path()).unwrap();
-        let e = replace_root(&fx, &j, "net", None, "eth0", &fq()).unwrap_err();
+        let e = replace_root(&fx, &j, "net", None, "eth0", &ours()).unwrap_err();
         assert!(matches!(&e, QdiscError::NotDefault { kind, .. } if kind == "htb"), "{e}");
-        let no_handle = Qdisc::new("fq", 0, TC_H_ROOT);
+        let no_handle = Qdisc::new("htb", 0, TC_H_ROOT);
         assert!(matches!(replace_root(&fx, &j, "net", None, "eth0", &no_handle), Err(QdiscError::Spec)));
         assert!(fx.calls().is_empty());
         assert!(journal::entries(jdir.path()).unwrap().is_empty());
@@ -102,7 +103,7 @@ mod tests {
         let fx = FakeEffects::default();
         fx.add_link(None, 2, "eth0", "pfifo_fast");
         fx.replace_qdisc(None, 2, &Qdisc::new("htb", tc_handle(1, 0), TC_H_ROOT)).unwrap();
-        let ours = fq();
+        let ours = ours();
         let jdir = tempfile::tempdir().unwrap();
         let j = Journal::open(jdir.path()).unwrap();
         let undo = |ifname: &str, ifindex, handle, kind: &str| Undo::QdiscDelete {

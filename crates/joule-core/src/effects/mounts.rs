@@ -79,7 +79,10 @@ impl Mounts for RealEffects {
     fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
         use nix::mount::MsFlags;
         let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-        nix::mount::mount(Some(fstype), target, Some(fstype), flags, None::<&str>)?;
+        // Only root may enter what joule mounts (bpffs's root is 1777 by default: any user could
+        // make a directory there and keep it mounted, or squat joule's pin dir; issue 33), as
+        // systemd mounts bpffs.
+        nix::mount::mount(Some(fstype), target, Some(fstype), flags, Some("mode=0700"))?;
         Ok(())
     }
     fn unmount(&self, target: &Path) -> io::Result<()> {
@@ -97,7 +100,19 @@ impl Mounts for FakeEffects {
             return Err(not_found(path.display()));
         }
         let mounts = self.mounts.lock().unwrap();
-        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(CGROUP2_SUPER_MAGIC, |(_, t)| *t))
+        // Unmounted paths are on what a machine has there: sysfs under /sys (cgroups below
+        // /sys/fs/cgroup), procfs under /proc, and a cgroup filesystem anywhere else (tests'
+        // cgroup roots).
+        let default = if path.starts_with("/sys/fs/cgroup") {
+            CGROUP2_SUPER_MAGIC
+        } else if path.starts_with("/sys") {
+            SYSFS_MAGIC
+        } else if path.starts_with("/proc") {
+            PROC_SUPER_MAGIC
+        } else {
+            CGROUP2_SUPER_MAGIC
+        };
+        Ok(mounts.iter().filter(|(m, _)| path.starts_with(m)).max_by_key(|(m, _)| m.as_os_str().len()).map_or(default, |(_, t)| *t))
     }
     fn mount(&self, fstype: &str, target: &Path) -> io::Result<()> {
         self.act(format!("mount {fstype} {}", target.display()), || {
@@ -127,10 +142,10 @@ mod tests {
     #[test]
     fn a_path_is_on_its_longest_mount_and_unmounting_twice_is_einval() {
         let fx = FakeEffects::default().with_dir("/sys").with_dir("/sys/fs/bpf").with_file("/sys/fs/bpf/x", "");
-        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), CGROUP2_SUPER_MAGIC);
+        assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), SYSFS_MAGIC, "unmounted: sysfs, as on a machine");
         fx.mount("bpf", Path::new("/sys/fs/bpf")).unwrap();
         assert_eq!(fx.fs_magic(Path::new("/sys/fs/bpf/x")).unwrap(), BPF_FS_MAGIC);
-        assert_eq!(fx.fs_magic(Path::new("/sys")).unwrap(), CGROUP2_SUPER_MAGIC);
+        assert_eq!(fx.fs_magic(Path::new("/sys")).unwrap(), SYSFS_MAGIC);
         assert_eq!(fx.mount("ext4", Path::new("/sys")).unwrap_err().raw_os_error(), Some(libc::ENODEV));
         fx.unmount(Path::new("/sys/fs/bpf")).unwrap();
         assert_eq!(fx.unmount(Path::new("/sys/fs/bpf")).unwrap_err().raw_os_error(), Some(libc::EINVAL));

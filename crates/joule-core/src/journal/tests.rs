@@ -3,20 +3,20 @@
 
 use super::undo::CGROUP_BUSY_PATIENCE;
 use super::*;
-use crate::effects::{FakeEffects, Mounts, Sched};
+use crate::effects::{FakeEffects, Mounts, Sched, CGROUP2_SUPER_MAGIC};
 use std::fs::OpenOptions;
 use std::time::{Duration, Instant};
 
 #[test]
 fn replays_newest_first_and_empties_the_journal() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default().with_file("/k/knob", "changed-twice");
+    let fx = FakeEffects::default().with_file("/k/cpu.max", "changed-twice");
     let j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::Write { path: "/k/knob".into(), old: "original".into() }).unwrap();
-    j.record("t", Undo::Write { path: "/k/knob".into(), old: "changed-once".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/k/cpu.max".into(), old: "original".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/k/cpu.max".into(), old: "changed-once".into() }).unwrap();
     let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!(r.undone, 2);
-    assert_eq!(fx.file("/k/knob").as_deref(), Some("original"));
+    assert_eq!(fx.file("/k/cpu.max").as_deref(), Some("original"));
     assert!(entries(dir.path()).unwrap().is_empty());
 }
 
@@ -113,17 +113,17 @@ fn v1_moves_threads_one_by_one_through_tasks() {
 #[test]
 fn restore_owner_leaves_other_owners_records_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default().with_file("/a", "new").with_file("/b", "new").with_file("/c", "new");
+    let fx = FakeEffects::default().with_file("/a/cpu.max", "new").with_file("/b/cpu.max", "new").with_file("/c/cpu.max", "new");
     let j = Journal::open(dir.path()).unwrap();
-    j.record("thermal", Undo::Write { path: "/a".into(), old: "a0".into() }).unwrap();
-    j.record("qos", Undo::Write { path: "/b".into(), old: "b0".into() }).unwrap();
-    j.record("thermal", Undo::Write { path: "/c".into(), old: "c0".into() }).unwrap();
+    j.record("thermal", Undo::Write { path: "/a/cpu.max".into(), old: "a0".into() }).unwrap();
+    j.record("qos", Undo::Write { path: "/b/cpu.max".into(), old: "b0".into() }).unwrap();
+    j.record("thermal", Undo::Write { path: "/c/cpu.max".into(), old: "c0".into() }).unwrap();
     let r = Journal::open(dir.path()).and_then(|j| j.restore_owner("qos", &fx)).unwrap();
     assert_eq!(r.undone, 1);
-    assert_eq!(fx.file("/b").as_deref(), Some("b0"));
-    assert_eq!(fx.file("/a").as_deref(), Some("new"));
+    assert_eq!(fx.file("/b/cpu.max").as_deref(), Some("b0"));
+    assert_eq!(fx.file("/a/cpu.max").as_deref(), Some("new"));
     let left: Vec<_> = entries(dir.path()).unwrap().into_iter().map(|e| e.undo).collect();
-    assert_eq!(left, vec![Undo::Write { path: "/a".into(), old: "a0".into() }, Undo::Write { path: "/c".into(), old: "c0".into() }]);
+    assert_eq!(left, vec![Undo::Write { path: "/a/cpu.max".into(), old: "a0".into() }, Undo::Write { path: "/c/cpu.max".into(), old: "c0".into() }]);
 }
 
 #[test]
@@ -192,16 +192,16 @@ fn torn_last_line_is_ignored() {
 #[test]
 fn failed_records_stay_for_a_retry() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default().with_file("/ro/knob", "new").with_file("/rw/knob", "new");
+    let fx = FakeEffects::default().with_file("/ro/cpu.max", "new").with_file("/rw/cpu.max", "new");
     fx.read_only.lock().unwrap().push("/ro".into());
     let j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::Write { path: "/ro/knob".into(), old: "old".into() }).unwrap();
-    j.record("t", Undo::Write { path: "/rw/knob".into(), old: "old".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/ro/cpu.max".into(), old: "old".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/rw/cpu.max".into(), old: "old".into() }).unwrap();
     let r = Journal::open(dir.path()).and_then(|j| j.restore_all(&fx)).unwrap();
     assert_eq!((r.undone, r.failed.len()), (1, 1));
     let left = entries(dir.path()).unwrap();
     assert_eq!(left.len(), 1);
-    assert_eq!(left[0].undo, Undo::Write { path: "/ro/knob".into(), old: "old".into() });
+    assert_eq!(left[0].undo, Undo::Write { path: "/ro/cpu.max".into(), old: "old".into() });
 }
 
 #[test]
@@ -213,10 +213,10 @@ fn a_process_holds_one_journal_per_directory_and_its_clones_share_it() {
     let other = tempfile::tempdir().unwrap();
     assert!(!a.same(&Journal::open(other.path()).unwrap()));
     // A record through one handle is replayed through the other.
-    let fx = FakeEffects::default().with_file("/k", "new");
-    b.clone().record("t", Undo::Write { path: "/k".into(), old: "old".into() }).unwrap();
+    let fx = FakeEffects::default().with_file("/k/cpu.weight", "new");
+    b.clone().record("t", Undo::Write { path: "/k/cpu.weight".into(), old: "old".into() }).unwrap();
     assert_eq!(a.restore_all(&fx).unwrap().undone, 1);
-    assert_eq!(fx.file("/k").as_deref(), Some("old"));
+    assert_eq!(fx.file("/k/cpu.weight").as_deref(), Some("old"));
     drop((a, b));
     // Once every handle is gone, the next open is a fresh one (the records stay in the file).
     assert!(Journal::open(dir.path()).unwrap().entries().unwrap().is_empty());
@@ -225,19 +225,19 @@ fn a_process_holds_one_journal_per_directory_and_its_clones_share_it() {
 #[test]
 fn a_corrupt_line_is_reported_and_skipped_and_the_records_around_it_replayed() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default().with_file("/k/a", "new").with_file("/k/b", "new");
+    let fx = FakeEffects::default().with_file("/k/a/cpu.max", "new").with_file("/k/b/cpu.max", "new");
     let j = Journal::open(dir.path()).unwrap();
-    j.record("t", Undo::Write { path: "/k/a".into(), old: "old".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/k/a/cpu.max".into(), old: "old".into() }).unwrap();
     let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
     f.write_all(b"{\"owner\":\"t\",\"op\":\"format_disk\"}\nnot json at all\n").unwrap();
     f.write_all(&vec![b'x'; 70 * 1024]).unwrap();
     f.write_all(b"\n").unwrap();
-    j.record("t", Undo::Write { path: "/k/b".into(), old: "old".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/k/b/cpu.max".into(), old: "old".into() }).unwrap();
     assert_eq!(entries(dir.path()).unwrap().len(), 2, "the valid records are read");
     let r = j.restore_all(&fx).unwrap();
     assert_eq!((r.undone, r.failed.len(), r.skipped.len()), (2, 0, 3), "{:?}", r.skipped);
     assert!(r.skipped[0].contains("line 2") && r.skipped[1].contains("line 3") && r.skipped[2].contains("line 4: longer than"), "{:?}", r.skipped);
-    assert_eq!((fx.file("/k/a").unwrap(), fx.file("/k/b").unwrap()), ("old".to_string(), "old".to_string()));
+    assert_eq!((fx.file("/k/a/cpu.max").unwrap(), fx.file("/k/b/cpu.max").unwrap()), ("old".to_string(), "old".to_string()));
     assert_eq!(std::fs::read_to_string(j.path()).unwrap(), "", "the bad lines are gone with the replayed ones");
 }
 
@@ -280,15 +280,15 @@ fn records_joule_cannot_have_written_are_skipped_not_acted_on() {
 #[test]
 fn compaction_drops_records_of_exited_tasks_and_repeats_and_keeps_the_rest_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("alive", 100)).with_file("/k/knob", "new");
+    let fx = FakeEffects::default().with_file("/proc/7/stat", &stat("alive", 100)).with_file("/k/cpu.max", "new");
     let j = Journal::open(dir.path()).unwrap();
-    let knob = Undo::Write { path: "/k/knob".into(), old: "first".into() };
+    let knob = Undo::Write { path: "/k/cpu.max".into(), old: "first".into() };
     j.record("t", knob.clone()).unwrap();
     j.record("t", Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(100) }).unwrap();
     j.record("t", Undo::MoveTask { pid: 8, procs_file: "/cg/cgroup.procs".into(), started: Some(5) }).unwrap(); // exited
     j.record("t", Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(99) }).unwrap(); // an older 7
     j.record("t", knob.clone()).unwrap(); // a repeat
-    j.record("t", Undo::Write { path: "/k/knob".into(), old: "second".into() }).unwrap();
+    j.record("t", Undo::Write { path: "/k/cpu.max".into(), old: "second".into() }).unwrap();
     assert_eq!(j.compact(&fx).unwrap(), 3);
     let left: Vec<Undo> = entries(dir.path()).unwrap().into_iter().map(|e| e.undo).collect();
     assert_eq!(
@@ -296,12 +296,12 @@ fn compaction_drops_records_of_exited_tasks_and_repeats_and_keeps_the_rest_in_or
         [
             knob,
             Undo::MoveTask { pid: 7, procs_file: "/cg/cgroup.procs".into(), started: Some(100) },
-            Undo::Write { path: "/k/knob".into(), old: "second".into() }
+            Undo::Write { path: "/k/cpu.max".into(), old: "second".into() }
         ]
     );
     assert_eq!(j.compact(&fx).unwrap(), 0, "nothing more to drop");
     j.restore_all(&fx).unwrap();
-    assert_eq!(fx.file("/k/knob").as_deref(), Some("first"), "the replay ends where it would have");
+    assert_eq!(fx.file("/k/cpu.max").as_deref(), Some("first"), "the replay ends where it would have");
 }
 
 #[test]
@@ -348,4 +348,71 @@ fn a_task_forked_inside_a_class_goes_back_where_its_moved_ancestor_came_from() {
         ["write /cg/system.slice/web.service/cgroup.procs 50", "write /cg/system.slice/web.service/cgroup.procs 51", "write /cg/cgroup.procs 60"],
         "the parent back by its record, its child after it, the stranger to the root"
     );
+}
+
+/// Issue 33, item 5: a root process moved out of a root-only cgroup exits, a user's process gets
+/// its pid, is moved into a class itself (a record of its own, another start time) and forks
+/// there. Emptying the class sends the user's child where *its* parent came from, never to the
+/// root-only cgroup the earlier owner of the pid came from.
+#[test]
+fn regression_an_ancestor_counts_only_while_its_pid_is_the_process_of_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let stat_of = |pid: i32, ppid: i32, start: u64| format!("{pid} (w) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
+    let fx = FakeEffects::default()
+        .with_dir("/cg")
+        .with_file("/cg/cgroup.procs", "")
+        .with_dir("/cg/root-only")
+        .with_file("/cg/root-only/cgroup.procs", "")
+        .with_dir("/cg/user")
+        .with_file("/cg/user/cgroup.procs", "")
+        .with_dir("/cg/joule/cap")
+        .with_file("/cg/joule/cap/cgroup.procs", "")
+        // pid 70 is now the user's process (started at 900); its child 71.
+        .with_file("/proc/70/stat", &stat_of(70, 1, 900))
+        .with_file("/proc/71/stat", &stat_of(71, 70, 910))
+        .with_file("/proc/71/status", "Name:\tw\nTgid:\t71\n");
+    let j = Journal::open(dir.path()).unwrap();
+    j.record("qos", Undo::RemoveDir { path: "/cg/joule/cap".into(), evacuate_to: Some("/cg/cgroup.procs".into()) }).unwrap();
+    // Root's process 70 (started at 700) came from the root-only cgroup, and exited.
+    j.record("qos", Undo::MoveTask { pid: 70, procs_file: "/cg/root-only/cgroup.procs".into(), started: Some(700) }).unwrap();
+    // The user's process that got pid 70 came from the user's cgroup.
+    j.record("qos", Undo::MoveTask { pid: 70, procs_file: "/cg/user/cgroup.procs".into(), started: Some(900) }).unwrap();
+    fx.then_reads("/cg/joule/cap/cgroup.procs", &["71\n"]);
+    j.restore_all(&fx).unwrap();
+    let writes: Vec<String> = fx.calls().into_iter().filter(|c| c.starts_with("write")).collect();
+    assert!(!writes.iter().any(|w| w.starts_with("write /cg/root-only/")), "a user's process went into the root-only cgroup: {writes:?}");
+    assert!(writes.contains(&"write /cg/user/cgroup.procs 71".to_string()), "{writes:?}");
+}
+
+/// Issue 33's lower items: a record joule could not have written is skipped, not acted on —
+/// any cgroup file but the knobs joule sets (`release_agent` is a program the kernel runs as
+/// root, `devices.allow` opens devices), a filesystem joule does not mount, a qdisc kind it
+/// does not put, an affinity with no CPU.
+#[test]
+fn regression_records_of_cgroup_files_mounts_qdiscs_and_affinities_joule_never_makes_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default()
+        .with_file("/cg/release_agent", "")
+        .with_file("/cg/x/devices.allow", "")
+        .with_file("/cg/x/cpu.max", "max 100000")
+        .with_file("/proc/7/stat", &stat("user", 100));
+    fx.affinity.lock().unwrap().insert(7, vec![0]);
+    let j = Journal::open(dir.path()).unwrap();
+    for u in [
+        Undo::Write { path: "/cg/release_agent".into(), old: "/tmp/evil".into() },
+        Undo::Write { path: "/cg/x/devices.allow".into(), old: "a *:* rwm".into() },
+        Undo::Unmount { path: "/cg".into(), magic: CGROUP2_SUPER_MAGIC },
+        Undo::QdiscDelete { netns: None, ifname: "eth0".into(), ifindex: 2, parent: 0xffff_ffff, handle: 0, kind: "fq_codel".into() },
+        Undo::Affinity { tid: 7, old_cpus: vec![], started: Some(100) },
+    ] {
+        j.record("t", u).unwrap();
+    }
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.skipped.len()), (0, 5), "{:?}", r.skipped);
+    assert_eq!((fx.file("/cg/release_agent").as_deref(), fx.file("/cg/x/devices.allow").as_deref()), (Some(""), Some("")));
+    assert!(fx.calls().is_empty(), "nothing acted on: {:?}", fx.calls());
+    // A knob joule sets goes ahead.
+    j.record("t", Undo::Write { path: "/cg/x/cpu.max".into(), old: "30000 100000".into() }).unwrap();
+    assert_eq!(j.restore_all(&fx).unwrap().undone, 1);
+    assert_eq!(fx.file("/cg/x/cpu.max").as_deref(), Some("30000 100000"));
 }

@@ -4,7 +4,7 @@
 use super::{same_task, RestoreReport, Undo};
 use crate::effects::{
     valid_unit_name, Effects, Freezer, PseudoFs, BPF_FS_MAGIC, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, FREEZE_SETTLE, PROC_SUPER_MAGIC, SYSFS_MAGIC,
-    UNIT_PROPERTIES,
+    TRACEFS_MAGIC, UNIT_PROPERTIES,
 };
 use std::collections::BTreeSet;
 use std::io;
@@ -58,6 +58,31 @@ pub(super) enum Outcome {
 ///
 /// `Ok(None)`: fine; `Ok(Some(why))`: refused; Err: the target could not be looked at
 /// (`NotFound`: gone).
+/// The qdisc kinds joule puts (`netlimit`: an HTB root and a clsact for its classifier).
+const QDISC_KINDS: &[&str] = &["htb", "clsact"];
+
+/// CPUs an affinity may name (the kernel's `NR_CPUS` limit on the distributions' kernels).
+const MAX_CPUS: usize = 8192;
+
+/// The cgroup files joule writes (the `Write` records a replay may act on there).
+const CGROUP_KNOBS: &[&str] = &[
+    "cpu.max",
+    "cpu.max.burst",
+    "cpu.weight",
+    "cpu.idle",
+    "cpu.shares",
+    "cpu.cfs_quota_us",
+    "cpu.cfs_period_us",
+    "cpu.cfs_burst_us",
+    "cpu.rt_runtime_us",
+    "cpu.rt_period_us",
+    "cpuset.cpus",
+    "cpuset.mems",
+    "cgroup.subtree_control",
+    "cgroup.freeze",
+    "freezer.state",
+];
+
 pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String>> {
     let on = |path: &Path| -> io::Result<(PathBuf, i64)> { Ok((fx.resolve(path)?, fx.fs_magic(path)?)) };
     let cgroup = |m: i64| m == CGROUP_SUPER_MAGIC || m == CGROUP2_SUPER_MAGIC;
@@ -70,7 +95,11 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
             let sysctl = m == PROC_SUPER_MAGIC
                 && real.starts_with("/proc/sys/kernel")
                 && real.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("sched_"));
-            (!(cgroup(m) || sysfs_knob || sysctl)).then(|| format!("{} is no cgroup, CPU or sched knob joule writes", real.display()))
+            // On a cgroup filesystem only the knobs joule sets: not `release_agent` (a program
+            // the kernel runs as root), `devices.allow`, `cgroup.procs` (moves have their own
+            // record, pinned by start time) or any other file there (issue 33).
+            let cgroup_knob = cgroup(m) && real.file_name().and_then(|n| n.to_str()).is_some_and(|n| CGROUP_KNOBS.contains(&n));
+            (!(cgroup_knob || sysfs_knob || sysctl)).then(|| format!("{} is no cgroup, CPU or sched knob joule writes", real.display()))
         }
         Undo::MoveTask { procs_file, started, .. } => {
             let (real, m) = on(procs_file)?;
@@ -117,7 +146,18 @@ pub(super) fn refusal(undo: &Undo, fx: &dyn Effects) -> io::Result<Option<String
         Undo::ThawUnit { unit } => (!valid_unit_name(unit)).then(|| format!("joule freezes only services, slices and scopes, not {unit:?}")),
         // A slice is no privilege: any user may set their own threads' (sched_setattr(2)).
         // Only units named joule-gate-*, which only root can start (system manager).
-        Undo::Affinity { .. } | Undo::Slice { .. } | Undo::Unmount { .. } | Undo::QdiscDelete { .. } | Undo::StopGates => None,
+        // What joule mounts, the qdiscs it puts, an affinity a thread can run with (issue 33:
+        // these were replayed unchecked).
+        Undo::Unmount { magic, .. } => {
+            (*magic != BPF_FS_MAGIC && *magic != TRACEFS_MAGIC).then(|| format!("joule mounts only bpffs and tracefs, not filesystem magic {magic:#x}"))
+        }
+        Undo::QdiscDelete { kind, .. } => {
+            (!QDISC_KINDS.contains(&kind.as_str())).then(|| format!("joule puts only {} qdiscs, not {kind:?}", QDISC_KINDS.join(" and ")))
+        }
+        Undo::Affinity { old_cpus, .. } if old_cpus.is_empty() || old_cpus.iter().any(|&c| c >= MAX_CPUS) => {
+            Some(format!("{old_cpus:?} is no CPU set a thread can run on"))
+        }
+        Undo::Affinity { .. } | Undo::Slice { .. } | Undo::StopGates => None,
     };
     Ok(why)
 }
@@ -138,19 +178,21 @@ fn gone_ok(r: io::Result<()>) -> io::Result<Outcome> {
 /// MoveTask records): a process forked inside a class cgroup after its ancestor was moved there
 /// (a reload's new workers) has no record of its own, and goes back where that ancestor came
 /// from when the class cgroup is emptied, not to the hierarchy's root (outside every systemd
-/// unit).
+/// unit). Each record keeps its process's start time: an ancestor counts only while its pid is
+/// still the process the record was made for, so a pid another user got meanwhile sends
+/// nobody where the earlier process came from (issue 33).
 #[derive(Debug, Default)]
-pub(super) struct Origins(std::collections::HashMap<i32, Vec<PathBuf>>);
+pub(super) struct Origins(std::collections::HashMap<i32, Vec<(Option<u64>, PathBuf)>>);
 
 /// How far up a task's parents `Origins` looks for a moved ancestor.
 const MAX_HOPS: usize = 64;
 
 impl Origins {
     pub(super) fn of<'a>(undos: impl IntoIterator<Item = &'a Undo>) -> Origins {
-        let mut m: std::collections::HashMap<i32, Vec<PathBuf>> = std::collections::HashMap::new();
+        let mut m: std::collections::HashMap<i32, Vec<(Option<u64>, PathBuf)>> = std::collections::HashMap::new();
         for u in undos {
-            if let Undo::MoveTask { pid, procs_file, .. } = u {
-                m.entry(*pid).or_default().push(procs_file.clone());
+            if let Undo::MoveTask { pid, procs_file, started } = u {
+                m.entry(*pid).or_default().push((*started, procs_file.clone()));
             }
         }
         Origins(m)
@@ -166,7 +208,14 @@ impl Origins {
         let root = root_procs.parent()?;
         let magic = fx.fs_magic(dir).ok();
         let pick = |pid: i32| -> Option<PathBuf> {
-            self.0.get(&pid)?.iter().find(|f| f.starts_with(root) && f.parent().and_then(|d| fx.fs_magic(d).ok()) == magic && fx.exists(f)).cloned()
+            let records = self.0.get(&pid)?;
+            let now = super::start_time(fx, pid);
+            records
+                .iter()
+                .filter(|(started, _)| started.is_some() && *started == now)
+                .map(|(_, f)| f)
+                .find(|f| f.starts_with(root) && f.parent().and_then(|d| fx.fs_magic(d).ok()) == magic && fx.exists(f))
+                .cloned()
         };
         let proc_root = Path::new("/proc");
         let tgid = crate::procfs::Status::read(fx, proc_root, id).and_then(|s| s.tgid()).unwrap_or(id);
