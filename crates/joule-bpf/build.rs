@@ -1,7 +1,7 @@
 //! Builds the BPF side, one program per entry of PROGS: a libbpf-rs skeleton of
 //! src/bpf/<name>.bpf.c (clang-16, -mcpu=v3, CO-RE against the checked-in
 //! src/bpf/vmlinux/<arch>/vmlinux.h of the target architecture, x86_64 or aarch64, see
-//! scripts/gen-vmlinux.sh; what differs between them in C is src/bpf/arch.h), and the Rust
+//! scripts/gen-vmlinux.sh; the C itself is the same for both), and the Rust
 //! bindings of the one shared src/bpf/intf.h (bindgen). Nothing here depends on the build
 //! machine's kernel or architecture: a cross build compiles the same programs.
 use libbpf_cargo::SkeletonBuilder;

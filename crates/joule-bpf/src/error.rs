@@ -18,6 +18,8 @@ pub enum BpfError {
     ScxConfig(String),
     #[error("{path} is already pinned (another joule agent is running, or a crashed one left it: run `joule restore`)")]
     AlreadyPinned { path: PathBuf },
+    #[error("refusing to pin in {path}: {why}; remove it (`rm -r {path}`) and start joule again")]
+    Untrusted { path: PathBuf, why: String },
     #[error("recording the undo before pinning: {0}")]
     Journal(#[from] joule_core::journal::JournalError),
     #[error("the feed program rejected the reading: {0}")]

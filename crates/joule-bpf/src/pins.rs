@@ -19,6 +19,9 @@ use std::sync::Mutex;
 /// The privileged side effects of pinning.
 pub trait PinEffects {
     fn exists(&self, path: &Path) -> bool;
+    /// Who owns `path` and its mode bits with the file type (`lstat`: a symlink is itself).
+    fn owner_mode(&self, path: &Path) -> io::Result<(u32, u32)>;
+    /// Creates a directory only its owner can enter (0700).
     fn create_dir(&self, path: &Path) -> io::Result<()>;
     /// Pins the BPF object behind `fd` at `path` (BPF_OBJ_PIN): it then outlives this process
     /// until the pin is removed. EEXIST when something is there already.
@@ -37,8 +40,14 @@ impl PinEffects for RealPinEffects {
     fn exists(&self, path: &Path) -> bool {
         path.exists()
     }
+    fn owner_mode(&self, path: &Path) -> io::Result<(u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        let md = path.symlink_metadata()?;
+        Ok((md.uid(), md.mode()))
+    }
     fn create_dir(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir(path)
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(path)
     }
     fn pin(&self, fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
         let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -69,6 +78,8 @@ pub struct FakePinEffects {
     pub log: Mutex<Vec<String>>,
     /// Pinning at this path fails with EPERM (a bpffs that refuses, an LSM that says no).
     pub refuse_pin: Mutex<Option<PathBuf>>,
+    /// (uid, mode) of paths another user made; every other path is a 0700 directory of ours.
+    pub owners: Mutex<std::collections::BTreeMap<PathBuf, (u32, u32)>>,
 }
 
 #[cfg(test)]
@@ -107,6 +118,14 @@ impl FakePinEffects {
 impl PinEffects for FakePinEffects {
     fn exists(&self, path: &Path) -> bool {
         self.paths.lock().unwrap().contains(path)
+    }
+    fn owner_mode(&self, path: &Path) -> io::Result<(u32, u32)> {
+        if !self.exists(path) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        Ok(self.owners.lock().unwrap().get(path).copied().unwrap_or((me, libc::S_IFDIR | 0o700)))
     }
     fn create_dir(&self, path: &Path) -> io::Result<()> {
         self.apply("mkdir", path, self.add(path))
@@ -179,6 +198,24 @@ impl PinSet {
             }
             fx.create_dir(&self.dir).map_err(io(&self.dir))?;
             self.created_dir = true;
+        }
+        // The directory is joule's only if nobody else could have put it there or can change
+        // what is in it (issue 33): a pin dir another user made on a bpffs everyone may write
+        // would let them move root's pins away or plant their own.
+        let (uid, mode) = fx.owner_mode(&self.dir).map_err(io(&self.dir))?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let why = if mode & libc::S_IFMT != libc::S_IFDIR {
+            Some("it is not a directory (a symlink?)".to_string())
+        } else if uid != euid {
+            Some(format!("it is owned by uid {uid}, not by uid {euid} that runs joule"))
+        } else if mode & 0o022 != 0 {
+            Some(format!("others may write it (mode {:o})", mode & 0o7777))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(BpfError::Untrusted { path: self.dir.clone(), why });
         }
         for (name, fd) in objects {
             let path = self.dir.join(name);
@@ -288,6 +325,30 @@ mod tests {
         set.remove(&fx).unwrap();
         assert_eq!(log(&fx), ["unpin /bpf/joule/stage"]);
         assert!(fx.exists(Path::new("/bpf/joule")));
+    }
+
+    /// Issue 33, item 6: a pin dir another user made (on a bpffs anyone may write), one others
+    /// may write, or a symlink is not joule's: nothing is pinned there.
+    #[test]
+    fn a_pin_dir_another_user_made_or_may_change_is_refused_before_any_pin() {
+        for (owner_mode, why) in [
+            ((64001, libc::S_IFDIR | 0o755), "owned by uid 64001"),
+            ((unsafe_euid(), libc::S_IFDIR | 0o777), "others may write it (mode 777)"),
+            ((unsafe_euid(), libc::S_IFLNK | 0o777), "not a directory"),
+        ] {
+            let fx = FakePinEffects::default().with_path("/bpf").with_path("/bpf/joule");
+            fx.owners.lock().unwrap().insert("/bpf/joule".into(), owner_mode);
+            let f = dev_null();
+            let mut rec = Recorder { fx: &fx, existed: vec![] };
+            let err = PinSet::new("/bpf/joule".into()).pin_all(&fx, &[("stage", f.as_fd())], Some(&mut rec)).unwrap_err();
+            assert!(matches!(&err, BpfError::Untrusted { .. }) && err.to_string().contains(why), "{err}");
+            assert!(log(&fx).is_empty(), "nothing journalled or pinned: {:?}", log(&fx));
+        }
+    }
+
+    fn unsafe_euid() -> u32 {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        unsafe { libc::geteuid() }
     }
 
     #[test]

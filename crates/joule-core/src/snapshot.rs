@@ -54,6 +54,13 @@ pub struct ProcessEvents {
     pub events_total: u64,
     pub lost_total: u64,
     pub resyncs_total: u64,
+    /// Time spent walking /proc for those resyncs, the cost a flood of events puts on the agent.
+    #[serde(default)]
+    pub resync_seconds_total: f64,
+    /// Losses whose walk waited for the minimum gap between walks (the membership was that
+    /// much staler meanwhile; one walk then covered them all).
+    #[serde(default)]
+    pub resyncs_deferred_total: u64,
     /// Processes the cache knows.
     pub processes: usize,
     pub source: Origin,

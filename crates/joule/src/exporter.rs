@@ -13,8 +13,10 @@
 //!
 //! With `agent.metrics_web_config` (webconfig.rs) it speaks TLS (the handshake has the same
 //! deadline as the headers) and asks for basic auth; bcrypt runs on the runtime's single
-//! blocking thread.
+//! blocking thread, each client address within its budget (auth_budget.rs), so no client's wrong
+//! passwords delay another's login.
 
+use crate::auth_budget::AuthBudget;
 use crate::exposition::{self, Format};
 use crate::metrics::{self, AgentStats};
 use crate::webconfig::{Auth, WebConfig};
@@ -117,6 +119,46 @@ fn without_processes(s: &Snapshot) -> Snapshot {
     Snapshot { task_wait: Vec::new(), ..s.clone() }
 }
 
+/// Keys whose values name processes or threads.
+const PROCESS_KEYS: &[&str] = &["pid", "pids", "tid", "tids", "ppid", "comm", "comms", "threads", "members"];
+
+/// The plan and actuators' state without processes' identities, where they are hidden (issue
+/// 33): keys that hold pids, tids or names go, and a number after "pid", "tid", "thread" or
+/// "process" in a text (a decision's reason, an actuator's note) is masked.
+fn scrub_processes(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.retain(|k, _| !PROCESS_KEYS.contains(&k.as_str()));
+            m.values_mut().for_each(scrub_processes);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(scrub_processes),
+        serde_json::Value::String(s) => *s = mask_ids(s),
+        _ => {}
+    }
+}
+
+/// `text` with the number that follows "pid", "tid", "thread" or "process" (any case, plural
+/// too) replaced by `…`.
+fn mask_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut after_word, mut in_list) = (false, false);
+    for token in text.split_inclusive(' ') {
+        let word = token.trim_end().trim_matches(|c: char| !c.is_alphanumeric()).to_ascii_lowercase();
+        let masked = after_word && token.starts_with(|c: char| c.is_ascii_digit());
+        if masked {
+            out.push('…');
+            out.push_str(token.trim_start_matches(|c: char| c.is_ascii_digit()));
+        } else {
+            out.push_str(token);
+        }
+        // A list of them ("threads 13, 14 and 15") is masked to its end.
+        let id_word = matches!(word.trim_end_matches('s'), "pid" | "tid" | "thread" | "process" | "processe");
+        after_word = id_word || masked || (word == "and" && in_list);
+        in_list = masked || (word == "and" && in_list);
+    }
+    out
+}
+
 /// The request's `Accept` header, several joined as one list (RFC 9110 allows either).
 fn accept(req: &Request<Incoming>) -> Option<String> {
     let values: Vec<&str> = req.headers().get_all(hyper::header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
@@ -140,7 +182,10 @@ fn answer(shared: &Shared, req: &Request<Incoming>, procs: Processes) -> (String
         }
         "/plan.json" => {
             let p = shared.read().unwrap_or_else(|e| e.into_inner());
-            let body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
+            let mut body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
+            if procs == Processes::Hidden {
+                scrub_processes(&mut body);
+            }
             (body.to_string(), "application/json", StatusCode::OK)
         }
         "/" => (
@@ -164,6 +209,7 @@ struct Server {
     procs: Processes,
     limits: Limits,
     web: Option<Arc<WebConfig>>,
+    budget: Arc<AuthBudget>,
 }
 
 /// Starts the HTTP server on its own thread (one tokio worker, one blocking thread for
@@ -173,7 +219,7 @@ pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits, web: 
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().max_blocking_threads(1).build()?;
-    let server = Server { shared, procs, limits, web };
+    let server = Server { shared, procs, limits, web, budget: Arc::default() };
     std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
         rt.block_on(async move {
             match tokio::net::TcpListener::from_std(listener) {
@@ -191,7 +237,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
     let mut open: VecDeque<tokio::sync::oneshot::Sender<()>> = VecDeque::new();
     let mut accept_errors = 0u64;
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 // EMFILE/ENFILE/ENOBUFS: out of fds or memory for a moment. Drop the oldest
@@ -216,11 +262,11 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
             let tls = server.web.as_ref().and_then(|w| w.tls.clone());
             let work = async {
                 match tls {
-                    None => connection(stream, server).await,
+                    None => connection(stream, server, peer.ip()).await,
                     Some(cfg) => {
                         let handshake = tokio_rustls::TlsAcceptor::from(cfg).accept(stream);
                         if let Ok(Ok(s)) = tokio::time::timeout(limits.header_read_timeout, handshake).await {
-                            connection(s, server).await
+                            connection(s, server, peer.ip()).await
                         }
                     }
                 }
@@ -234,21 +280,39 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
     }
 }
 
+/// What a request's credentials earn it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Verdict {
+    Allowed,
+    Denied,
+    /// Its address spent its budget of password checks: come back later, nothing was checked.
+    TooMany,
+}
+
 /// Whether the request may be answered: no auth configured, a remembered password, or one
-/// bcrypt on the blocking thread.
-async fn authorised(web: Option<&Arc<WebConfig>>, req: &Request<Incoming>) -> bool {
-    let Some(web) = web else { return true };
+/// bcrypt on the blocking thread within the client address's budget.
+async fn authorised(server: &Server, peer: std::net::IpAddr, req: &Request<Incoming>) -> Verdict {
+    let Some(web) = server.web.as_ref() else { return Verdict::Allowed };
     match web.check(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
-        Auth::Allowed => true,
-        Auth::Denied => false,
+        Auth::Allowed => Verdict::Allowed,
+        Auth::Denied => Verdict::Denied,
         Auth::Verify(hash, password, key) => {
+            if !server.budget.take(peer) {
+                return Verdict::TooMany;
+            }
             let web = web.clone();
-            tokio::task::spawn_blocking(move || web.verify(&hash, &password, key)).await.unwrap_or(false)
+            let ok = tokio::task::spawn_blocking(move || web.verify(&hash, &password, key)).await.unwrap_or(false);
+            server.budget.done(peer);
+            if ok {
+                Verdict::Allowed
+            } else {
+                Verdict::Denied
+            }
         }
     }
 }
 
-async fn connection<S>(stream: S, server: Server)
+async fn connection<S>(stream: S, server: Server, peer: std::net::IpAddr)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -257,13 +321,20 @@ where
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let (server, served) = (server.clone(), served.clone());
         async move {
-            let ok = authorised(server.web.as_ref(), &req).await;
-            let (body, ctype, code) =
-                if ok { answer(&server.shared, &req, server.procs) } else { ("unauthorized\n".to_string(), "text/plain", StatusCode::UNAUTHORIZED) };
+            let verdict = authorised(&server, peer, &req).await;
+            let (body, ctype, code) = match verdict {
+                Verdict::Allowed => answer(&server.shared, &req, server.procs),
+                Verdict::Denied => ("unauthorized\n".to_string(), "text/plain", StatusCode::UNAUTHORIZED),
+                Verdict::TooMany => {
+                    ("too many password checks from this address; try again in a second\n".to_string(), "text/plain", StatusCode::TOO_MANY_REQUESTS)
+                }
+            };
             let n = served.fetch_add(1, Ordering::Relaxed) + 1;
             let mut resp = Response::builder().status(code).header(hyper::header::CONTENT_TYPE, ctype);
-            if !ok {
-                resp = resp.header(hyper::header::WWW_AUTHENTICATE, "Basic realm=\"joule\"");
+            match verdict {
+                Verdict::Denied => resp = resp.header(hyper::header::WWW_AUTHENTICATE, "Basic realm=\"joule\""),
+                Verdict::TooMany => resp = resp.header(hyper::header::RETRY_AFTER, "1"),
+                Verdict::Allowed => {}
             }
             if n >= limits.max_requests {
                 resp = resp.header(hyper::header::CONNECTION, "close");
@@ -299,6 +370,22 @@ mod tests {
         ] {
             assert_eq!(Processes::policy(hidepid, loopback, show), want, "hidepid {hidepid}, loopback {loopback}, switch {show}");
         }
+    }
+
+    /// Issue 33: `/plan.json` showed other users' pids where per-process data is hidden.
+    #[test]
+    fn hidden_leaves_no_pid_in_the_plan_either() {
+        let mut v = serde_json::json!({
+            "plan": { "decisions": [{ "reason": "pid 4242 matched class web; thread 77 keeps its policy", "want": { "kind": "move", "pid": 4242 } }] },
+            "actuators": [{ "name": "task_sched", "state": { "tids": [77, 78], "notes": ["Processes 12 and threads 13, 14 and 15 left, 3 CPUs"], "cpus": [0, 1] } }]
+        });
+        scrub_processes(&mut v);
+        let text = v.to_string();
+        for n in ["4242", "77", "78", "12 ", "13", "14", "15"] {
+            assert!(!text.contains(n), "{n} still in {text}");
+        }
+        assert!(text.contains("pid … matched class web") && text.contains("left, 3 CPUs") && text.contains("\"cpus\":[0,1]"), "{text}");
+        assert_eq!(mask_ids("thread 502 keeps its policy: SCHED_DEADLINE 10000/100000"), "thread … keeps its policy: SCHED_DEADLINE 10000/100000");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid config.
 
 mod agent;
+mod auth_budget;
 mod bench;
 mod cmd;
 mod doctor;
@@ -83,6 +84,16 @@ impl ConfigArg {
             Some(p) => Ok(joule_core::config::Config::load(p).map_err(UsageError::from_display)?),
             None => Ok(joule_core::config::Config::default()),
         }
+    }
+
+    /// [`load`](Self::load) for a command that acts on the config as root (the agent, `joule
+    /// qos`): the file must be root's (`agent::trusted_config`), or any user who could edit it
+    /// would choose what root does.
+    pub fn load_trusted(&self) -> anyhow::Result<joule_core::config::Config> {
+        if let (true, Some(path)) = (joule_core::testing::is_root(), &self.config) {
+            agent::trusted_config(path)?;
+        }
+        self.load()
     }
 }
 

@@ -108,6 +108,26 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         def!("joule_membership_resyncs", Counter, None, "/process_events", "Walks of /proc after lost process events (the membership rebuilt from scratch)."),
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_total as f64)).collect()),
     );
+    push(
+        def!(
+            "joule_membership_resync_seconds",
+            Counter,
+            Some("seconds"),
+            "/process_events",
+            "Time spent walking /proc after lost process events: what an event flood costs the agent (walks are at least 5 s apart)."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.resync_seconds_total)).collect()),
+    );
+    push(
+        def!(
+            "joule_membership_resyncs_deferred",
+            Counter,
+            None,
+            "/process_events",
+            "Losses of process events whose walk of /proc waited for the 5 s gap between walks (the membership was staler meanwhile)."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_deferred_total as f64)).collect()),
+    );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -396,7 +416,15 @@ mod tests {
         s.cgroups = vec![CgroupCpu { path: "/app".into(), hierarchy: "v2".into(), usage_us: 5, source: Origin::Kernel, ..Default::default() }];
         s.task_wait = vec![TaskWait { pid: 7, comm: "w".into(), wait_us: 10, source: Origin::Ebpf }];
         s.classes = vec![ClassMembers { class: "web".into(), processes: 3, cgroup2_id: None, source: Origin::Kernel }];
-        s.process_events = Some(ProcessEvents { events_total: 5, lost_total: 1, resyncs_total: 1, processes: 80, source: Origin::Ebpf });
+        s.process_events = Some(ProcessEvents {
+            events_total: 5,
+            lost_total: 1,
+            resyncs_total: 1,
+            resync_seconds_total: 0.02,
+            resyncs_deferred_total: 2,
+            processes: 80,
+            source: Origin::Ebpf,
+        });
         s.power = Power {
             watts: 12.0,
             source: Origin::Model,
@@ -441,6 +469,7 @@ mod tests {
             "joule_membership_events",
             "joule_membership_lost_events",
             "joule_membership_resyncs",
+            "joule_membership_resyncs_deferred",
             "joule_plan_decisions",
             "joule_plan_knobs",
             "joule_plan_conflicts",

@@ -711,3 +711,5 @@ mod membership;
 mod thermal;
 #[path = "root_agent/untrusted.rs"]
 mod untrusted;
+#[path = "root_agent/untrusted2.rs"]
+mod untrusted2;

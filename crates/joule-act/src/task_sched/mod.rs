@@ -18,7 +18,7 @@ use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob,
 use joule_core::journal::Undo;
 use joule_core::metric::{l, Family, MetricDef};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The metric families this actuator reports.
@@ -78,10 +78,12 @@ impl ActuatorState for TaskSchedState {
 
 #[derive(Default)]
 pub struct TaskSchedActuator {
-    /// Threads whose original affinity is in the journal.
-    pinned: BTreeSet<i32>,
-    /// Threads whose original slice is in the journal.
-    sliced: BTreeSet<i32>,
+    /// Threads joule pinned, by tid: their start time (a reused tid is another thread, whose own
+    /// affinity is journalled again) and the affinity they had, which they get back when they
+    /// leave their class (issue 33).
+    pinned: BTreeMap<i32, (Option<u64>, Vec<usize>)>,
+    /// Threads joule gave a slice, the same way: start time and their old slice.
+    sliced: BTreeMap<i32, (Option<u64>, u64)>,
     elevate: ElevateRunner,
     state: TaskSchedState,
 }
@@ -98,9 +100,10 @@ impl TaskSchedActuator {
         if old == cpus {
             return Ok(false);
         }
-        if !self.pinned.contains(&tid) {
-            cx.journal.record(owner::TASK_SCHED, Undo::affinity(cx.fx, tid, old))?;
-            self.pinned.insert(tid);
+        let started = joule_core::journal::start_time(cx.fx, tid);
+        if self.pinned.get(&tid).is_none_or(|(s, _)| *s != started) {
+            cx.journal.record(owner::TASK_SCHED, Undo::Affinity { tid, old_cpus: old.clone(), started })?;
+            self.pinned.insert(tid, (started, old));
         }
         match cx.fx.set_affinity(tid, cpus) {
             Ok(()) => Ok(true),
@@ -120,9 +123,12 @@ impl TaskSchedActuator {
         if old == ns {
             return Ok(SliceOutcome::Held);
         }
-        if !self.sliced.contains(&tid) {
-            cx.journal.record(owner::TASK_SCHED, Undo::slice(cx.fx, tid, old))?;
-            self.sliced.insert(tid);
+        // The record says 0 for the kernel's default slice (`Undo::slice`).
+        if let rec @ Undo::Slice { old_ns, started, .. } = Undo::slice(cx.fx, tid, old) {
+            if self.sliced.get(&tid).is_none_or(|(s, _)| *s != started) {
+                cx.journal.record(owner::TASK_SCHED, rec)?;
+                self.sliced.insert(tid, (started, old_ns));
+            }
         }
         match cx.fx.set_slice_ns(tid, ns) {
             Ok(()) => Ok(SliceOutcome::Changed),
@@ -200,6 +206,40 @@ impl TaskSchedActuator {
     }
 }
 
+impl TaskSchedActuator {
+    /// Threads joule pinned or sliced that are no longer in a class the plan pins or slices
+    /// get what they had back (their affinity, their slice), if they are still the thread joule
+    /// changed; gone ones are forgotten. The sets follow the classes' threads, not every thread
+    /// that ever passed through them.
+    fn take_back(&mut self, plan: &Plan, cx: &mut ActCx<'_>) {
+        let classes_of = |want: fn(&Knob) -> Option<&String>| -> BTreeSet<i32> {
+            plan.knobs_of(owner::TASK_SCHED).filter_map(|h| want(&h.knob)).flat_map(|c| plan.members.threads(c)).collect()
+        };
+        let pinned_now = classes_of(|k| if let Knob::ClassAffinity { class } = k { Some(class) } else { None });
+        let sliced_now = classes_of(|k| if let Knob::ClassSlice { class } = k { Some(class) } else { None });
+        let fx = cx.fx;
+        let same = |tid: i32, started: Option<u64>| joule_core::journal::start_time(fx, tid) == started;
+        self.pinned.retain(|&tid, (started, old)| {
+            if pinned_now.contains(&tid) {
+                return true;
+            }
+            if same(tid, *started) {
+                let _ = fx.set_affinity(tid, old); // gone meanwhile (ESRCH): nothing to give back
+            }
+            false
+        });
+        self.sliced.retain(|&tid, (started, old)| {
+            if sliced_now.contains(&tid) {
+                return true;
+            }
+            if same(tid, *started) {
+                let _ = fx.set_slice_ns(tid, *old);
+            }
+            false
+        });
+    }
+}
+
 impl Actuator for TaskSchedActuator {
     fn name(&self) -> &'static str {
         owner::TASK_SCHED
@@ -224,6 +264,7 @@ impl Actuator for TaskSchedActuator {
         }
         self.state.pinned = pinned;
         self.hold_slices(plan, cx)?;
+        self.take_back(plan, cx);
         self.hold_elevate(plan, cx)
     }
 

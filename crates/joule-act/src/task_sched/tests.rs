@@ -145,3 +145,37 @@ fn slices_the_fair_threads_journalled_first_and_the_journal_alone_gives_the_defa
     let st = acts.status()[0].state.to_json();
     assert!(st["slices_unsupported"].as_str().unwrap().contains("6.12"), "{st}");
 }
+
+/// Issue 33: the actuator's per-thread records follow the class's threads: a thread that left
+/// the class gets its affinity back (and is forgotten), and a reused tid is another thread,
+/// whose own affinity is journalled before it is pinned.
+#[test]
+fn a_thread_that_leaves_the_class_gets_its_affinity_back_and_a_reused_tid_is_journalled_anew() {
+    let (pd, cfg) = procfs();
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let fx = FakeEffects::default();
+    for tid in [11, 12] {
+        fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
+        fx.files.lock().unwrap().insert(format!("/proc/{tid}/stat").into(), format!("{tid} (ftpd) S 1 11 11 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {}", 5000 + tid));
+    }
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut sink = |_: &str, _: serde_json::Value| {};
+    let mut cx = ActCx { journal: &journal, fx: &fx, events: &mut sink };
+    let mut acts = Actuators::new(vec![Box::new(TaskSchedActuator::new())]);
+    acts.init_all(&mut cx).unwrap();
+    let place = ("placement", Want::Affinity { class: "ftp".into(), cpus: vec![0, 1] });
+    acts.reconcile_all(&plan(std::slice::from_ref(&place), &members), &mut cx);
+    assert_eq!(fx.get_affinity(12).unwrap(), vec![0, 1]);
+    // Thread 12 ends; its tid goes to a new thread of the class (another start time).
+    fx.files.lock().unwrap().insert("/proc/12/stat".into(), "12 (ftpd) S 1 11 11 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 9999".into());
+    fx.affinity.lock().unwrap().insert(12, vec![2, 3]);
+    acts.reconcile_all(&plan(std::slice::from_ref(&place), &members), &mut cx);
+    let recs: Vec<_> = journal.entries().unwrap().into_iter().filter(|e| matches!(e.undo, Undo::Affinity { tid: 12, .. })).collect();
+    assert_eq!(recs.len(), 2, "the new thread 12's own affinity is journalled: {recs:?}");
+    assert!(matches!(&recs[1].undo, Undo::Affinity { old_cpus, started: Some(9999), .. } if old_cpus == &vec![2, 3]));
+    // The process leaves the class (nothing matches it now): both threads get their affinity back.
+    let gone = Membership::scan(pd.path(), &[], &[], &FakeEffects::default());
+    acts.reconcile_all(&plan(&[place], &gone), &mut cx);
+    assert_eq!((fx.get_affinity(11).unwrap(), fx.get_affinity(12).unwrap()), (vec![0, 1, 2, 3], vec![2, 3]));
+}

@@ -4,15 +4,14 @@
  * period: its cost follows the churn, not the number of processes.
  *
  * All hooks are tp_btf (fentry and kprobes do not attach on the development kernel, see
- * nap.bpf.c). The setuid hook (tp_btf/sys_exit, every syscall's exit) is loaded only when a class
- * matches by uid or grants something (`want_creds`, see the agent's `watch_creds`): it costs every
- * syscall of the machine a few instructions. */
+ * nap.bpf.c). The uid hook (tp_btf/sys_exit, every syscall's exit) is loaded only when a class
+ * matches by uid or grants something (`watch_creds`, see the agent's `watch_creds`): it costs every
+ * syscall of the machine a task-storage lookup. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "intf.h"
-#include "arch.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -56,9 +55,30 @@ static __always_inline int is_leader(struct task_struct *t)
 	return BPF_CORE_READ(t, pid) == BPF_CORE_READ(t, tgid);
 }
 
+/* Set before load when the uid hook is: every new task then starts with its uid recorded. */
+const volatile bool watch_creds = false;
+
+/* Per task, the real uid it last had at a syscall's exit (or at its fork). */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u32);
+} task_uid SEC(".maps");
+
+static __always_inline __u32 real_uid(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, real_cred, uid.val);
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(joule_proc_fork, struct task_struct *parent, struct task_struct *child)
 {
+	if (watch_creds) {
+		/* The child's uid before it runs: a setuid in its very first syscall is a change too. */
+		__u32 uid = real_uid(child);
+		bpf_task_storage_get(&task_uid, child, &uid, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	}
 	if (!is_leader(child))
 		return 0; /* a new thread, not a process */
 	send(JOULE_PROC_FORK, child, BPF_CORE_READ(parent, tgid), 0);
@@ -97,21 +117,19 @@ int BPF_PROG(joule_proc_cgroup, struct cgroup *dst, const char *path, struct tas
 	return 0;
 }
 
-/* The numbers of the calls that change a real uid on this architecture: user space sets them
- * before load from the libc crate's SYS_setuid, SYS_setreuid and SYS_setresuid (they differ:
- * x86-64 105/113/117, arm64 146/145/147). -1 matches no syscall. */
-const volatile long nr_setuid = -1;
-const volatile long nr_setreuid = -1;
-const volatile long nr_setresuid = -1;
-
+/* A change of a task's real uid, seen at the exit of the syscall that made it, whichever it was:
+ * setuid, setreuid, setresuid, their 32-bit compat forms (setuid32, a 32-bit program on a 64-bit
+ * kernel), or a call added later. It compares the uid with the one the task had at its previous
+ * syscall, so no syscall number, register layout or architecture is involved. */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(joule_proc_creds, struct pt_regs *regs, long ret)
 {
-	if (ret != 0)
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u32 uid = real_uid(t);
+	__u32 *seen = bpf_task_storage_get(&task_uid, t, &uid, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!seen || *seen == uid)
 		return 0;
-	long nr = JOULE_SYSCALL_NR(regs);
-	if (nr != nr_setuid && nr != nr_setreuid && nr != nr_setresuid)
-		return 0;
-	send(JOULE_PROC_CREDS, bpf_get_current_task_btf(), 0, 0);
+	*seen = uid;
+	send(JOULE_PROC_CREDS, t, 0, 0);
 	return 0;
 }

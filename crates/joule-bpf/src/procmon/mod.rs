@@ -90,8 +90,8 @@ impl ProcEvent {
 /// What to load.
 #[derive(Debug, Clone, Default)]
 pub struct ProcMonitorOpts {
-    /// Watch setuid-family syscalls (tp_btf/sys_exit, run at every syscall's exit): only when a
-    /// class matches by uid.
+    /// Watch real-uid changes (tp_btf/sys_exit, run at every syscall's exit, compares each task's
+    /// uid with the one it had before): only when a class matches by uid or grants.
     pub creds: bool,
     /// Ring buffer size in bytes (a power of two, at least a page); default
     /// `JOULE_PROC_RINGBUF_BYTES`. Tests make it tiny to force lost events.
@@ -119,9 +119,7 @@ impl ProcMonitor {
             bpf("sizing proc_events", open.maps.proc_events.set_max_entries(bytes))?;
         }
         open.progs.joule_proc_creds.set_autoload(opts.creds);
-        // The uid-changing syscalls' numbers of the architecture this is built for.
-        let rodata = open.maps.rodata_data.as_mut().expect("procmon has a .rodata section");
-        (rodata.nr_setuid, rodata.nr_setreuid, rodata.nr_setresuid) = (libc::SYS_setuid, libc::SYS_setreuid, libc::SYS_setresuid);
+        open.maps.rodata_data.as_mut().expect("procmon has a .rodata section").watch_creds = opts.creds;
         let mut skel = bpf("loading procmon into the kernel", open.load())?;
         bpf("attaching the process monitor's tracepoints", skel.attach())?;
         let lost = bpf("opening proc_lost", MapHandle::try_from(&skel.maps.proc_lost))?;

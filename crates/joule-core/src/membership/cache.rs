@@ -69,7 +69,9 @@ impl ProcessCache {
     pub fn walk(&mut self) {
         let procs = super::matching::scan(&self.procfs);
         let mut assigned = assign(&procs, &self.classes, Some(&self.members));
-        assigned.remove(&self.me);
+        for p in procs.iter().filter(|p| super::is_joule(p, self.me)) {
+            assigned.remove(&p.pid);
+        }
         self.procs = procs.into_iter().map(|p| (p.pid, p)).collect();
         self.children.clear();
         for p in self.procs.values() {
@@ -99,7 +101,7 @@ impl ProcessCache {
     /// when the parent has the same uid.
     fn class_of(&self, pid: i32) -> Option<String> {
         let p = self.procs.get(&pid)?;
-        if p.kthread || pid == self.me {
+        if p.kthread || super::is_joule(p, self.me) {
             return None;
         }
         if let Some(c) = direct_match(p, &self.classes) {

@@ -233,3 +233,26 @@ fn a_walk_again_rebuilds_and_the_next_reading_is_full() {
     let r = c.reading(&FakeEffects::default());
     assert!(!r.full && r.to_place().count() == 0, "nothing changed since");
 }
+
+/// Issue 33: a class matched by `uid = [0]` catches root's processes, but never the agent's own
+/// children that run joule itself (its guardian, which must stay free to restore everything
+/// when the agent dies); another child of the agent's, running something else, is a process
+/// like any other.
+#[test]
+fn a_uid_0_class_never_catches_joules_own_guardian() {
+    let d = tempfile::tempdir().unwrap();
+    let me = std::process::id() as i32;
+    let own_exe = std::fs::read_link("/proc/self/exe").unwrap();
+    proc(d.path(), 50, me, "joule-guardian", 0, "/", 1050);
+    std::fs::remove_file(d.path().join("50/exe")).unwrap();
+    std::os::unix::fs::symlink(&own_exe, d.path().join("50/exe")).unwrap();
+    proc(d.path(), 51, me, "sh", 0, "/", 1051);
+    proc(d.path(), 52, 1, "cron", 0, "/", 1052);
+    let cs = Config::parse("[[class]]\nname = \"root\"\nquota_us = 50000\nmatch = { uid = [0] }\n").unwrap().classes;
+    let mut c = ProcessCache::new(d.path(), &cs, Vec::new());
+    c.walk();
+    let members: Vec<i32> = c.reading(&FakeEffects::default()).members.keys().copied().collect();
+    assert_eq!(members, vec![51, 52], "the guardian (pid 50) must not be a member");
+    let scanned: Vec<i32> = Membership::scan(d.path(), &cs, &[], &FakeEffects::default()).members.keys().copied().collect();
+    assert_eq!(scanned, vec![51, 52], "nor in a scan");
+}

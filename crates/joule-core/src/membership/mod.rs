@@ -96,6 +96,16 @@ fn with_ids(places: &[ClassPlace], fx: &dyn Files) -> Vec<ClassPlace> {
     places.iter().map(|p| ClassPlace { cgroup2_id: p.dir(Hier::Unified).and_then(|d| fx.cgroup_id(d).ok()), ..p.clone() }).collect()
 }
 
+/// Whether `p` is the agent itself (pid `me`) or a joule process it started (its guardian, or
+/// the user-space scheduler's: a child running this very executable), which must never be
+/// frozen, capped or moved by a class: a `uid = [0]` class would otherwise catch them (issue
+/// 33). Only the agent makes its children, so no other process can pass for one.
+pub(crate) fn is_joule(p: &matching::ProcInfo, me: i32) -> bool {
+    static OWN_EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let own = OWN_EXE.get_or_init(|| std::fs::read_link("/proc/self/exe").ok());
+    p.pid == me || (p.ppid == me && own.is_some() && p.exe == *own)
+}
+
 impl Membership {
     /// The one scan of /proc: every process, matched to the classes (first class in config
     /// order, children following their parent), with the places' cgroup ids read through `fx`.
@@ -112,7 +122,7 @@ impl Membership {
         let me = std::process::id() as i32;
         let members: imbl::OrdMap<i32, Member> = procs
             .into_iter()
-            .filter(|p| p.pid != me)
+            .filter(|p| !is_joule(p, me))
             .filter_map(|p| Some((p.pid, Member { class: assigned.get(&p.pid)?.clone(), pid: p.pid, started: p.started, cgroups: p.cgroups, uid: p.uid })))
             .collect();
         let mut sizes = std::collections::BTreeMap::new();

@@ -55,10 +55,7 @@ pub struct AgentArgs {
 
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let root = joule_core::testing::is_root();
-    if let (true, Some(path)) = (root, &a.config.config) {
-        trusted_config(path)?;
-    }
-    let mut cfg = a.config.load()?;
+    let mut cfg = a.config.load_trusted()?;
     if let Some(addr) = a.metrics_addr {
         cfg.agent.metrics_addr = addr;
     }
@@ -196,7 +193,7 @@ fn web_config(cfg: &Config, root: bool) -> anyhow::Result<Option<Arc<WebConfig>>
 
 /// A config the root agent acts on must be root's: owned by root (or the user it runs as)
 /// and writable by nobody else, or any user who could edit it would choose what root does.
-fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     // Nobody else may swap it either: every directory on the way to the name and to the file
     // it resolves to is root's (`private_fs::trusted_dir`).

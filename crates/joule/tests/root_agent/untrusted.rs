@@ -13,17 +13,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const USER: u32 = 64001;
+pub(super) const USER: u32 = 64001;
 
 /// A directory every user may read and enter (the user's processes exec what is in it).
-fn shared_dir() -> tempfile::TempDir {
+pub(super) fn shared_dir() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     d
 }
 
 /// `cmd` run as the unprivileged user.
-fn as_user(cmd: &mut Command) -> &mut Command {
+pub(super) fn as_user(cmd: &mut Command) -> &mut Command {
     cmd.uid(USER).gid(USER)
 }
 
@@ -128,7 +128,7 @@ impl Drop for Kill {
 }
 
 /// Runs `joule agent` on `config` and waits up to 10 s for it to exit: (exit code, stderr).
-fn agent_exit(config: &Path) -> (Option<i32>, String) {
+pub(super) fn agent_exit(config: &Path) -> (Option<i32>, String) {
     let mut child = Command::new(JOULE).args(["agent", "--config"]).arg(config).stdin(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
@@ -152,7 +152,7 @@ fn victim(dir: &Path) -> PathBuf {
     v
 }
 
-fn agent_config(dir: &Path, journal: &Path) -> PathBuf {
+pub(super) fn agent_config(dir: &Path, journal: &Path) -> PathBuf {
     let cfg = dir.join("joule.toml");
     std::fs::write(
         &cfg,
