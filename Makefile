@@ -41,26 +41,28 @@ export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
 test: build build-arm64 vm-deps
 	@mkdir -p target && rm -f $(TIER_SUMMARY)
 	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
-	@$(MAKE) --no-print-directory test-unit test-root test-vm
-	@bash scripts/check-leftovers.sh compare target/leftovers-before.txt
-	@bash scripts/test-summary.sh $(TIER_SUMMARY)
+	@# Every tier runs even when one fails (-k), so one run says all that is wrong; then the
+	@# leftovers check and the totals, and the first failure's status.
+	@rc=0; $(MAKE) -k --no-print-directory test-unit test-root test-vm || rc=$$?; \
+	bash scripts/check-leftovers.sh compare target/leftovers-before.txt || rc=1; \
+	bash scripts/test-summary.sh $(TIER_SUMMARY) || rc=1; exit $$rc
 
 # The unit tier also holds the house rules: rustfmt.toml's format, clippy (workspace lints in
 # Cargo.toml) without a warning.
 test-unit: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --workspace --all-targets --locked -- -D warnings
-	@bash scripts/test-tier.sh unit $(CARGO) test --release --workspace --locked
+	@bash scripts/test-tier.sh unit $(CARGO) test --release --workspace --locked --no-fail-fast
 
 test-root: deps
-	@bash scripts/test-tier.sh root bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked -- --ignored root_ --test-threads=1
+	@bash scripts/test-tier.sh root bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored root_ --test-threads=1
 
 vm-deps: deps
 	@bash scripts/vm/setup.sh
 	@bash scripts/arm64/setup.sh guest
 
 test-vm: build build-arm64 vm-deps
-	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked -- --ignored vm_ --test-threads=1
+	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored vm_ --test-threads=1
 
 restore: build
 	$(JOULE) restore

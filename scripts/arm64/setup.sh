@@ -51,19 +51,8 @@ logged() {
 # shellcheck source=scripts/arm64/apt.sh
 source "$HERE/apt.sh"
 
-# install_debs PKG...: apt-get install what dpkg says is missing (host packages).
-install_debs() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  [ "$(id -u)" = 0 ] || die "need root to apt-get install ${missing[*]}"
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  logged apt-get update -qq
-  logged apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
+# shellcheck source=scripts/lib/host-debs.sh
+source "$HERE/../lib/host-debs.sh"
 
 # --- cross ---------------------------------------------------------------------------------
 cross() {

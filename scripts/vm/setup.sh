@@ -55,21 +55,11 @@ logged() {
   fi
 }
 
-need_root() { [ "$(id -u)" = 0 ] || die "need root to $*"; }
 
 # --- 1. Debian packages ------------------------------------------------------------------
-install_packages() {
-  local missing=() p
-  for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  need_root "apt-get install ${missing[*]}"
-  say "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  logged apt-get update -qq
-  logged apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
+# shellcheck source=scripts/lib/host-debs.sh
+source "$HERE/../lib/host-debs.sh"
+install_packages() { install_debs "${PKGS[@]}"; }
 
 # --- 2. The sched_ext kernel ---------------------------------------------------------------
 # shellcheck source=scripts/vm/mirror.sh
