@@ -77,7 +77,7 @@ pub fn watch(journal_dir: &Path, agent_pid: u32) -> anyhow::Result<String> {
     // agent to have taken over (then it replays the journal itself).
     let deadline = Instant::now() + Duration::from_secs(10);
     let _lock = loop {
-        match joule_core::agent_lock::lock_agent(journal_dir)? {
+        match joule_core::agent_lock::lock_as_guardian(journal_dir)? {
             Ok(lock) => break lock,
             Err(Some(pid)) if pid != agent_pid => return Ok(format!("a new agent (pid {pid}) took over the journal; it replays it itself")),
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
@@ -86,6 +86,27 @@ pub fn watch(journal_dir: &Path, agent_pid: u32) -> anyhow::Result<String> {
     };
     let journal = joule_core::journal::Journal::open(journal_dir)?;
     let r = journal.restore_all(&joule_core::effects::RealEffects)?;
-    anyhow::ensure!(r.failed.is_empty(), "the agent (pid {agent_pid}) died; {} change(s) undone, {} could not be: {:?}", r.undone, r.failed.len(), r.failed);
-    Ok(format!("the agent (pid {agent_pid}) died; {} change(s) undone, {} already gone, {} skipped", r.undone, r.already_gone, r.skipped.len()))
+    let what = if r.failed.is_empty() {
+        format!("the agent (pid {agent_pid}) died; its guardian undid {} change(s), {} already gone, {} skipped", r.undone, r.already_gone, r.skipped.len())
+    } else {
+        format!("the agent (pid {agent_pid}) died; its guardian undid {} change(s), {} could not be: {:?}", r.undone, r.failed.len(), r.failed)
+    };
+    // For `joule restore`, which waits for this replay and then says what it did.
+    if let Ok(mut f) = joule_core::private_fs::open_private(&journal_dir.join(LAST_REPLAY_FILE), joule_core::private_fs::Access::ReadWrite) {
+        use std::io::Write;
+        let _ = f.set_len(0).and_then(|()| writeln!(f, "{what}"));
+    }
+    anyhow::ensure!(r.failed.is_empty(), "{what}");
+    Ok(what)
+}
+
+/// What the last guardian's replay did, in the journal directory (one line).
+pub const LAST_REPLAY_FILE: &str = "guardian.last";
+
+/// The line the last guardian wrote, if any.
+pub fn last_replay(journal_dir: &Path) -> Option<String> {
+    let mut f = joule_core::private_fs::open_private(&journal_dir.join(LAST_REPLAY_FILE), joule_core::private_fs::Access::Read).ok()?;
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut f, &mut s).ok()?;
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
 }

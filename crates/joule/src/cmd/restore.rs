@@ -48,8 +48,9 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if !a.force {
-        super::refuse_under_live_agent(&a.journal_dir, "restore")?;
+    let guardian = if a.force { None } else { super::refuse_under_live_agent(&a.journal_dir, "restore")? };
+    if let (Some(g), false) = (&guardian, a.json) {
+        println!("restore: waited for the guardian's replay ({g})");
     }
     let journal = journal::Journal::open(&a.journal_dir).with_context(|| format!("while opening the undo journal in {}", a.journal_dir.display()))?;
     let report = journal.restore_all(&RealEffects).with_context(|| format!("while restoring from {}", a.journal_dir.display()))?;
@@ -64,6 +65,9 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
         let mut v = serde_json::to_value(&report)?;
         if let (false, Some(o)) = (leftover.is_empty(), v.as_object_mut()) {
             o.insert("leftover_tree".into(), serde_json::to_value(&leftover)?);
+        }
+        if let (Some(g), Some(o)) = (&guardian, v.as_object_mut()) {
+            o.insert("guardian".into(), serde_json::Value::String(g.clone()));
         }
         println!("{v}");
     } else {

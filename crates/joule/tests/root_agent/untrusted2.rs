@@ -353,3 +353,125 @@ fn root_untrusted2_a_rename_flood_costs_at_most_one_walk_of_proc_every_5_s() {
     assert!(resyncs <= (secs / 5.0).ceil() + 1.0, "{resyncs} walks of /proc in {secs:.1} s: not bounded by one per 5 s");
     assert!(overruns <= 2.0, "{overruns} loop overruns during the flood");
 }
+
+/// Item 1, as the attempt was made: root delegates a cgroup v2 directory to the user (chown, as
+/// `Delegate=yes`, LXC or a container runtime do); the user makes a child named like a unit a
+/// class grants to (`jxaud.service`) and moves a busy loop into it. The class, matched by that
+/// unit alone, took the user's loop in (and gave it the class's RT runtime). A unit is matched
+/// only where systemd puts it, so the loop stays where the user put it.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted2_a_delegated_cgroup_named_like_a_unit_gets_nothing() {
+    use super::membership::{cpu_cgroup, PERIOD_MS};
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
+    let unified = std::path::Path::new("/sys/fs/cgroup/unified");
+    if !require(is_root(), "root")
+        || !require(unified.join("cgroup.procs").exists(), "a cgroup2 hierarchy at /sys/fs/cgroup/unified")
+        || !require(std::path::Path::new(super::CPU_V1).join("cpu.rt_runtime_us").exists(), "a v1 cpu hierarchy with RT groups")
+    {
+        return;
+    }
+    // The delegated directory, the user's.
+    let deleg = unified.join(format!("jx-deleg-{}", std::process::id()));
+    std::fs::create_dir(&deleg).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let unit = self.0.join("jxaud.service");
+            for d in [&unit, &self.0] {
+                for p in std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default().split_whitespace() {
+                    let _ = std::fs::write("/sys/fs/cgroup/unified/cgroup.procs", p);
+                }
+            }
+            let _ = std::fs::remove_dir(unit);
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _c = Cleanup(deleg.clone());
+    for f in ["", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
+        let _ = std::os::unix::fs::chown(deleg.join(f), Some(USER), Some(USER));
+    }
+    // The user's loop: root puts it in the delegated directory (as systemd starts a service in
+    // its cgroup); the user makes `jxaud.service` there and moves it in.
+    let mut spin = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).uid(USER).gid(USER).spawn().unwrap();
+    let pid = spin.id();
+    std::fs::write(deleg.join("cgroup.procs"), pid.to_string()).unwrap();
+    let moved = std::process::Command::new("sh")
+        .args(["-c", &format!("mkdir {d}/jxaud.service && echo {pid} > {d}/jxaud.service/cgroup.procs", d = deleg.display())])
+        .uid(USER)
+        .gid(USER)
+        .status()
+        .unwrap();
+    assert!(moved.success(), "the user could not use the delegated directory");
+    let agent = super::Agent::start("[[class]]\nname = \"jaud\"\nrt_runtime_us = 50000\nmatch = { unit = [\"jxaud.service\"] }\n");
+    let _ = agent.metrics_addr();
+    std::thread::sleep(Duration::from_millis(5 * PERIOD_MS));
+    let cpu = cpu_cgroup(pid);
+    let _ = spin.kill();
+    let _ = spin.wait();
+    assert_eq!(cpu, "/", "uid {USER}'s loop in its own jxaud.service joined the class of the unit jxaud.service");
+}
+
+/// A lower item: as root, `joule qos` read and applied a config another user owned (the agent
+/// refused the same file). Now it refuses it as the agent does, before reading it.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted2_qos_as_root_refuses_a_config_another_user_owns() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let dir = shared_dir();
+    let cfg = dir.path().join("q.toml");
+    std::fs::write(&cfg, "[[class]]\nname = \"jq\"\nweight = 200\nmatch = { uid = [0], comm = [\"jx-none\"] }\n").unwrap();
+    std::os::unix::fs::chown(&cfg, Some(USER), Some(USER)).unwrap();
+    let out = std::process::Command::new(super::JOULE).args(["qos", "--config"]).arg(&cfg).arg("plan").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("refusing") && err.contains(&format!("owned by uid {USER}")), "{err}");
+}
+
+/// A lower item: `joule restore` run right after an agent's SIGKILL refused ("a joule agent is
+/// running"), taking the guardian that was replaying the journal for a live agent (56 of 60
+/// random kills), and a lock probe at the wrong moment (`joule nap status`) made the guardian
+/// believe a new agent had taken over, so it restored nothing. Now restore waits for the
+/// guardian and says what it undid, and a probe writes nothing.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted2_restore_right_after_a_sigkill_waits_for_the_guardian_and_probes_do_not_fool_it() {
+    use super::membership::{cpu_cgroup, sleeper, within, WITHIN};
+    use std::time::Duration;
+    if !require(is_root(), "root") || !require(std::path::Path::new(super::CPU_V1).join("cpu.shares").exists(), "a v1 cpu hierarchy") {
+        return;
+    }
+    let dir = shared_dir();
+    let bin = sleeper(dir.path(), "jx-grd");
+    for round in 0..5 {
+        let mut agent = super::Agent::start("[[class]]\nname = \"jgrd\"\nquota_us = 50000\nperiod_us = 100000\nmatch = { comm = [\"jx-grd\"] }\n");
+        let _ = agent.metrics_addr();
+        let member = super::KillOnDrop(std::process::Command::new(&bin).arg("30").spawn().unwrap());
+        within(WITHIN * 10, "the member in its class", || cpu_cgroup(member.0.id()) == "/joule/jgrd");
+        let journal = agent.journal_dir();
+        // Lock probes all along, as an operator's `joule nap status` would make.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let prober = {
+            let (stop, journal) = (stop.clone(), journal.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::process::Command::new(super::JOULE).args(["nap", "status", "--journal-dir"]).arg(&journal).output();
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50 * round));
+        agent.child.kill().unwrap(); // the agent alone: its guardian replays
+        agent.child.wait().unwrap();
+        let out = std::process::Command::new(super::JOULE).args(["restore", "--journal-dir"]).arg(&journal).output().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        prober.join().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        println!("round {round}: {}", stdout.lines().collect::<Vec<_>>().join(" | "));
+        assert!(out.status.success(), "round {round}: `joule restore` right after the SIGKILL failed: {stderr}");
+        within(Duration::from_secs(2), "the member back where it came from", || cpu_cgroup(member.0.id()) == "/");
+        assert!(!std::path::Path::new(super::CPU_V1).join("joule/jgrd").exists(), "round {round}: the class cgroup is left");
+    }
+}
