@@ -41,6 +41,29 @@ pub(super) fn within(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) 
     took
 }
 
+/// The agent's control-loop iterations so far (`joule_agent_samples_total`).
+pub(super) fn iterations(addr: &str) -> u64 {
+    let (_, body) = http_get(addr, "/metrics", None);
+    body.lines().find_map(|l| l.strip_prefix("joule_agent_samples_total ")).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0) as u64
+}
+
+/// Like `within`, for a change the agent must act on at its next iteration: past `limit` of
+/// wall time it still holds if the agent ran at most two iterations meanwhile (the one under
+/// way when the change happened and the next), so a machine too busy to run the agent on time
+/// does not pass for an agent that missed an event; an agent that let more iterations go by
+/// fails whatever the clock says.
+pub(super) fn within_iterations(addr: &str, limit: Duration, what: &str, mut ok: impl FnMut() -> bool) -> Duration {
+    let (t0, n0) = (Instant::now(), iterations(addr));
+    while !ok() {
+        assert!(t0.elapsed() < limit * 5, "{what}: not after {:?} ({} iterations)", t0.elapsed(), iterations(addr) - n0);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (took, ran) = (t0.elapsed(), iterations(addr).saturating_sub(n0));
+    println!("{what}: {took:?}, {ran} iteration(s) of the agent");
+    assert!(took <= limit || ran <= 2, "{what} took {took:?} and {ran} iterations of the agent, more than {limit:?} and 2 iterations");
+    took
+}
+
 /// A class matched by comm (the agent's period is `Agent`'s, 100 ms: `PERIOD_MS`).
 fn class_config() -> String {
     "[[class]]\nname = \"jm\"\nweight = 100\nmatch = { comm = [\"jclass-m\"] }\n".to_string()
@@ -69,7 +92,7 @@ fn root_membership_follows_starts_renames_moves_and_exits_within_a_period() {
 
     // Started: a process whose comm matches.
     let a = KillOnDrop(Command::new(sleeper(dir.path(), "jclass-m")).arg("30").spawn().unwrap());
-    within(WITHIN, "a new matching process in its class", || cpu_cgroup(a.0.id()) == class_dir);
+    within_iterations(&addr, WITHIN, "a new matching process in its class", || cpu_cgroup(a.0.id()) == class_dir);
     // Renamed into the class (only a process itself may write its /proc/PID/comm).
     let go = dir.path().join("go");
     let rename = format!(
@@ -80,16 +103,16 @@ fn root_membership_follows_starts_renames_moves_and_exits_within_a_period() {
     std::thread::sleep(Duration::from_millis(2 * PERIOD_MS));
     assert_eq!(cpu_cgroup(b.0.id()), "/", "not matching yet");
     std::fs::write(&go, "").unwrap();
-    within(WITHIN, "a process renamed into the class", || cpu_cgroup(b.0.id()) == class_dir);
+    within_iterations(&addr, WITHIN, "a process renamed into the class", || cpu_cgroup(b.0.id()) == class_dir);
     // Moved out by someone else: back within a period.
     std::fs::write(Path::new(CPU_V1).join("cgroup.procs"), b.0.id().to_string()).unwrap();
-    within(WITHIN, "a member moved out by someone else, back", || cpu_cgroup(b.0.id()) == class_dir);
-    within(WITHIN + Duration::from_millis(100), "the class's count with both", || count(&addr) == 2);
+    within_iterations(&addr, WITHIN, "a member moved out by someone else, back", || cpu_cgroup(b.0.id()) == class_dir);
+    within_iterations(&addr, WITHIN + Duration::from_millis(100), "the class's count with both", || count(&addr) == 2);
     // Exiting.
     drop(b);
-    within(WITHIN + Duration::from_millis(100), "the class's count after an exit", || count(&addr) == 1);
+    within_iterations(&addr, WITHIN + Duration::from_millis(100), "the class's count after an exit", || count(&addr) == 1);
     drop(a);
-    within(WITHIN + Duration::from_millis(100), "the class's count after both exits", || count(&addr) == 0);
+    within_iterations(&addr, WITHIN + Duration::from_millis(100), "the class's count after both exits", || count(&addr) == 0);
     let (_, metrics) = http_get(&addr, "/metrics", None);
     let events = metrics.lines().find(|l| l.starts_with("joule_membership_events_total{")).unwrap_or_default().to_string();
     assert!(events.contains("source=\"ebpf\""), "membership kept from eBPF events: {events}");
@@ -111,13 +134,13 @@ fn root_membership_a_reused_pid_never_inherits_the_old_processes_class() {
     }
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(&class_config());
-    let _addr = agent.metrics_addr();
+    let addr = agent.metrics_addr();
     let name = sleeper(dir.path(), "jclass-m");
     let mut reused = None;
     for _ in 0..5 {
         let member = KillOnDrop(Command::new(&name).arg("30").spawn().unwrap());
         let pid = member.0.id();
-        within(WITHIN, "the member in its class", || cpu_cgroup(pid) == "/joule/jm");
+        within_iterations(&addr, WITHIN, "the member in its class", || cpu_cgroup(pid) == "/joule/jm");
         drop(member); // exits; its pid is free again
         if let Some(c) = spawn_with_pid(pid, Command::new("sleep").arg("30")) {
             reused = Some(c);

@@ -5,7 +5,7 @@
 //! under a matched parent, a journal directory the user owns, records joule cannot have
 //! written, and 2,000 idle, half-open and pipelining connections to the metrics endpoint.
 
-use super::membership::{cpu_cgroup, sleeper, within, PERIOD_MS, WITHIN};
+use super::membership::{cpu_cgroup, sleeper, within, within_iterations, PERIOD_MS, WITHIN};
 use super::{http_get, is_root, require, Agent, KillOnDrop, CPU_V1, JOULE};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -39,11 +39,11 @@ fn root_untrusted_a_users_process_named_like_a_granting_class_does_not_join_it()
     }
     let dir = shared_dir();
     let agent = Agent::start("[[class]]\nname = \"jsvc\"\nweight = 200\nmatch = { comm = [\"jx-svc\"], uid = [0] }\n");
-    let _ = agent.metrics_addr();
+    let addr = agent.metrics_addr();
     let bin = sleeper(dir.path(), "jx-svc");
     let root_one = KillOnDrop(Command::new(&bin).arg("30").spawn().unwrap());
     let users_one = KillOnDrop(as_user(Command::new(&bin).arg("30")).spawn().unwrap());
-    within(WITHIN, "root's jx-svc in the class that grants", || cpu_cgroup(root_one.0.id()) == "/joule/jsvc");
+    within_iterations(&addr, WITHIN, "root's jx-svc in the class that grants", || cpu_cgroup(root_one.0.id()) == "/joule/jsvc");
     std::thread::sleep(Duration::from_millis(3 * PERIOD_MS));
     assert_eq!(cpu_cgroup(users_one.0.id()), "/", "uid {USER}'s process named jx-svc joined a class that grants");
 }
@@ -59,7 +59,7 @@ fn root_untrusted_a_best_effort_process_renamed_to_escape_stays_capped() {
         "[[class]]\nname = \"jbe\"\nquota_us = 10000\nperiod_us = 100000\nmatch = { comm = [\"jx-be\"] }\n\
          [[class]]\nname = \"jfree\"\nweight = 100\nmatch = { comm = [\"jx-free\"] }\n",
     );
-    let _ = agent.metrics_addr();
+    let addr = agent.metrics_addr();
     let (go1, go2) = (dir.path().join("go1"), dir.path().join("go2"));
     let script = format!(
         "import os, time\n\
@@ -73,7 +73,7 @@ fn root_untrusted_a_best_effort_process_renamed_to_escape_stays_capped() {
     let p = KillOnDrop(as_user(Command::new("/usr/bin/python3").args(["-c", &script])).spawn().unwrap());
     let pid = p.0.id();
     std::fs::write(&go1, "").unwrap();
-    within(WITHIN, "the user's job in the best-effort class", || cpu_cgroup(pid) == "/joule/jbe");
+    within_iterations(&addr, WITHIN, "the user's job in the best-effort class", || cpu_cgroup(pid) == "/joule/jbe");
     std::fs::write(&go2, "").unwrap();
     within(Duration::from_secs(1), "the rename", || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim() == "jx-free");
     std::thread::sleep(Duration::from_millis(4 * PERIOD_MS));
@@ -89,7 +89,7 @@ fn root_untrusted_children_follow_their_parent_only_within_its_uid() {
     let dir = shared_dir();
     // A class that grants (weight above the default), so following it is worth something.
     let agent = Agent::start("[[class]]\nname = \"jpar\"\nweight = 200\nmatch = { comm = [\"jx-par\"], uid = [0] }\n");
-    let _ = agent.metrics_addr();
+    let addr = agent.metrics_addr();
     let (kid_a, kid_b) = (sleeper(dir.path(), "jx-kid-a"), sleeper(dir.path(), "jx-kid-b"));
     let pids = dir.path().join("pids");
     let script = format!(
@@ -110,8 +110,8 @@ fn root_untrusted_children_follow_their_parent_only_within_its_uid() {
     within(Duration::from_secs(3), "the children started", || pids.exists() && !std::fs::read_to_string(&pids).unwrap().is_empty());
     let kids: Vec<i32> = std::fs::read_to_string(&pids).unwrap().split_whitespace().map(|s| s.parse().unwrap()).collect();
     let _reap = Kill(kids.clone());
-    within(WITHIN, "the parent in its class", || cpu_cgroup(parent.0.id()) == "/joule/jpar");
-    within(WITHIN, "its same-uid child with it", || cpu_cgroup(kids[0] as u32) == "/joule/jpar");
+    within_iterations(&addr, WITHIN, "the parent in its class", || cpu_cgroup(parent.0.id()) == "/joule/jpar");
+    within_iterations(&addr, WITHIN, "its same-uid child with it", || cpu_cgroup(kids[0] as u32) == "/joule/jpar");
     std::thread::sleep(Duration::from_millis(3 * PERIOD_MS));
     assert_eq!(cpu_cgroup(kids[1] as u32), "/", "a child that switched to uid {USER} followed its root parent into the class");
 }
@@ -422,7 +422,9 @@ fn root_untrusted_a_users_fork_storm_does_not_stretch_the_loop_past_its_period()
         |name: &str| -> f64 { metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(-1.0) };
     let (overruns, longest) = (value("joule_agent_loop_overruns_total"), value("joule_agent_loop_duration_max_seconds"));
     println!("fork storm: {:.0} forks/s by uid {USER}; overruns {overruns}, longest iteration {:.1} ms", forks / 5.0, longest * 1e3);
-    assert!(forks / 5.0 > 2000.0, "the storm forked only {forks} times in 5 s");
+    // The storm must be one (this VM forks 1,950-2,450 times a second from one python process,
+    // with or without an agent); the property is the loop's.
+    assert!(forks / 5.0 > 1500.0, "the storm forked only {forks} times in 5 s");
     assert_eq!(overruns, 0.0, "the loop overran its period {overruns} time(s); longest {longest} s");
 }
 
