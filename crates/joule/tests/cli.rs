@@ -292,10 +292,16 @@ fn check_config_refuses_a_device_or_an_oversized_file() {
 fn doctor_on_an_empty_tree_reports_nothing_found_as_json_and_exits_0() {
     let t = tempfile::tempdir().unwrap();
     let p = |d: &str| t.path().join(d).display().to_string();
-    let out = joule(&["doctor", "--json", "--sysfs-root", &p("sys"), "--procfs-root", &p("proc"), "--cgroup-root", &p("cg")]);
+    let roots: [&str; 10] =
+        ["--sysfs-root", &p("sys"), "--procfs-root", &p("proc"), "--cgroup-root", &p("cg"), "--etc-root", &p("etc"), "--var-lib-root", &p("var")];
+    let out = joule(&[&["doctor", "--json"][..], &roots].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["facts"]["cgroup"]["layout"], "none");
+    let rows = v["coexistence"].as_array().unwrap();
+    assert!(rows.len() == 7 && rows.iter().all(|r| r["others"].as_array().unwrap().is_empty()), "{rows:?}");
+    let out = joule(&[&["doctor"][..], &roots].concat());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("who else manages these knobs\n  none found"), "{}", String::from_utf8_lossy(&out.stdout));
     let cpu = v["backends"].as_array().unwrap().iter().find(|c| c["mechanism"].as_str().unwrap().starts_with("class CPU")).unwrap();
     assert_eq!(cpu["backend"], "none", "{cpu}");
 }

@@ -3,6 +3,7 @@
 //! so an operator knows before enabling anything. Reads only; changes nothing.
 
 mod backends;
+mod coexist;
 mod energy;
 mod facts;
 
@@ -16,7 +17,9 @@ use std::path::PathBuf;
 /// Reads the architecture and the kernel's offer (BTF, sched_ext, RT group scheduling,
 /// kernel.sched_rt_runtime_us, cpu.idle and EEVDF slices by release), the cgroup layout and who
 /// else manages it (systemd as PID 1, a kubelet), the sensors (thermal zones, hwmon, RAPL), the
-/// cpufreq policies and the kernel's energy model, bpffs and /proc's hidepid.
+/// cpufreq policies and the kernel's energy model, bpffs and /proc's hidepid, and who else
+/// writes joule's knobs (tuned, power-profiles-daemon, thermald, TLP, cpupower, sched_ext
+/// schedulers, irqbalance, a kubelet's CPU manager), from processes, enabled units and configs.
 /// Changes nothing; needs no root (some files are root-only: run it as root to see everything).
 ///
 /// Examples:
@@ -28,7 +31,7 @@ use std::path::PathBuf;
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: crate::ConfigArg,
-    /// Print one JSON document (`facts` and `backends`) instead of the table.
+    /// Print one JSON document (`facts`, `backends` and `coexistence`) instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Where sysfs is (a fixture tree in tests).
@@ -38,16 +41,23 @@ pub struct DoctorArgs {
     pub procfs_root: PathBuf,
     #[arg(long, default_value = "/sys/fs/cgroup", hide = true)]
     pub cgroup_root: PathBuf,
+    #[arg(long, default_value = "/etc", hide = true)]
+    pub etc_root: PathBuf,
+    #[arg(long, default_value = "/var/lib", hide = true)]
+    pub var_lib_root: PathBuf,
 }
 
 pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
     let facts = Facts::read(&Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), cgroup: a.cgroup_root.clone() });
-    let backends = choose(&facts, &cfg);
+    let mut backends = choose(&facts, &cfg);
+    let others = coexist::Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), etc: a.etc_root.clone(), var_lib: a.var_lib_root.clone() };
+    let coexistence = coexist::read(&others, &facts, &cfg, &backends);
+    coexistence.warn(&mut backends);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "facts": facts, "backends": backends }))?);
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "facts": facts, "backends": backends, "coexistence": coexistence.rows }))?);
     } else {
-        print!("{}", render(&facts, &backends));
+        print!("{}{}", render(&facts, &backends), coexistence.render());
     }
     Ok(())
 }
