@@ -62,6 +62,7 @@ vm-deps: deps
 	@bash scripts/arm64/setup.sh guest
 
 test-vm: build build-arm64 vm-deps
+	$(CARGO) build --release --locked -p joule-bpf --example scx_other # the coexistence check's other scheduler (docs/vm.md)
 	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored vm_ --test-threads=1
 
 restore: build

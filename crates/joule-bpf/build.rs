@@ -7,7 +7,8 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::{env, path::PathBuf};
 
-const PROGS: &[&str] = &["runqlat", "thermal", "scx", "nap", "flow", "netlimit", "procmon"];
+// `scx_other` is a test-only scheduler: only the example of that name includes its skeleton.
+const PROGS: &[&str] = &["runqlat", "thermal", "scx", "nap", "flow", "netlimit", "procmon", "scx_other"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap());

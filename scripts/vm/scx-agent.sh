@@ -17,9 +17,15 @@
 #        scx-agent.sh PATH/TO/joule eject — sysrq-S throws the scheduler out at stage 3; the
 #                                           agent reports it and the cgroup path caps the
 #                                           best-effort class's cpu.max
+#        scx-agent.sh PATH/TO/joule held  — another sched_ext scheduler (`jother`, joule-bpf's
+#                                           test-only example scx_other, next to joule in
+#                                           target/release/examples) holds the slot first: the
+#                                           agent leaves it alone, reports it once and acts
+#                                           through the cgroup path; once jother exits, joule's
+#                                           scheduler loads
 set -euo pipefail
-J=${1:?usage: scx-agent.sh PATH/TO/joule stage|load|eject}
-MODE=${2:?stage, load or eject}
+J=${1:?usage: scx-agent.sh PATH/TO/joule stage|load|eject|held}
+MODE=${2:?stage, load, eject or held}
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${JOULE_VM_OUT:?}
 S=/sys/kernel/sched_ext
@@ -254,5 +260,54 @@ eject)
 	rc=0; wait "$agent" || rc=$?
 	agent=
 	echo "agent_rc=$rc"
+	;;
+held)
+	other=$(dirname "$J")/examples/scx_other
+	"$other" >"$OUT/scx-other.log" 2>&1 &
+	other_pid=$!
+	pids+=("$other_pid")
+	is_other() { [ "$(cat $S/state)" = enabled ] && [ "$(cat $S/root/ops 2>/dev/null)" = jother ]; }
+	until_s 30 is_other || { echo "other_never=1"; cat "$OUT/scx-other.log"; exit 1; }
+	config
+	# What holds the slot, every 0.2 s from before the agent starts until jother is told to go.
+	(while :; do cat $S/root/ops 2>/dev/null || echo none; sleep 0.2; done) >"$OUT/ops-held.txt" &
+	sampler=$!
+	pids+=("$sampler")
+	start_agent
+	# The agent's conflict events about the slot, one JSON object a line.
+	conflicts() { python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    try:
+        e = json.loads(l)
+    except ValueError:
+        continue
+    if e.get("event") == "conflict" and e.get("knob") == "sched_ext":
+        print(json.dumps(e))' "$EV" 2>/dev/null; }
+	reported_held() { [ -n "$(conflicts)" ]; }
+	until_s 60 reported_held || { echo "never_reported=1"; cat "$OUT/agent-$MODE.log"; }
+	until_s 20 path_is cgroup || true
+	sleep 5 # periods in which the agent must keep its hands off
+	echo "path_held=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	echo "held_by=$(plan 'a["held_by"]' | tr -d ' ')"
+	echo "down_reason=$(plan 'a["down_reason"]')"
+	curl -sf "$URL/metrics" | grep -E '^joule_(knob_held_by_other|scx_running)' | sed 's/^/metric:/'
+	echo "loads_while_held=$(grep -c '"event":"scx_loaded"' "$EV" || true)"
+	kill "$sampler"
+	wait "$sampler" 2>/dev/null || true
+	echo "ops_while_agent_ran=$(sort -u "$OUT/ops-held.txt" | tr '\n' ',' | sed 's/,$//')"
+	# jother goes: the slot is free, and the agent takes it (no back-off: that is not fighting).
+	kill "$other_pid"
+	wait "$other_pid" 2>/dev/null || true
+	t0=$(date +%s%N)
+	until_s 30 ours && echo "ours_after_ms=$((($(date +%s%N) - t0) / 1000000))" || echo "ours_after=never"
+	until_s 10 path_is scx || true
+	echo "path_after=$(plan 'd["want"]["path"]' | tr -d ' ')"
+	conflicts | sed 's/^/conflict_event=/'
+	kill "$agent"
+	rc=0; wait "$agent" || rc=$?
+	agent=
+	echo "agent_rc=$rc"
+	echo "state_later=$(cat $S/state)"
 	;;
 esac

@@ -9,6 +9,9 @@
 //!
 //! Where cpufreq is missing (VMs, this project's CI host) it says so once, in its status, and
 //! does nothing: that is the machine, not an error.
+//!
+//! Another tool writing the same knob is not fought: `cpufreq_drift.rs` reads a knob back
+//! before each write and every [`DRIFT_CHECK`], and yields a CPU whose limit someone else set.
 
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Knob, Plan, Setting};
 use joule_core::effects::Effects;
@@ -20,12 +23,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[path = "cpufreq_drift.rs"]
+mod drift;
+pub use drift::Drift;
+
+/// How often the knobs joule holds are read back for another tool's changes (a write is
+/// always preceded by a read, so no other tool's value is overwritten in between).
+pub const DRIFT_CHECK: Duration = crate::cgroup_cpu::DRIFT_CHECK;
 
 /// The metric families this actuator reports.
-pub const METRICS: &[MetricDef] = &[MetricDef::gauge(
-    "joule_cpufreq_max_hertz",
-    "The scaling_max_freq joule holds per CPU: the lowest cap any mechanism asks for (its original value when none does).",
-)];
+pub const METRICS: &[MetricDef] = &[
+    MetricDef::gauge(
+        "joule_cpufreq_max_hertz",
+        "The scaling_max_freq joule holds per CPU: the lowest cap any mechanism asks for (its original value when none does).",
+    ),
+    MetricDef::counter(
+        "joule_cpufreq_drift",
+        "Times a CPU's scaling_max_freq joule set was found changed by another tool (thermald, tuned, cpupower, an administrator); joule then leaves that CPU's limit to it for the rest of the run.",
+    ),
+    MetricDef::gauge("joule_cpufreq_yielded_cpus", "CPUs whose frequency limit joule left to another tool after it changed one joule set."),
+];
 
 /// One CPU's frequency limits, kHz, as read at start.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -76,7 +95,10 @@ pub struct CpuHeld {
 /// The actuator's state.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CpufreqState {
+    /// The CPUs joule holds (not those yielded).
     pub cpus: Vec<CpuHeld>,
+    /// The CPUs another tool took over, with what joule had set and what it found.
+    pub yielded: Vec<Drift>,
     pub notes: Vec<String>,
 }
 
@@ -86,7 +108,8 @@ impl ActuatorState for CpufreqState {
     }
     fn families(&self) -> Vec<Family> {
         let samples = self.cpus.iter().map(|c| (l(&[("cpu", &c.cpu.to_string())]), c.max_khz as f64 * 1e3)).collect();
-        vec![METRICS[0].with(samples)]
+        let drift = self.yielded.iter().map(|d| (l(&[("cpu", &d.cpu.to_string())]), 1.0)).collect();
+        vec![METRICS[0].with(samples), METRICS[1].with(drift), METRICS[2].with(vec![(vec![], self.yielded.len() as f64)])]
     }
 }
 
@@ -101,7 +124,17 @@ struct Core {
     held: BTreeMap<String, (HeldLimit, String)>,
     /// What each knob holds now (absent: its original, untouched).
     written: BTreeMap<u32, u64>,
+    /// What each knob read right after joule's last write to it.
+    read_back: BTreeMap<u32, u64>,
     journalled: BTreeSet<PathBuf>,
+    /// CPUs another tool took over: never written again this run.
+    yielded: BTreeMap<u32, Drift>,
+    /// Drift found since the last reconcile, for it to report as events.
+    unreported: Vec<Drift>,
+    /// `<sysfs>/class/thermal`: whether the kernel's own cooling lowers a limit.
+    cooling_dir: PathBuf,
+    drift_checked: Option<Instant>,
+    drift_every: Duration,
 }
 
 impl Core {
@@ -119,16 +152,24 @@ impl Core {
         (khz, asked)
     }
 
+    /// What `c`'s knob holds as far as joule knows.
+    fn holds(&self, c: &CpuLimits) -> u64 {
+        self.written.get(&c.cpu).copied().unwrap_or(c.original_khz)
+    }
+
     /// Writes every CPU whose wanted value differs from what it holds, journalling its
-    /// original before its first write. Returns how many it wrote.
+    /// original before its first write; a CPU another tool took over is left to it (the knob
+    /// is read before each write). Returns how many it wrote.
     fn apply(&mut self) -> io::Result<usize> {
         let mut writes = 0;
         for i in 0..self.cpus.len() {
+            if self.yielded.contains_key(&self.cpus[i].cpu) || self.wanted(&self.cpus[i]).0 == self.holds(&self.cpus[i]) || !self.still_ours(i)? {
+                continue;
+            }
             let c = self.cpus[i].clone();
             let (want, _) = self.wanted(&c);
-            let now = self.written.get(&c.cpu).copied().unwrap_or(c.original_khz);
-            if want == now {
-                continue;
+            if want == self.holds(&c) {
+                continue; // its new original is what it wants
             }
             if !self.journalled.contains(&c.knob) {
                 let j = self.journal.as_ref().ok_or_else(|| io::Error::other("the cpufreq actuator has not started (no journal)"))?;
@@ -137,6 +178,7 @@ impl Core {
             }
             self.fx.write(&c.knob, &want.to_string()).map_err(|e| io::Error::new(e.kind(), format!("writing {want} kHz to {}: {e}", c.knob.display())))?;
             self.written.insert(c.cpu, want);
+            self.read_back.insert(c.cpu, drift::read_khz(self.fx.as_ref(), &c.knob).unwrap_or(want));
             writes += 1;
         }
         Ok(writes)
@@ -146,12 +188,13 @@ impl Core {
         let cpus = self
             .cpus
             .iter()
+            .filter(|c| !self.yielded.contains_key(&c.cpu))
             .map(|c| {
                 let (max_khz, asked_by) = self.wanted(c);
                 CpuHeld { cpu: c.cpu, max_khz, original_khz: c.original_khz, asked_by }
             })
             .collect();
-        CpufreqState { cpus, notes: self.note.iter().cloned().collect() }
+        CpufreqState { cpus, yielded: self.yielded.values().cloned().collect(), notes: self.note.iter().cloned().collect() }
     }
 }
 
@@ -196,8 +239,11 @@ pub struct CpufreqActuator {
 
 impl CpufreqActuator {
     /// Writes through `fx` (its own handle of the effects: requests held between periods come
-    /// from other threads).
+    /// from other threads). `cpu_root` is `<sysfs>/devices/system/cpu`; the kernel's cooling
+    /// devices are read from `<sysfs>/class/thermal`.
     pub fn new(cpu_root: impl Into<PathBuf>, fx: Arc<dyn Effects + Send + Sync>) -> CpufreqActuator {
+        let cpu_root: PathBuf = cpu_root.into();
+        let sysfs = cpu_root.ancestors().nth(3).unwrap_or(Path::new("/sys"));
         let core = Core {
             fx,
             journal: None,
@@ -206,9 +252,21 @@ impl CpufreqActuator {
             plan: BTreeMap::new(),
             held: BTreeMap::new(),
             written: BTreeMap::new(),
+            read_back: BTreeMap::new(),
             journalled: BTreeSet::new(),
+            yielded: BTreeMap::new(),
+            unreported: Vec::new(),
+            cooling_dir: sysfs.join("class/thermal"),
+            drift_checked: None,
+            drift_every: DRIFT_CHECK,
         };
-        CpufreqActuator { cpu_root: cpu_root.into(), core: FreqRequests(Arc::new(Mutex::new(core))) }
+        CpufreqActuator { cpu_root, core: FreqRequests(Arc::new(Mutex::new(core))) }
+    }
+
+    /// Reads the knobs back every `every` instead of every [`DRIFT_CHECK`] (tests: each period).
+    pub fn with_drift_check(self, every: Duration) -> CpufreqActuator {
+        self.core.lock().drift_every = every;
+        self
     }
 
     /// The handle other actuators hold requests through.
@@ -247,7 +305,16 @@ impl Actuator for CpufreqActuator {
                 Some((cpu as u32, (khz, h.requests.iter().map(|r| format!("{} ({})", r.policy, r.asked)).collect())))
             })
             .collect();
-        let writes = core.apply()?;
+        let checked = if core.drift_checked.is_none_or(|t| t.elapsed() >= core.drift_every) {
+            core.drift_checked = Some(Instant::now());
+            core.check_drift()
+        } else {
+            Ok(())
+        };
+        let applied = core.apply();
+        core.report_drift(cx);
+        checked?;
+        let writes = applied?;
         if writes > 0 {
             let held: Vec<_> = core.state().cpus.iter().map(|c| serde_json::json!({ "cpu": c.cpu, "max_khz": c.max_khz })).collect();
             (cx.events)("cpufreq_max", serde_json::json!({ "cpus": held, "written": writes }));
@@ -259,15 +326,21 @@ impl Actuator for CpufreqActuator {
         Arc::new(self.core.lock().state())
     }
 
-    fn shutdown(&mut self, _cx: &mut ActCx<'_>) -> Result<(), ActError> {
+    fn shutdown(&mut self, cx: &mut ActCx<'_>) -> Result<(), ActError> {
         let mut core = self.core.lock();
         core.plan.clear();
         core.held.clear();
+        // A limit another tool set since the last check is theirs: its record is forgotten
+        // before the replay.
+        let checked = core.check_drift();
+        core.report_drift(cx);
+        checked?;
         let r = match &core.journal {
             Some(j) => j.restore_owner(owner::CPUFREQ, core.fx.as_ref())?,
             None => return Ok(()),
         };
         core.written.clear();
+        core.read_back.clear();
         core.journalled.clear();
         if !r.failed.is_empty() {
             return Err(format!("could not put back {} CPU frequency limit(s): {:?}", r.failed.len(), r.failed).into());

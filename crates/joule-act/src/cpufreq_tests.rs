@@ -136,3 +136,112 @@ fn without_cpufreq_it_says_so_once_and_does_nothing() {
         assert!(acts.shutdown_all(cx).is_empty());
     });
 }
+
+/// Runs `body` on a started cpufreq actuator over `fx` that reads its knobs back each period,
+/// with the events it reported so far.
+fn with_watching_actuator(fx: &Arc<FakeEffects>, body: impl FnOnce(&mut Actuators, &mut ActCx<'_>, &Journal, &dyn Fn() -> Vec<serde_json::Value>)) {
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = events.clone();
+    let mut sink = move |name: &str, v: serde_json::Value| {
+        if name == "cpufreq_drift" {
+            log.borrow_mut().push(v);
+        }
+    };
+    let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
+    let a = CpufreqActuator::new("/sys/devices/system/cpu", fx.clone()).with_drift_check(std::time::Duration::ZERO);
+    let mut acts = Actuators::new(vec![Box::new(a)]);
+    acts.init_all(&mut cx).unwrap();
+    body(&mut acts, &mut cx, &journal, &|| events.borrow().clone());
+}
+
+/// What another tool (thermald, tuned, cpupower) does: writes the knob behind joule's back.
+fn other_tool_writes(fx: &FakeEffects, cpu: u32, khz: &str) {
+    fx.files.lock().unwrap().insert(format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_max_freq").into(), format!("{khz}\n"));
+}
+
+/// Issue 34: a cap joule wrote, rewritten by another tool, is reported once, never written
+/// again (not by the same stage, a hotter one or the cool stage's lift), and its undo record is
+/// gone, so neither shutdown nor a replay puts joule's original over the other tool's value.
+#[test]
+fn a_limit_another_tool_rewrote_is_reported_once_left_alone_and_forgotten_by_the_journal() {
+    let fx = tree();
+    with_watching_actuator(&fx, |acts, cx, journal, drift| {
+        acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(85.0))]), cx);
+        assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("2550000".into(), "2550000".into()));
+        assert_eq!(journal.entries().unwrap().len(), 2);
+        other_tool_writes(&fx, 0, "2000000");
+        acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(85.0))]), cx);
+        assert_eq!(drift(), vec![serde_json::json!({ "cpu": 0, "joule_khz": 2_550_000, "found_khz": 2_000_000 })]);
+        assert_eq!(knob(&fx, 0), "2000000", "the other tool's value stands");
+        let recs = journal.entries().unwrap();
+        assert_eq!(recs.len(), 1, "cpu0's record is forgotten: {recs:?}");
+        assert_eq!(recs[0].undo, Undo::Write { path: "/sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2800000".into() });
+
+        // Hotter, then cool: cpu1 follows the plan, cpu0 is never written again.
+        let writes_before = fx.calls().len();
+        acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(70.0))]), cx);
+        acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(100.0))]), cx);
+        let writes: Vec<String> = fx.calls()[writes_before..].to_vec();
+        assert!(writes.iter().all(|w| w.contains("/cpu1/")), "{writes:?}");
+        assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("2000000".into(), "2800000".into()));
+        assert_eq!(drift().len(), 1, "reported once");
+        let st = &acts.status()[0];
+        assert!(st.ok, "{:?}", st.last_error);
+        assert_eq!(st.state.to_json()["yielded"], serde_json::json!([{ "cpu": 0, "joule_khz": 2_550_000, "found_khz": 2_000_000 }]));
+        let families = st.state.families();
+        let drift_family = families.iter().find(|f| f.def.name == "joule_cpufreq_drift").unwrap();
+        assert_eq!(drift_family.samples, vec![(joule_core::metric::l(&[("cpu", "0")]), joule_core::metric::Value::Number(1.0))]);
+        let yielded = families.iter().find(|f| f.def.name == "joule_cpufreq_yielded_cpus").unwrap();
+        assert_eq!(yielded.samples, vec![(vec![], joule_core::metric::Value::Number(1.0))]);
+
+        acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(70.0))]), cx);
+        assert!(acts.shutdown_all(cx).is_empty());
+        assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("2000000".into(), "2800000".into()), "shutdown puts back only what joule still holds");
+        assert!(journal.entries().unwrap().is_empty());
+    });
+}
+
+/// The knob is read before every write: a change between two drift checks is never
+/// overwritten by the next stage's cap; a knob changed while joule held nothing there is the
+/// new original, not drift; a lower value while the kernel's own cpufreq cooling limits is the
+/// kernel's.
+#[test]
+fn a_write_reads_first_a_new_original_is_adopted_and_the_kernels_cooling_is_not_drift() {
+    let fx = Arc::new(
+        Arc::try_unwrap(tree())
+            .unwrap()
+            .with_dir("/sys/class/thermal")
+            .with_dir("/sys/class/thermal/cooling_device0")
+            .with_file("/sys/class/thermal/cooling_device0/type", "cpufreq-cpu0\n")
+            .with_file("/sys/class/thermal/cooling_device0/cur_state", "0\n"),
+    );
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut n_drift = 0;
+    let mut sink = |name: &str, _: serde_json::Value| n_drift += usize::from(name == "cpufreq_drift");
+    let mut cx = ActCx { journal: &journal, fx: fx.as_ref(), events: &mut sink };
+    // The default check interval (1 s): only the read before a write sees the change here.
+    let mut acts = Actuators::new(vec![Box::new(CpufreqActuator::new("/sys/devices/system/cpu", fx.clone()))]);
+    acts.init_all(&mut cx).unwrap();
+    other_tool_writes(&fx, 1, "2400000"); // before joule ever capped cpu1: its new original
+    acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(85.0))]), &mut cx);
+    assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("2550000".into(), "2400000".into()), "85 % is above cpu1's new original: nothing to write");
+    acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(70.0))]), &mut cx);
+    assert_eq!(knob(&fx, 1), "2100000");
+    let cpu1 = Undo::Write { path: "/sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq".into(), old: "2400000".into() };
+    assert!(journal.entries().unwrap().iter().any(|e| e.undo == cpu1), "the undo record holds the new original");
+
+    // The kernel's cooling device limits cpu0 below joule's cap: not drift.
+    fx.files.lock().unwrap().insert("/sys/class/thermal/cooling_device0/cur_state".into(), "3\n".into());
+    other_tool_writes(&fx, 0, "1600000"); // policy->max under the cooling device's request
+    acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(60.0))]), &mut cx);
+    assert_eq!(knob(&fx, 0), "1800000", "joule's 60 % cap still went into its request");
+    assert_eq!(knob(&fx, 1), "1800000");
+    // Another tool raises cpu1 between checks; the next stage's write reads first and yields.
+    other_tool_writes(&fx, 1, "2900000");
+    acts.reconcile_all(&plan(&[("thermal", None, FreqLimit::Pct(50.0))]), &mut cx);
+    assert_eq!((knob(&fx, 0), knob(&fx, 1)), ("1500000".into(), "2900000".into()));
+    assert_eq!(n_drift, 1);
+}

@@ -13,8 +13,14 @@
 //! sysrq-S): reported (log, `scx_ejected` event, `joule_scx_ejections_total{kind}`), the
 //! scheduler dropped, and loading retried after [`Backoff`]: 30 s, doubling up to 10 min,
 //! given up after 3 ejections within an hour.
+//!
+//! The sched_ext slot held by another scheduler (sysfs names its ops, not "joule") is not
+//! fought for: joule does not try to load, says so once (log, a `conflict` event with `knob`
+//! and `holder`, `joule_knob_held_by_other{knob="sched_ext",holder}`), lets the cgroup path act,
+//! and reads sysfs again each period; once the slot is free it loads its own, as at start.
 
 use joule_bpf::scx::{ExitInfo, KernelState, Scx, ScxOpts, ScxStats, SYSFS_SCHED_EXT};
+use joule_bpf::BpfError;
 use joule_core::config::{Config, ThermalRole};
 use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan, ThermalPath, Want};
 use joule_core::membership::Membership;
@@ -35,6 +41,10 @@ pub const METRICS: &[MetricDef] = &[
         "joule_scx_ejections",
         "Times the kernel ended joule's sched_ext scheduler without being asked, per exit kind (ERROR_STALL, SYSRQ, ...); the event log has each reason.",
     ),
+    MetricDef::gauge(
+        "joule_knob_held_by_other",
+        "1 while another manager holds a knob joule would use, which joule then leaves alone: knob=\"sched_ext\" with the other scheduler's name as holder (the cgroup path acts meanwhile).",
+    ),
 ];
 
 /// The actuator's state.
@@ -43,6 +53,8 @@ pub struct ScxState {
     pub running: bool,
     pub available: bool,
     pub down_reason: Option<String>,
+    /// The other sched_ext scheduler holding the slot, while one does.
+    pub held_by: Option<String>,
     pub stage: Option<u32>,
     pub path: Option<ThermalPath>,
     pub loads_total: u64,
@@ -61,6 +73,7 @@ impl ActuatorState for ScxState {
         vec![
             METRICS[0].with(vec![(vec![], f64::from(u8::from(self.running)))]),
             METRICS[1].with(self.ejections_total.iter().map(|(kind, n)| (l(&[("kind", kind)]), *n as f64)).collect()),
+            METRICS[2].with(self.held_by.iter().map(|h| (l(&[("knob", "sched_ext"), ("holder", h)]), 1.0)).collect()),
         ]
     }
 }
@@ -129,8 +142,26 @@ impl Backoff {
 enum Down {
     /// The kernel has no sched_ext: never retried.
     NoSchedExt(String),
-    /// A load failed, another scheduler is in the way, or it was ejected: retried per Backoff.
+    /// A load failed or it was ejected: retried per Backoff.
     Waiting(String),
+    /// Another scheduler (its ops name) holds the slot: looked at again each period, no load.
+    Held(String),
+}
+
+impl Down {
+    fn why(&self) -> String {
+        match self {
+            Down::NoSchedExt(w) | Down::Waiting(w) => w.clone(),
+            Down::Held(ops) => format!("held by {ops}"),
+        }
+    }
+}
+
+/// The other scheduler holding the sched_ext slot, if one does: sysfs says one is loaded (any
+/// state but "disabled") and names it, and it is not joule's.
+fn other_holder(k: &KernelState) -> Option<String> {
+    let loaded = k.state.as_deref().is_some_and(|s| s != "disabled");
+    k.ops.clone().filter(|ops| loaded && ops != "joule")
 }
 
 pub struct ScxActuator {
@@ -151,6 +182,8 @@ pub struct ScxActuator {
     last_exit: Option<ExitInfo>,
     /// Since when sysfs has said the loaded scheduler is not running, without exit info yet.
     not_ours_since: Option<Instant>,
+    /// `Scx::load`; tests put a stand-in here.
+    load: fn(ScxOpts) -> Result<Scx, BpfError>,
 }
 
 /// How long sysfs may say joule's scheduler is gone before ops.exit's report arrives; past it
@@ -180,6 +213,7 @@ impl ScxActuator {
             loads_total: 0,
             last_exit: None,
             not_ours_since: None,
+            load: Scx::load,
         }
     }
 
@@ -204,8 +238,15 @@ impl ScxActuator {
     /// Says once why it is down (log, event); the state says it every period.
     fn go_down(&mut self, down: Down, cx: &mut ActCx<'_>) {
         if self.down.as_ref() != Some(&down) {
-            let (Down::NoSchedExt(why) | Down::Waiting(why)) = &down;
-            tracing::warn!("sched_ext scheduler not running: {why}; the thermal stage acts through the cgroup path");
+            let why = down.why();
+            if let Down::Held(holder) = &down {
+                tracing::warn!(
+                    "the sched_ext slot is held by another scheduler ({holder}): joule leaves it alone, the thermal stage acts through the cgroup path, and joule loads its own once the slot is free"
+                );
+                (cx.events)("conflict", serde_json::json!({ "knob": "sched_ext", "holder": holder, "action": "yield" }));
+            } else {
+                tracing::warn!("sched_ext scheduler not running: {why}; the thermal stage acts through the cgroup path");
+            }
             let retry_in_s = self.backoff.retry_in_s(Instant::now());
             (cx.events)("scx_unavailable", serde_json::json!({ "reason": why, "retry_in_s": retry_in_s, "gave_up": self.backoff.gave_up() }));
         }
@@ -223,9 +264,15 @@ impl ScxActuator {
             let why = format!("this kernel has no sched_ext ({} absent; it needs CONFIG_SCHED_CLASS_EXT)", dir.display());
             return self.go_down(Down::NoSchedExt(why), cx);
         }
+        if let Some(holder) = other_holder(&KernelState::read(&dir)) {
+            return self.go_down(Down::Held(holder), cx);
+        }
+        if let Some(Down::Held(holder)) = &self.down {
+            tracing::info!("the sched_ext slot {holder} held is free: loading joule's scheduler");
+        }
         let (labelled, best_effort) = self.class_ids(members);
         let opts = ScxOpts { labelled_cgroups: labelled.clone(), best_effort_cgroups: best_effort.clone(), ..self.opts.clone() };
-        match Scx::load(opts) {
+        match (self.load)(opts) {
             Ok(scx) => {
                 self.loads_total += 1;
                 self.marked = labelled.iter().chain(&best_effort).copied().collect();
@@ -239,7 +286,7 @@ impl ScxActuator {
                 );
             }
             Err(e) => {
-                // Another scheduler in the way, a verifier refusal: try again later, quietly.
+                // A verifier refusal, a scheduler loaded since sysfs was read: try again later.
                 self.backoff.delay(now, FIRST_RETRY);
                 self.go_down(Down::Waiting(format!("loading failed: {e}")), cx);
             }
@@ -306,14 +353,14 @@ impl ScxActuator {
     }
 
     fn scx_state(&self) -> ScxState {
-        let down_reason = match &self.down {
-            Some(Down::NoSchedExt(w) | Down::Waiting(w)) => Some(w.clone()),
-            None => None,
-        };
         ScxState {
             running: self.scx.is_some(),
             available: !matches!(self.down, Some(Down::NoSchedExt(_))),
-            down_reason,
+            down_reason: self.down.as_ref().map(Down::why),
+            held_by: match &self.down {
+                Some(Down::Held(holder)) => Some(holder.clone()),
+                _ => None,
+            },
             stage: self.stage.map(|s| s.0),
             path: self.stage.map(|s| s.1),
             loads_total: self.loads_total,
@@ -366,6 +413,10 @@ impl Actuator for ScxActuator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "scx_held_tests.rs"]
+mod held_tests;
 
 #[cfg(test)]
 mod tests {

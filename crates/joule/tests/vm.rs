@@ -41,6 +41,8 @@ fn checks() -> Vec<(&'static str, String)> {
         // The agent's scheduler; `eject` last of them: sysrq-S is the one way to force it.
         ("scx_agent_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
         ("scx_agent_load", format!("bash {} {} load", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
+        // Issue 34: another scheduler holds the slot first (joule-bpf's test-only `scx_other`).
+        ("scx_agent_held", format!("bash {} {} held", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
         ("scx_agent_eject", format!("bash {} {} eject", repo_root().join("scripts/vm/scx-agent.sh").display(), joule.display())),
         (
             "thermal",
@@ -538,4 +540,38 @@ fn vm_agent_reports_an_ejection_and_the_cgroup_path_takes_over_without_a_restart
     assert_eq!((kv.get("loads"), kv.get("ejections")), (Some(&"1"), Some(&"1")), "a restart loop:\n{}", out.describe());
     assert_eq!(kv.get("state_later"), Some(&"disabled"), "{}", out.describe());
     assert_eq!(kv.get("agent_rc"), Some(&"0"), "{}", out.describe());
+}
+
+/// Issue 34: another sched_ext scheduler (`jother`, joule-bpf's test-only example `scx_other`)
+/// loaded first keeps the slot for the whole agent run: the agent reports who holds it once
+/// (event, state, metric), acts through the cgroup path, and loads joule's scheduler once the
+/// slot is free.
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_agent_leaves_another_sched_ext_scheduler_alone_reports_it_once_and_takes_the_free_slot() {
+    let other = repo_root().join("target/release/examples/scx_other");
+    if !joule_built()
+        || !joule_core::testing::require(other.exists(), "target/release/examples/scx_other; run cargo build --release -p joule-bpf --example scx_other")
+    {
+        return;
+    }
+    let Some(out) = check("scx_agent_held") else { return };
+    assert_eq!(out.status, 0, "scx-agent.sh held failed:\n{}", out.describe());
+    let kv = kv(out);
+    assert!(!kv.contains_key("never_reported"), "no conflict event about the slot:\n{}", out.describe());
+    assert_eq!(kv.get("ops_while_agent_ran"), Some(&"jother"), "the slot changed hands while jother held it:\n{}", out.describe());
+    assert_eq!(kv.get("loads_while_held"), Some(&"0"), "{}", out.describe());
+    assert_eq!(kv.get("path_held"), Some(&"cgroup"), "the cgroup path did not act:\n{}", out.describe());
+    assert_eq!((kv.get("held_by"), kv.get("down_reason").map(|r| r.trim())), (Some(&"jother"), Some("held by jother")), "{}", out.describe());
+    let metrics: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("metric:")).collect();
+    assert!(metrics.contains(&"joule_knob_held_by_other{knob=\"sched_ext\",holder=\"jother\"} 1"), "{metrics:?}");
+    assert!(metrics.contains(&"joule_scx_running 0"), "{metrics:?}");
+    let conflicts: Vec<serde_json::Value> =
+        out.stdout.lines().filter_map(|l| l.strip_prefix("conflict_event=")).map(|l| serde_json::from_str(l).expect("a JSON event")).collect();
+    assert_eq!(conflicts.len(), 1, "reported once: {conflicts:?}");
+    assert_eq!((conflicts[0]["holder"].as_str(), conflicts[0]["action"].as_str()), (Some("jother"), Some("yield")), "{conflicts:?}");
+    let took = kv.get("ours_after_ms").unwrap_or_else(|| panic!("joule's scheduler never loaded once jother was gone:\n{}", out.describe()));
+    println!("jother held the slot through the agent's run; once it exited joule's scheduler loaded after {took} ms (TCG)");
+    assert_eq!(kv.get("path_after"), Some(&"scx"), "{}", out.describe());
+    assert_eq!((kv.get("agent_rc"), kv.get("state_later")), (Some(&"0"), Some(&"disabled")), "{}", out.describe());
 }

@@ -343,6 +343,23 @@ impl Journal {
         }
         Ok(dropped)
     }
+
+    /// Drops, without replaying them, `owner`'s records equal to `undo`: a change that
+    /// someone else has since replaced with their own (another tool rewrote a cpufreq limit
+    /// joule set), so that no replay — shutdown, the guardian, `joule restore` — puts joule's
+    /// old value over theirs. Holds the lock a record and a replay take; returns how many went.
+    pub fn forget(&self, owner: &str, undo: &Undo) -> Result<usize, JournalError> {
+        let path = &self.inner.path;
+        let lock = private_fs::open_in(&self.inner.dir_fd, self.dir(), JOURNAL_FILE, Access::ReadWrite)?;
+        let _held = FileLock::exclusive(&lock);
+        let (all, _) = read_entries(&lock, path)?;
+        let keep: Vec<&Entry> = all.iter().filter(|e| !(e.owner == owner && e.undo == *undo)).collect();
+        let dropped = all.len() - keep.len();
+        if dropped > 0 {
+            rewrite(&lock, path, keep)?;
+        }
+        Ok(dropped)
+    }
 }
 
 /// Replaces the journal held by `lock` with `keep`, in order, synced.

@@ -304,6 +304,28 @@ fn compaction_drops_records_of_exited_tasks_and_repeats_and_keeps_the_rest_in_or
     assert_eq!(fx.file("/k/cpu.max").as_deref(), Some("first"), "the replay ends where it would have");
 }
 
+/// Issue 34: a knob another tool took over is forgotten, not replayed: only that owner's record
+/// of it goes, and a replay leaves the other tool's value.
+#[test]
+fn forget_drops_only_that_owners_record_and_a_replay_leaves_the_knob_alone() {
+    const CPU0: &str = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq";
+    const CPU1: &str = "/sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq";
+    let dir = tempfile::tempdir().unwrap();
+    let fx = FakeEffects::default().with_file(CPU0, "1200000").with_file(CPU1, "2000000");
+    let j = Journal::open(dir.path()).unwrap();
+    let knob = Undo::Write { path: CPU0.into(), old: "3000000".into() };
+    j.record("cpufreq", knob.clone()).unwrap();
+    j.record("cpufreq", Undo::Write { path: CPU1.into(), old: "3000000".into() }).unwrap();
+    j.record("qos", knob.clone()).unwrap();
+    assert_eq!(j.forget("cpufreq", &knob).unwrap(), 1);
+    let left: Vec<(String, Undo)> = entries(dir.path()).unwrap().into_iter().map(|e| (e.owner, e.undo)).collect();
+    assert_eq!(left, [("cpufreq".into(), Undo::Write { path: CPU1.into(), old: "3000000".into() }), ("qos".into(), knob.clone())]);
+    assert_eq!(j.forget("cpufreq", &knob).unwrap(), 0, "nothing more to drop");
+    j.restore_owner("cpufreq", &fx).unwrap();
+    assert_eq!(fx.file(CPU0).as_deref(), Some("1200000"), "the other tool's value stays");
+    assert_eq!(fx.file(CPU1).as_deref(), Some("3000000"), "the records it kept still replay");
+}
+
 #[test]
 fn an_rt_runtime_the_kernel_still_refuses_is_retried_until_it_takes() {
     let dir = tempfile::tempdir().unwrap();
