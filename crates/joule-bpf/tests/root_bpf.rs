@@ -407,7 +407,7 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
     let pin_dir = bpffs.path().join("joule-test");
     let jdir = tempfile::tempdir().unwrap();
     let mut journal = CheckedJournal { journal: Journal::open(jdir.path()).unwrap(), existed: vec![] };
-    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000, tracepoint_zones: None };
     let ts = ThermalStage::load_with(opts, Some(&mut journal)).expect("loading the thermal stage");
 
     let undos: Vec<Undo> = journal::entries(jdir.path()).unwrap().into_iter().map(|e| e.undo).collect();
@@ -455,7 +455,7 @@ fn root_thermal_stage_follows_fed_temperatures_with_hysteresis_and_is_pinned() {
 #[ignore = "tier 2: root"]
 fn root_thermal_stage_changes_wake_a_sleeping_reader_and_nothing_else_does() {
     require_root!();
-    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000, tracepoint_zones: None };
     let ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
     let waker = ts.stage_waker().unwrap();
     let stop = joule_bpf::RingStop::new().unwrap();
@@ -482,7 +482,7 @@ fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {
     require_root!();
     const STALE: Duration = Duration::from_millis(300);
     let (a, b) = (1, 2);
-    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000, tracepoint_zones: None };
     let mut ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
     ts.set_stale_ms(STALE.as_millis() as u64).unwrap();
     let feed = |zone: u32, temp_mc: i64| {
@@ -529,7 +529,7 @@ fn root_thermal_a_stale_zone_no_longer_holds_the_stage_up() {
 #[ignore = "tier 2: root"]
 fn root_thermal_a_zone_beyond_the_map_is_refused() {
     require_root!();
-    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000], hysteresis_mc: 0 };
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000], hysteresis_mc: 0, tracepoint_zones: None };
     let ts = ThermalStage::load(opts, None).expect("loading the thermal stage");
     for zone in 0..64 {
         ts.feed(zone, 40_000, TempSource::Sensor).unwrap_or_else(|e| panic!("zone {zone}: {e}"));
@@ -546,7 +546,7 @@ fn root_thermal_tracepoint_attaches_and_drop_leaves_no_pins() {
     require_root!();
     let bpffs = TempBpffs::new().expect("mounting a bpffs of the test's own");
     let pin_dir = bpffs.path().join("joule-test-tp");
-    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![80_000], hysteresis_mc: 0 };
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![80_000], hysteresis_mc: 0, tracepoint_zones: None };
     let before = prog_ids("joule_thermal");
     let ts = ThermalStage::load(opts.clone(), None).expect("loading the thermal stage");
     let ours: std::collections::BTreeSet<u32> = prog_ids("joule_thermal").difference(&before).copied().collect();
@@ -575,7 +575,7 @@ fn root_probe_passes_on_this_machine() {
 fn root_thermal_private_stage_works_without_pins() {
     require_root!();
     let before: Vec<_> = std::fs::read_dir("/sys/fs/bpf").unwrap().flatten().map(|e| e.path()).collect();
-    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000], hysteresis_mc: 2_000 };
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000], hysteresis_mc: 2_000, tracepoint_zones: None };
     let ts = ThermalStage::load(opts, None).expect("loading a private thermal stage");
     assert_eq!(ts.pin_dir(), None);
     assert_eq!(feed_and_read(&ts, 81_000).stage, 2);
@@ -595,7 +595,7 @@ fn root_journal_replay_removes_the_pins_of_a_loader_that_never_dropped() {
     let pin_dir = bpffs.path().join("joule-test-crash");
     let jdir = tempfile::tempdir().unwrap();
     let journal = Journal::open(jdir.path()).unwrap();
-    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000], hysteresis_mc: 0 };
+    let opts = ThermalStageOpts { pin_dir: Some(pin_dir.clone()), thresholds_mc: vec![70_000], hysteresis_mc: 0, tracepoint_zones: None };
     let ts = ThermalStage::load(opts, Some(&journal)).expect("loading the thermal stage");
     ts.feed(MODEL_ZONE, 75_000, TempSource::Model).unwrap();
     std::mem::forget(ts);
@@ -701,7 +701,7 @@ fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
         libbpf_rs::query::ProgInfoIter::default().map(|p| (p.id, p.name.to_string_lossy().into_owned())).collect()
     };
     let before = programs();
-    let thermal = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
+    let thermal = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000, tracepoint_zones: None };
     let rule = NetlimitRule { classid: 0x10001, proto: Some(6), sport: None, dport: Some(5201), daddr: None };
     // Each object with one of its programs, as the kernel names it (15 characters at most).
     let mut loaded: Vec<(&str, &str, Box<dyn std::any::Any>)> = vec![

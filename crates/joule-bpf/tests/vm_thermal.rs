@@ -50,8 +50,8 @@ fn guest_stage_follows_the_acpi_zone() {
         return;
     }
     assert!(std::path::Path::new("/sys/class/thermal/thermal_zone0/temp").exists(), "no thermal zone in the guest");
-    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000 };
-    let ts = ThermalStage::load(opts, None).expect("load the thermal stage program");
+    let opts = ThermalStageOpts { pin_dir: None, thresholds_mc: vec![70_000, 80_000, 90_000], hysteresis_mc: 3_000, tracepoint_zones: None };
+    let mut ts = ThermalStage::load(opts, None).expect("load the thermal stage program");
     assert!(ts.attached_to_tracepoint(), "tracepoint not attached: {:?}", ts.tracepoint_error());
     // Rising: immediate. Falling: only 3 °C below the threshold (80 → 77).
     for (temp, stage) in [("85", 2), ("78", 2), ("76", 1), ("95", 3), ("50", 0)] {
@@ -61,5 +61,16 @@ fn guest_stage_follows_the_acpi_zone() {
         assert_eq!(r.zone, 0);
         println!("guest: zone at {temp} °C -> stage {} (source {:?}, transitions {})", r.stage, r.source, r.transitions);
     }
+    // A zone the agent did not choose (a drive's, a NIC's) never moves the stage: with zone 0
+    // left out of the tracepoint's set, 95 °C polled three times changes nothing; put back in,
+    // the next poll makes it stage 3.
+    ts.set_tracepoint_zones(Some(&[])).unwrap();
+    set_temp("95");
+    std::thread::sleep(Duration::from_millis(3_500));
+    let r = ts.read();
+    assert_eq!((r.stage, r.temp_mc), (0, 50_000), "a zone left out of the tracepoint's set moved the stage: {r:?}");
+    ts.set_tracepoint_zones(Some(&[0])).unwrap();
+    let r = wait_for(&ts, 3, 95_000);
+    println!("guest: zone 0 left out at 95 °C -> stage 0 kept over 3.5 s; put back -> stage {} ", r.stage);
     set_temp("off");
 }

@@ -28,6 +28,7 @@ pub mod qdisc;
 pub mod sched_ext;
 pub mod snapshot;
 pub mod testing;
+pub mod thermal_sensors;
 pub mod upgrade;
 
 pub use origin::Origin;

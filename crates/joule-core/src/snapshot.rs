@@ -163,7 +163,7 @@ pub struct Thermal {
     pub model: Option<ModelTemperature>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThermalZone {
     /// e.g. `thermal_zone0` or `hwmon1/temp1`.
     pub name: String,

@@ -22,7 +22,7 @@ mod sampler;
 mod sched_ext;
 mod source;
 mod task_wait;
-mod thermal;
+pub mod thermal;
 
 pub use cgroup::CgroupSource;
 pub use cpu::CpuSource;

@@ -45,6 +45,15 @@ impl ThermalSource {
     }
 }
 
+/// Every sensor under `sysfs_root` with its temperature and trip points, read once (for the
+/// choice of sensors and thresholds at start, and `joule doctor`).
+pub fn read_once(sysfs_root: &Path) -> Vec<ThermalZone> {
+    let mut src = ThermalSource::new(sysfs_root);
+    let mut snap = Snapshot::default();
+    let _ = src.sample(&mut snap);
+    snap.thermal.zones
+}
+
 fn millis_to_celsius(m: i64) -> f64 {
     m as f64 / 1000.0
 }
@@ -114,5 +123,30 @@ impl Source for ThermalSource {
         }
         snap.thermal.zones = zones;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joule_core::config::ThermalConfig;
+    use joule_core::thermal_sensors::choose;
+
+    fn board(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/boards").join(name).join("sys")
+    }
+
+    #[test]
+    fn the_boards_cpu_zones_and_trip_points_place_the_stages() {
+        let th = ThermalConfig::default();
+        let rk = choose(&read_once(&board("rk3588")), &th);
+        let used: Vec<_> = rk.used().collect();
+        assert_eq!(used, ["thermal_zone0", "thermal_zone1", "thermal_zone2", "thermal_zone3"], "{rk:#?}");
+        assert!(rk.sensors.iter().any(|s| s.kind == "gpu-thermal" && !s.used), "{rk:#?}");
+        assert_eq!(rk.thresholds_celsius, vec![70.0, 75.0, 80.0], "below the 85 °C passive trips: {}", rk.thresholds_from);
+        let pi = choose(&read_once(&board("rpi5")), &th);
+        // The zone and its hwmon twin (`cpu_thermal`, the same sensor); the fan is no sensor.
+        assert_eq!(pi.used().collect::<Vec<_>>(), ["thermal_zone0", "hwmon0/temp1"], "{pi:#?}");
+        assert_eq!(pi.thresholds_celsius, vec![75.0, 80.0, 85.0], "110 °C critical minus 20, minus the offsets: {}", pi.thresholds_from);
     }
 }

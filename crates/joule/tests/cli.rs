@@ -100,7 +100,14 @@ fn monitor_once_json_without_bpf_has_the_documented_shape() {
     }
     assert!(v["power"]["watts"].as_f64().unwrap() > 0.0);
     assert!(["sensor", "model"].contains(&v["power"]["source"].as_str().unwrap()));
-    assert_eq!(v["stage"]["computed_by"], "userspace");
+    // Without eBPF the rule runs in user space; with no CPU sensor (and no act_on_model) nothing
+    // computes a stage at all, and the snapshot says so.
+    let by = v["stage"]["computed_by"].as_str().unwrap();
+    if v["thermal"]["zones"].as_array().unwrap().is_empty() {
+        assert_eq!(by, "none", "{}", v["stage"]);
+    } else {
+        assert!(["userspace", "none"].contains(&by), "{}", v["stage"]);
+    }
     assert!(v["runq_latency"].is_array());
 }
 

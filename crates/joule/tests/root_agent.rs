@@ -322,14 +322,16 @@ fn root_monitor_once_json_has_ebpf_runq_latency_and_labelled_values() {
     for c in v["cgroups"].as_array().unwrap() {
         assert_eq!(c["source"], "kernel", "{c}");
     }
-    assert_eq!(v["stage"]["computed_by"], "ebpf");
     for t in v["task_wait"].as_array().unwrap() {
         assert_eq!(t["source"], "ebpf", "task wait should come from the kernel's accounting when BPF is loaded: {t}");
     }
     let no_sensor = v["thermal"]["zones"].as_array().unwrap().is_empty();
     if no_sensor {
+        // A model is reported, labelled, and moves no stage unless act_on_model is set.
         assert_eq!(v["thermal"]["model"]["source"], "model");
-        assert_eq!(v["stage"]["temp_source"], "model");
+        assert_eq!((v["stage"]["computed_by"].as_str(), v["stage"]["temp_source"].as_str()), (Some("none"), Some("unknown")), "{}", v["stage"]);
+    } else {
+        assert_eq!(v["stage"]["computed_by"], "ebpf");
     }
 }
 
@@ -705,6 +707,10 @@ fn root_agent_with_the_scx_scheduler_on_a_kernel_without_sched_ext_says_so_once_
     assert!(metrics.lines().any(|l| l == "joule_scx_running 0"), "{metrics}");
 }
 
+#[path = "root_agent/cpufreq.rs"]
+mod cpufreq;
+#[path = "root_agent/defaults.rs"]
+mod defaults;
 #[path = "root_agent/membership.rs"]
 mod membership;
 #[path = "root_agent/thermal.rs"]

@@ -447,7 +447,7 @@ fn root_net_placement_bandwidth_is_held_by_htb_and_restore_after_sigkill_leaves_
     let journal = dir.path().join("journal");
     let cfg = format!(
         "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n\n\
-         [telemetry]\nbpf_pin_dir = \"{pin_dir}\"\n\n[thermal]\nstage_thresholds_celsius = [10.0, 15.0, 20.0]\n\n[net]\nnetns = \"{ns}\"\n\n\
+         [telemetry]\nbpf_pin_dir = \"{pin_dir}\"\n\n[thermal]\nstage_thresholds_celsius = [10.0, 15.0, 20.0]\nact_on_model = true\n\n[net]\nnetns = \"{ns}\"\n\n\
          [[class]]\nname = \"app\"\nmatch = {{ pid = [{pid}], uid = [0] }}\n\n[energy]\nenabled = true\nmodel = \"file\"\nmodel_file = \"{m}\"\n\
          [[energy.target]]\nclass = \"app\"\nbandwidth_mbit = 20.0\ninterface = \"{ifa}\"\n",
         j = journal.display(),

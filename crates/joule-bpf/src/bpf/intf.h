@@ -100,7 +100,9 @@ struct joule_thermal_config {
 	__s64 hysteresis_mc;
 	__u64 stale_ns;
 	__u32 nr_thresholds;
-	__u32 _pad;
+	/* 1: the tracepoint counts only the zones marked in thermal_tp_zones (the CPU sensors
+	 * user space chose; a drive or a NIC zone then never moves the stage). 0: every zone. */
+	__u32 tp_filter;
 };
 
 /* thermal_zones[zone id]: the last reading of one zone and that zone's own stage. */

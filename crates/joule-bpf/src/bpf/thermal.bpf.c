@@ -25,6 +25,14 @@ struct {
 	__type(value, struct joule_zone_state);
 } thermal_zones SEC(".maps");
 
+/* thermal_tp_zones[tz->id] = 1: that zone's tracepoint readings count (with tp_filter). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, JOULE_MAX_ZONES);
+	__type(key, __u32);
+	__type(value, __u8);
+} thermal_tp_zones SEC(".maps");
+
 /* Every change of the machine-wide stage (struct joule_stage_event); user space sleeps on it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -143,7 +151,16 @@ static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 SEC("tp_btf/thermal_temperature")
 int BPF_PROG(joule_thermal_temperature, struct thermal_zone_device *tz)
 {
-	update_stage(BPF_CORE_READ(tz, id), BPF_CORE_READ(tz, temperature), JOULE_TEMP_SENSOR);
+	__u32 id = BPF_CORE_READ(tz, id), key = 0;
+	struct joule_thermal_config *cfg = bpf_map_lookup_elem(&thermal_config, &key);
+
+	if (cfg && cfg->tp_filter) {
+		__u8 *on = bpf_map_lookup_elem(&thermal_tp_zones, &id);
+
+		if (!on || !*on)
+			return 0;
+	}
+	update_stage(id, BPF_CORE_READ(tz, temperature), JOULE_TEMP_SENSOR);
 	return 0;
 }
 

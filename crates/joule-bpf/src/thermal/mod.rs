@@ -69,6 +69,9 @@ impl ThermalStage {
         let open = bpf("opening thermal.bpf.o", ThermalSkelBuilder::default().open(open_object))?;
         let skel = bpf("loading the thermal stage programs into the kernel", open.load())?;
         let mut me = ThermalStage { skel: ManuallyDrop::new(skel), tp_link: None, tp_error: None, pins: opts.pin_dir.map(PinSet::new), cfg, _storage: storage };
+        if let Some(zones) = &opts.tracepoint_zones {
+            me.mark_tracepoint_zones(zones)?;
+        }
         me.write_config()?;
         if let Some(pins) = me.pins.as_mut() {
             let maps = &me.skel.maps;
@@ -84,6 +87,30 @@ impl ThermalStage {
             }
         }
         Ok(me)
+    }
+
+    /// Marks exactly `zones` in `thermal_tp_zones` (ids were checked against JOULE_MAX_ZONES).
+    fn mark_tracepoint_zones(&self, zones: &[u32]) -> Result<(), BpfError> {
+        for id in 0..crate::intf::JOULE_MAX_ZONES {
+            let on = u8::from(zones.contains(&id));
+            bpf("marking a thermal zone for the tracepoint", self.skel.maps.thermal_tp_zones.update(&id.to_ne_bytes(), &[on], MapFlags::ANY))?;
+        }
+        Ok(())
+    }
+
+    /// Which zones' tracepoint readings count from now on (None: every zone's). A zone taken
+    /// out stops counting once its last reading is stale (`set_stale_ms`).
+    pub fn set_tracepoint_zones(&mut self, zones: Option<&[u32]>) -> Result<(), BpfError> {
+        if let Some(z) = zones.into_iter().flatten().find(|z| **z >= crate::intf::JOULE_MAX_ZONES) {
+            return Err(BpfError::Config(format!("thermal zone {z} is past the {} the tracepoint filter holds", crate::intf::JOULE_MAX_ZONES)));
+        }
+        // Marks first, then the switch: a reading in between is judged by a complete set.
+        if let Some(z) = zones {
+            self.mark_tracepoint_zones(z)?;
+        }
+        let old = self.cfg.tp_filter;
+        self.cfg.tp_filter = u32::from(zones.is_some());
+        self.write_config().inspect_err(|_| self.cfg.tp_filter = old)
     }
 
     fn write_config(&self) -> Result<(), BpfError> {

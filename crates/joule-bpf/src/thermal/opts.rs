@@ -2,7 +2,7 @@
 //! here before anything goes into the kernel and turned into `thermal_config`'s value.
 
 use crate::error::BpfError;
-use crate::intf::{joule_thermal_config, JOULE_MAX_STAGES};
+use crate::intf::{joule_thermal_config, JOULE_MAX_STAGES, JOULE_MAX_ZONES};
 use std::path::PathBuf;
 
 /// How long a zone counts in the machine-wide stage after its last reading, unless
@@ -22,6 +22,10 @@ pub struct ThermalStageOpts {
     /// A stage is left only below its threshold minus this, so a temperature hovering at a
     /// threshold does not flap the scheduler between stages.
     pub hysteresis_mc: i64,
+    /// The thermal zones (`tz->id`, below `JOULE_MAX_ZONES`) whose tracepoint readings count;
+    /// None: every zone's. Set before the tracepoint attaches, so a zone left out never moves
+    /// the stage, not even for its first reading; `ThermalStage::set_tracepoint_zones` changes it.
+    pub tracepoint_zones: Option<Vec<u32>>,
 }
 
 /// The `thermal_config` value of `opts`, with [`DEFAULT_STALE_MS`], or what is wrong with them.
@@ -36,8 +40,16 @@ pub(crate) fn validate(opts: &ThermalStageOpts) -> Result<joule_thermal_config, 
     if opts.hysteresis_mc < 0 {
         return Err(BpfError::Config(format!("hysteresis {} mC is negative", opts.hysteresis_mc)));
     }
-    let mut cfg =
-        joule_thermal_config { hysteresis_mc: opts.hysteresis_mc, stale_ns: stale_ns(DEFAULT_STALE_MS), nr_thresholds: t.len() as u32, ..Default::default() };
+    if let Some(z) = opts.tracepoint_zones.iter().flatten().find(|z| **z >= JOULE_MAX_ZONES) {
+        return Err(BpfError::Config(format!("thermal zone {z} is past the {JOULE_MAX_ZONES} the tracepoint filter holds")));
+    }
+    let mut cfg = joule_thermal_config {
+        hysteresis_mc: opts.hysteresis_mc,
+        stale_ns: stale_ns(DEFAULT_STALE_MS),
+        nr_thresholds: t.len() as u32,
+        tp_filter: u32::from(opts.tracepoint_zones.is_some()),
+        ..Default::default()
+    };
     cfg.thresholds_mc[..t.len()].copy_from_slice(t);
     Ok(cfg)
 }
@@ -52,7 +64,7 @@ mod tests {
     use super::*;
 
     fn opts(t: &[i64], h: i64) -> ThermalStageOpts {
-        ThermalStageOpts { pin_dir: None, thresholds_mc: t.to_vec(), hysteresis_mc: h }
+        ThermalStageOpts { pin_dir: None, thresholds_mc: t.to_vec(), hysteresis_mc: h, tracepoint_zones: None }
     }
 
     #[test]

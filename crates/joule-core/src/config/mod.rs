@@ -41,6 +41,12 @@ pub struct Config {
     pub elevate: ElevateConfig,
 }
 
+/// The event log's default cap: 8 MiB, weeks of a busy agent's events.
+pub const DEFAULT_EVENT_LOG_MAX_BYTES: u64 = 8 << 20;
+
+/// The status line's period where the config leaves it unset and no service manager runs us.
+pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 2000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
@@ -60,10 +66,22 @@ pub struct AgentConfig {
     pub journal_dir: PathBuf,
     /// JSON-lines event log; "-" writes events to standard output.
     pub event_log: PathBuf,
-    /// How often the agent prints a one-line status to stderr; 0 turns it off.
-    pub status_interval_ms: u64,
+    /// The event log file's cap: past it the file becomes `<name>.1` (replacing the previous
+    /// one) and a new one starts, so the log holds at most twice this.
+    pub event_log_max_bytes: u64,
+    /// How often the agent prints a one-line status to stderr; 0 turns it off. Unset: every
+    /// 2 s on a terminal, off under systemd (`joule status` and the metrics say the same).
+    pub status_interval_ms: Option<u64>,
     /// Apply `[[class]]` guarantees at start and keep matching tasks in place.
     pub apply_classes: bool,
+}
+
+impl AgentConfig {
+    /// The status line's period (0: none): the configured one, else off under systemd (which
+    /// sets `INVOCATION_ID` for every unit it starts) and every 2 s otherwise.
+    pub fn status_interval_ms(&self, under_systemd: bool) -> u64 {
+        self.status_interval_ms.unwrap_or(if under_systemd { 0 } else { DEFAULT_STATUS_INTERVAL_MS })
+    }
 }
 
 impl Default for AgentConfig {
@@ -75,7 +93,8 @@ impl Default for AgentConfig {
             metrics_web_config: PathBuf::new(),
             journal_dir: "/run/joule".into(),
             event_log: "/run/joule/events.jsonl".into(),
-            status_interval_ms: 2000,
+            event_log_max_bytes: DEFAULT_EVENT_LOG_MAX_BYTES,
+            status_interval_ms: None,
             apply_classes: true,
         }
     }

@@ -18,7 +18,25 @@ pub enum ThermalScheduler {
 #[serde(deny_unknown_fields, default)]
 pub struct ThermalConfig {
     /// Stage n is entered when the temperature reaches the n-th threshold (stage 0 = cool).
+    /// Empty (the default): placed below the chosen sensors' own trip points, see
+    /// `trip_offsets_celsius` and `crate::thermal_sensors::thresholds`.
     pub stage_thresholds_celsius: Vec<f64>,
+    /// With thresholds from the trip points: stage n starts `trip_offsets_celsius[n-1]` below
+    /// the lowest passive trip point of the chosen sensors (falling values, one per stage).
+    pub trip_offsets_celsius: Vec<f64>,
+    /// With no passive trip point, the offsets count from this far below the critical one.
+    pub critical_margin_celsius: f64,
+    /// Which sensors the stage follows: each entry a zone's or hwmon chip's type
+    /// (`x86_pkg_temp`, `cpu-thermal`, `k10temp`) or a sensor's name (`thermal_zone3`,
+    /// `hwmon2/temp1`). Empty (the default): the CPU/SoC/package sensors, acpitz only when
+    /// there is none of those.
+    pub zones: Vec<String>,
+    /// Let the labelled model (temperature, and power for a power budget) move the stage where
+    /// no sensor measures it. Off: a model is reported, never acted on.
+    pub act_on_model: bool,
+    /// Let the stages cap every CPU's `scaling_max_freq` (`cpufreq_max_pct` of the stage rows).
+    /// Off by default: the machine's frequency stays the kernel's and its other tools'.
+    pub cpufreq_caps: bool,
     /// A stage is left only when the temperature falls this far below its threshold.
     pub hysteresis_celsius: f64,
     pub scheduler: ThermalScheduler,
@@ -37,7 +55,12 @@ pub struct ThermalConfig {
 impl Default for ThermalConfig {
     fn default() -> Self {
         Self {
-            stage_thresholds_celsius: vec![70.0, 80.0, 90.0],
+            stage_thresholds_celsius: Vec::new(),
+            trip_offsets_celsius: vec![15.0, 10.0, 5.0],
+            critical_margin_celsius: 20.0,
+            zones: Vec::new(),
+            act_on_model: false,
+            cpufreq_caps: false,
             hysteresis_celsius: 3.0,
             scheduler: ThermalScheduler::Cgroup,
             power_thresholds_watts: Vec::new(),
@@ -48,16 +71,26 @@ impl Default for ThermalConfig {
 }
 
 impl ThermalConfig {
+    /// How many stages above 0 there are: one per configured threshold, else one per trip
+    /// offset.
+    pub fn stage_count(&self) -> usize {
+        if self.stage_thresholds_celsius.is_empty() {
+            self.trip_offsets_celsius.len()
+        } else {
+            self.stage_thresholds_celsius.len()
+        }
+    }
+
     /// The actions of `stage` (clamped to the hottest stage there is).
     pub fn actions(&self, stage: u32) -> StageActions {
-        let hottest = self.stage_thresholds_celsius.len();
+        let hottest = self.stage_count();
         let s = (stage as usize).min(hottest);
         self.stages.get(s).copied().unwrap_or_else(|| StageActions::default_for(s as u32))
     }
 
     /// Every stage's actions, stage 0 first.
     pub fn table(&self) -> Vec<StageActions> {
-        (0..=self.stage_thresholds_celsius.len() as u32).map(|s| self.actions(s)).collect()
+        (0..=self.stage_count() as u32).map(|s| self.actions(s)).collect()
     }
 }
 
@@ -74,8 +107,8 @@ pub struct StageActions {
     /// machine (all CPUs). cgroup path: its CFS bandwidth (`cpu.max`); scx path: the share of
     /// time its tasks are dispatched, the rest is idle time injected so the package cools.
     pub best_effort_cpu_pct: f64,
-    /// Both paths: every CPU's `scaling_max_freq`, in % of `cpuinfo_max_freq`, where cpufreq
-    /// exists (it does not on this VM host: then it is reported and skipped).
+    /// Both paths, only with `[thermal] cpufreq_caps = true`: every CPU's `scaling_max_freq`,
+    /// in % of `cpuinfo_max_freq`, where cpufreq exists (else it is reported and skipped).
     pub cpufreq_max_pct: f64,
 }
 
@@ -120,5 +153,32 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.thermal.actions(1).best_effort_cpu_pct, 20.0);
         assert_eq!(cfg.thermal.actions(0).slice_us, 4_000);
+    }
+
+    /// The keys of issue 34: trip offsets, the cpufreq switch and the model switch are checked
+    /// like the thresholds, each error naming its key and value.
+    #[test]
+    fn trip_offsets_cpufreq_caps_and_zones_are_validated() {
+        let err = |text: &str| format!("{:?}", crate::config::Config::parse(text).unwrap_err());
+        let e = err("[thermal]\ntrip_offsets_celsius = [5.0, 10.0]\n");
+        assert!(e.contains("thermal.trip_offsets_celsius") && e.contains("decreasing"), "{e}");
+        let e = err("[thermal]\ntrip_offsets_celsius = [10.0, -1.0]\n");
+        assert!(e.contains("≥ 0"), "{e}");
+        let e = err("[thermal]\ntrip_offsets_celsius = [10.0, 8.0]\nhysteresis_celsius = 3.0\n");
+        assert!(e.contains("thermal.hysteresis_celsius"), "{e}");
+        let row = |f: f64| format!("[[thermal.stage]]\nqueues = 4\nslice_us = 5000\nbest_effort_cpu_pct = 100.0\ncpufreq_max_pct = {f:?}\n");
+        let rows = |f: f64| format!("[thermal]\nstage_thresholds_celsius = [50.0]\n{}{}", row(100.0), row(f));
+        let e = err(&rows(80.0));
+        assert!(e.contains("cpufreq_max_pct = 80") && e.contains("cpufreq_caps"), "{e}");
+        let ok = crate::config::Config::parse(&rows(80.0).replace("[thermal]\n", "[thermal]\ncpufreq_caps = true\n")).unwrap();
+        assert_eq!(ok.thermal.actions(1).cpufreq_max_pct, 80.0);
+        let e = err("[thermal]\nzones = [\"\"]\n");
+        assert!(e.contains("thermal.zones"), "{e}");
+        // Defaults: thresholds from the trip points, three stages, no model, no frequency caps.
+        let d = ThermalConfig::default();
+        assert!(d.stage_thresholds_celsius.is_empty() && !d.act_on_model && !d.cpufreq_caps);
+        assert_eq!((d.stage_count(), d.table().len()), (3, 4));
+        let e = err("[thermal]\npower_thresholds_watts = [10.0, 20.0]\n");
+        assert!(e.contains("2 power thresholds for 3 stages"), "{e}");
     }
 }

@@ -52,8 +52,15 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             "e.g. \"/run/joule/events.jsonl\"",
         );
     }
-    if a.status_interval_ms > 3_600_000 {
-        bad("agent.status_interval_ms", format!("status_interval_ms = {} is over an hour", a.status_interval_ms), "2000, or 0 for none");
+    if let Some(ms) = a.status_interval_ms.filter(|ms| *ms > 3_600_000) {
+        bad("agent.status_interval_ms", format!("status_interval_ms = {ms} is over an hour"), "2000, or 0 for none");
+    }
+    if !(4096..=1 << 30).contains(&a.event_log_max_bytes) {
+        bad(
+            "agent.event_log_max_bytes",
+            format!("event_log_max_bytes = {} is outside 4096..=1073741824", a.event_log_max_bytes),
+            "8388608 (8 MiB) is the default",
+        );
     }
     if cfg.telemetry.task_wait_top > MAX_TOP {
         bad("telemetry.task_wait_top", format!("task_wait_top = {} is outside 0..={MAX_TOP}", cfg.telemetry.task_wait_top), "5: the tasks that waited longest");
@@ -80,12 +87,22 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
 
     let th = &cfg.thermal;
     let t = &th.stage_thresholds_celsius;
-    if t.is_empty() || t.len() > MAX_STAGES {
-        bad("thermal.stage_thresholds_celsius", format!("{} thresholds given; 1 to {MAX_STAGES} are supported", t.len()), "e.g. [70.0, 80.0, 90.0]");
-    } else if t.windows(2).any(|w| w[1] <= w[0]) || t.iter().any(|v| !v.is_finite()) {
-        bad("thermal.stage_thresholds_celsius", format!("thresholds {t:?} must be finite and strictly increasing"), "stage n starts at the n-th value");
+    let stages = th.stage_count();
+    // Configured thresholds rise; trip offsets fall (stage 1 is furthest below the trip).
+    let (key, steps, hint) = if t.is_empty() {
+        ("thermal.trip_offsets_celsius", th.trip_offsets_celsius.iter().map(|o| -o).collect::<Vec<_>>(), "degrees below the trip point, e.g. [15.0, 10.0, 5.0]")
     } else {
-        let min_gap = t.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
+        ("thermal.stage_thresholds_celsius", t.clone(), "e.g. [70.0, 80.0, 90.0]")
+    };
+    if steps.is_empty() || steps.len() > MAX_STAGES {
+        bad(key, format!("{} values given; 1 to {MAX_STAGES} are supported", steps.len()), hint);
+    } else if steps.windows(2).any(|w| w[1] <= w[0]) || steps.iter().any(|v| !v.is_finite()) {
+        let v: Vec<f64> = if t.is_empty() { th.trip_offsets_celsius.clone() } else { t.clone() };
+        bad(key, format!("{v:?} must be finite and strictly {}", if t.is_empty() { "decreasing" } else { "increasing" }), hint);
+    } else if t.is_empty() && th.trip_offsets_celsius.iter().any(|o| *o < 0.0) {
+        bad(key, format!("{:?} must be ≥ 0: a stage never starts above the trip point", th.trip_offsets_celsius), hint);
+    } else {
+        let min_gap = steps.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
         if !(th.hysteresis_celsius >= 0.0 && th.hysteresis_celsius < min_gap) {
             bad(
                 "thermal.hysteresis_celsius",
@@ -94,11 +111,32 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             );
         }
     }
+    if !(th.critical_margin_celsius.is_finite() && (0.0..=100.0).contains(&th.critical_margin_celsius)) {
+        bad("thermal.critical_margin_celsius", format!("critical_margin_celsius = {} is not in [0, 100]", th.critical_margin_celsius), "20.0");
+    }
+    for z in &th.zones {
+        if z.trim().is_empty() || z.contains(char::is_control) {
+            bad(
+                "thermal.zones",
+                format!("{z:?} is not a sensor type or name"),
+                "e.g. \"x86_pkg_temp\", \"cpu-thermal\", \"thermal_zone0\" (joule doctor lists them)",
+            );
+        }
+    }
+    if !th.cpufreq_caps {
+        if let Some((i, r)) = th.stages.iter().enumerate().find(|(_, r)| r.cpufreq_max_pct < 100.0) {
+            bad(
+                &format!("thermal.stage[{i}]"),
+                format!("cpufreq_max_pct = {} caps CPU frequency, but thermal.cpufreq_caps is off", r.cpufreq_max_pct),
+                "set [thermal] cpufreq_caps = true to let the stages cap scaling_max_freq",
+            );
+        }
+    }
 
     let p = &th.power_thresholds_watts;
     if !p.is_empty() {
-        if p.len() != t.len() {
-            bad("thermal.power_thresholds_watts", format!("{} power thresholds for {} temperature thresholds", p.len(), t.len()), "one per stage, or none");
+        if p.len() != stages {
+            bad("thermal.power_thresholds_watts", format!("{} power thresholds for {stages} stages", p.len()), "one per stage, or none");
         } else if p.windows(2).any(|w| w[1] <= w[0]) || p.iter().any(|v| !v.is_finite() || *v <= 0.0) {
             bad(
                 "thermal.power_thresholds_watts",
@@ -119,11 +157,11 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             }
         }
     }
-    if !th.stages.is_empty() && th.stages.len() != t.len() + 1 {
+    if !th.stages.is_empty() && th.stages.len() != stages + 1 {
         bad(
             "thermal.stage",
-            format!("{} [[thermal.stage]] rows for {} thresholds", th.stages.len(), t.len()),
-            "one row per stage, stage 0 (cool) first: thresholds + 1 rows",
+            format!("{} [[thermal.stage]] rows for {stages} stages", th.stages.len()),
+            "one row per stage, stage 0 (cool) first: thresholds (or trip offsets) + 1 rows",
         );
     }
     for (i, r) in th.stages.iter().enumerate() {

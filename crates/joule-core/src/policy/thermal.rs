@@ -30,7 +30,7 @@ impl Policy for ThermalPolicy {
         let stage = st.value;
         let actions = self.cfg.actions(stage);
         let why = match st.computed_by {
-            StageEngine::None => "no temperature reading yet".to_string(),
+            StageEngine::None => "no CPU temperature acted on (no CPU sensor read; a model counts only with act_on_model)".to_string(),
             by => format!("{:.1} °C ({}), stage computed by {}", st.temp_celsius, st.temp_source, by.as_str()),
         };
         let why = match (st.driven_by, st.power) {
@@ -60,8 +60,12 @@ impl Policy for ThermalPolicy {
             };
             plan.push(self.name(), Some(owner::CGROUP_CPU), Want::CapClass { class: class.clone(), cpu_pct }, why);
         }
-        let why = format!("stage {stage}: CPU frequency capped to {}% of the maximum", actions.cpufreq_max_pct);
-        plan.push(self.name(), Some(owner::CPUFREQ), Want::FreqCap { cpus: None, limit: FreqLimit::Pct(actions.cpufreq_max_pct) }, why);
+        // The machine's frequency is the kernel's and its other tools' unless the operator let
+        // the stages cap it: no want at all then, so the cpufreq actuator never writes for us.
+        if self.cfg.cpufreq_caps {
+            let why = format!("stage {stage}: CPU frequency capped to {}% of the maximum", actions.cpufreq_max_pct);
+            plan.push(self.name(), Some(owner::CPUFREQ), Want::FreqCap { cpus: None, limit: FreqLimit::Pct(actions.cpufreq_max_pct) }, why);
+        }
     }
 }
 
@@ -125,7 +129,7 @@ mod tests {
 
     fn cfg(scheduler: &str) -> Config {
         toml::from_str(&format!(
-            "[thermal]\nscheduler = \"{scheduler}\"\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = {{ comm = [\"x\"] }}\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = {{ comm = [\"y\"] }}\n"
+            "[thermal]\nscheduler = \"{scheduler}\"\ncpufreq_caps = true\n[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = {{ comm = [\"x\"] }}\n[[class]]\nname = \"ui\"\nthermal = \"labelled\"\nmatch = {{ comm = [\"y\"] }}\n"
         ))
         .unwrap()
     }
@@ -184,6 +188,18 @@ mod tests {
         let mut plan = Plan::default();
         p.decide(&snap, &mut plan);
         assert!(plan.decisions[0].reason.starts_with("stage 2 from the power budget: 41.2 W (sensor) is at power stage 2"), "{}", plan.decisions[0].reason);
+    }
+
+    /// Out of the box the stages cap no frequency: no want reaches the cpufreq actuator.
+    #[test]
+    fn without_cpufreq_caps_no_stage_asks_anything_of_cpufreq() {
+        let mut c = cfg("cgroup");
+        c.thermal.cpufreq_caps = false;
+        let mut p = ThermalPolicy::from_config(&c);
+        let mut plan = Plan::default();
+        p.decide(&hot(3), &mut plan);
+        assert_eq!(plan.for_actuator(owner::CPUFREQ).count(), 0, "{plan:?}");
+        assert_eq!(ThermalActions::from_plan(&plan).unwrap().cpufreq_max_pct, 100.0);
     }
 
     #[test]

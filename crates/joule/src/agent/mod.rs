@@ -89,7 +89,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             jdir.display()
         ),
     };
-    let mut events = Events::open(&cfg.agent.event_log)?;
+    let mut events = Events::open(&cfg.agent.event_log, cfg.agent.event_log_max_bytes)?;
 
     // The one journal of this process: every actuator, the elevate engine's thread and the nap
     // waiter get a handle to it. A previous agent that was killed may have left changes
@@ -239,6 +239,7 @@ fn run_loop(
     if !sense.bpf_status().enabled {
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);
     }
+    say_sensor_choice(cfg, sense.sensor_choice(), events);
     let mut policies = policies(cfg)?;
     let facts = Facts::from_classes(&cfg.classes);
     let stage_map = sense.bpf_status().pin_dir.as_ref().map(|d| std::path::Path::new(d).join(joule_bpf::thermal::PIN_STAGE));
@@ -293,7 +294,7 @@ fn run_loop(
     (cx.events)("listening", serde_json::json!({ "metrics": url, "tls": tls, "basic_auth": auth }));
 
     let period = Duration::from_millis(cfg.agent.period_ms);
-    let status_every = Duration::from_millis(cfg.agent.status_interval_ms);
+    let status_every = Duration::from_millis(cfg.agent.status_interval_ms(std::env::var_os("INVOCATION_ID").is_some()));
     let deadline = duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut stats = AgentStats::default();
     let mut last_status = Instant::now() - status_every;
@@ -401,6 +402,27 @@ fn run_loop(
     drop(stage_wake);
     drop(sense); // detaches BPF programs and removes the pins
     Ok(())
+}
+
+/// Says once, at start, which sensors the stage follows and where its thresholds come from, or
+/// that nothing will act for heat on this machine (no CPU sensor, no `act_on_model`).
+fn say_sensor_choice(cfg: &Config, choice: &joule_core::thermal_sensors::SensorChoice, events: &mut Events) {
+    let used: Vec<&str> = choice.used().collect();
+    let ignored: Vec<String> = choice.sensors.iter().filter(|s| !s.used).map(|s| format!("{} ({})", s.name, s.kind)).collect();
+    let ignored = if ignored.is_empty() { String::new() } else { format!("; ignored: {}", ignored.join(", ")) };
+    if !used.is_empty() {
+        tracing::info!("thermal stage follows {} (thresholds {:?} °C from {}){ignored}", used.join(", "), choice.thresholds_celsius, choice.thresholds_from);
+    } else if cfg.thermal.act_on_model {
+        tracing::warn!(
+            "no CPU temperature sensor: the thermal stage follows the labelled model (act_on_model = true), thresholds {:?} °C{ignored}",
+            choice.thresholds_celsius
+        );
+    } else {
+        tracing::info!(
+            "no CPU temperature sensor{ignored}: no thermal action on this machine (name a sensor in [thermal] zones, or set act_on_model = true to act on the labelled model)"
+        );
+    }
+    events.emit("thermal_sensors", serde_json::json!({ "sensors": choice.sensors, "thresholds_celsius": choice.thresholds_celsius, "thresholds_from": choice.thresholds_from, "act_on_model": cfg.thermal.act_on_model }));
 }
 
 /// The thread that ends a napped loop's sleep when the in-kernel stage changes; stopped and

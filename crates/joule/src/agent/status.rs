@@ -29,12 +29,15 @@ pub fn status_line(s: &Snapshot, actions: Option<&ThermalActions>, addr: &std::n
     };
     let sx = &s.sched_ext;
     let sched_ext = if sx.ops.is_empty() { sx.state.clone() } else { format!("{} ({})", sx.state, sx.ops) };
+    let stage = if s.stage.computed_by == joule_core::snapshot::StageEngine::None {
+        // Nothing the stage may act on was read: say so rather than a 0 °C stage 0.
+        let model = s.thermal.model.as_ref().map(|m| format!("; model {:.1} °C not acted on", m.temp_celsius)).unwrap_or_default();
+        format!("no thermal action (no CPU temperature sensor{model})")
+    } else {
+        format!("stage {}{driver} ({:.1} °C {}, by {})", s.stage.value, s.stage.temp_celsius, s.stage.temp_source, s.stage.computed_by.as_str())
+    };
     format!(
-        "joule: stage {}{driver} ({:.1} °C {}, by {}){acting} | power {:.1} W ({}) | cpu {} | {} | sched_ext {} | http://{}/metrics",
-        s.stage.value,
-        s.stage.temp_celsius,
-        s.stage.temp_source,
-        s.stage.computed_by.as_str(),
+        "joule: {stage}{acting} | power {:.1} W ({}) | cpu {} | {} | sched_ext {} | http://{}/metrics",
         s.power.watts,
         s.power.source,
         cpus.join(" "),

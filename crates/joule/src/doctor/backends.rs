@@ -4,6 +4,7 @@
 
 use super::facts::Facts;
 use joule_core::config::{Config, ThermalScheduler};
+use joule_core::thermal_sensors;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -27,13 +28,33 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     let systemd = cg.managers.contains(&"systemd");
     let mut out = Vec::new();
 
-    let sensor = match (f.sensors.thermal_zones.len(), f.sensors.hwmon_temp_inputs) {
-        (0, 0) => {
-            choice("thermal sensor", "model", "no thermal zone and no hwmon temperature: the temperature is joule's RC model of utilisation, labelled `model`")
+    let tc = thermal_sensors::choose(&f.temperature_sensors, &cfg.thermal);
+    let ignored: Vec<String> = tc.sensors.iter().filter(|s| !s.used).map(|s| format!("{} ({})", s.name, s.why)).collect();
+    let ignored = if ignored.is_empty() { String::new() } else { format!("; ignored: {}", ignored.join(", ")) };
+    let used: Vec<String> = tc.sensors.iter().filter(|s| s.used).map(|s| format!("{} ({})", s.name, s.kind)).collect();
+    let sensor = if !used.is_empty() {
+        choice("thermal sensor", "sensor", format!("the stage follows {}{ignored}", used.join(", ")))
+    } else if cfg.thermal.act_on_model {
+        Choice {
+            warning: Some("act_on_model = true: the stage follows joule's RC model of utilisation, an estimate, not a measurement".into()),
+            ..choice("thermal sensor", "model", format!("no CPU temperature sensor; the labelled model acts (act_on_model = true){ignored}"))
         }
-        (z, h) => choice("thermal sensor", "sensor", format!("{z} thermal zone(s), {h} hwmon temperature input(s)")),
+    } else {
+        choice(
+            "thermal sensor",
+            "none",
+            format!("no CPU temperature sensor{ignored}: no thermal action here (the model is reported, not acted on; name a sensor in [thermal] zones, or set act_on_model = true)"),
+        )
     };
     out.push(sensor);
+    let from = if cfg.thermal.stage_thresholds_celsius.is_empty() && tc.thresholds_from.contains("trip point") {
+        "trip points"
+    } else if cfg.thermal.stage_thresholds_celsius.is_empty() {
+        "built-in"
+    } else {
+        "config"
+    };
+    out.push(choice("thermal thresholds", from, format!("stages at {:?} °C: {}", tc.thresholds_celsius, tc.thresholds_from)));
     out.push(if f.btf {
         choice("thermal stage", "ebpf", "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)")
     } else {
@@ -53,9 +74,10 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         (0, 0) => choice("power", "model", "no RAPL zone and no hwmon power input: watts are a model, labelled `model`"),
         (r, h) => choice("power", "sensor", format!("{r} RAPL zone(s), {h} hwmon power input(s)")),
     });
-    out.push(match &f.sensors.cpufreq_driver {
-        Some(d) => choice("cpufreq caps", d.clone(), "cpu0's scaling_driver; stages cap scaling_max_freq"),
-        None => choice("cpufreq caps", "none", "no cpufreq: stages skip frequency caps"),
+    out.push(match (&f.sensors.cpufreq_driver, cfg.thermal.cpufreq_caps) {
+        (Some(d), true) => choice("cpufreq caps", d.clone(), "cpu0's scaling_driver; stages cap scaling_max_freq (thermal.cpufreq_caps = true)"),
+        (Some(d), false) => choice("cpufreq caps", "off", format!("thermal.cpufreq_caps = false (the default): stages cap no frequency (driver {d})")),
+        (None, _) => choice("cpufreq caps", "none", "no cpufreq: stages skip frequency caps"),
     });
 
     let mut cpu = match cg.cpu_controller {

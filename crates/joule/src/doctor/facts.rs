@@ -40,6 +40,9 @@ pub struct Facts {
     /// `kernel.sched_rt_runtime_us` (-1: no limit).
     pub sched_rt_runtime_us: Option<i64>,
     pub sensors: Sensors,
+    /// Every temperature sensor with its type and trip points, which the thermal stage's choice
+    /// of sensors and thresholds is made from (`joule_core::thermal_sensors`).
+    pub temperature_sensors: Vec<joule_core::snapshot::ThermalZone>,
     /// The cpufreq policies (CPUs sharing a clock), as energy-aware placement's domains.
     pub cpufreq_policies: Vec<super::energy::CpufreqPolicy>,
     /// The kernel's Energy Model in debugfs, as placement's powers.
@@ -108,6 +111,7 @@ impl Facts {
             cgroup: CgroupFacts::read(&r.cgroup, init.as_deref()),
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
+            temperature_sensors: joule_telemetry::thermal::read_once(&r.sys),
             cpufreq_policies: super::energy::cpufreq_policies(&r.sys),
             energy_model: super::energy::EnergyModelFacts::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),

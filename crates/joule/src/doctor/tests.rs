@@ -25,6 +25,7 @@ fn systemd_v2(t: &Path) {
     put(t, "sys/kernel/btf/vmlinux", "");
     put(t, "sys/kernel/sched_ext/state", "disabled\n");
     put(t, "sys/class/thermal/thermal_zone0/type", "acpitz\n");
+    put(t, "sys/class/thermal/thermal_zone0/temp", "45000\n");
     put(t, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
     put(t, "sys/fs/cgroup/system.slice/nginx.service/cgroup.procs", "");
 }
@@ -88,7 +89,16 @@ fn a_hybrid_host_gets_v1_backends_and_its_sensors_and_hidepid_are_seen() {
     assert_eq!(sched.backend, "cgroup");
     assert!(sched.warning.as_deref().is_some_and(|w| w.contains("no sched_ext")), "{sched:?}");
     assert_eq!(backend(&b, "thermal stage").backend, "user space");
+    let sensor = backend(&b, "thermal sensor");
+    assert_eq!(sensor.backend, "none", "no sensor, and a model acts only when told: {sensor:?}");
+    assert!(sensor.why.contains("no thermal action"), "{sensor:?}");
+    assert_eq!(backend(&b, "cpufreq caps").backend, "off", "out of the box no stage caps a frequency");
+    cfg.thermal.act_on_model = true;
+    cfg.thermal.cpufreq_caps = true;
+    let b = choose(&f, &cfg);
     assert_eq!(backend(&b, "thermal sensor").backend, "model");
+    assert!(backend(&b, "thermal sensor").warning.is_some());
+    assert_eq!(backend(&b, "cpufreq caps").backend, "intel_pstate");
     assert_eq!(backend(&b, "power").backend, "sensor");
     assert_eq!(backend(&b, "class CPU").backend, "cgroupfs v1");
     assert!(backend(&b, "class CPU").warning.is_none());
@@ -139,4 +149,40 @@ fn cpu_idle_and_eevdf_slices_follow_the_release_and_an_unreadable_one_is_unknown
     assert_eq!(Facts::read(&roots(t.path())).cpu_idle, Some(false));
     let bare = tempfile::tempdir().unwrap();
     assert_eq!(Facts::read(&roots(bare.path())).eevdf_slice, None);
+}
+
+/// A server: the package zone and coretemp count, an NVMe drive at 95 °C and the chipset do not;
+/// the thresholds come from the coretemp critical trip (the package zone's trips are 0, disabled).
+#[test]
+fn doctor_lists_each_sensor_used_or_ignored_with_why_and_the_thresholds_in_effect() {
+    let t = tempfile::tempdir().unwrap();
+    systemd_v2(t.path());
+    put(t.path(), "sys/class/thermal/thermal_zone1/type", "x86_pkg_temp\n");
+    put(t.path(), "sys/class/thermal/thermal_zone1/temp", "52000\n");
+    put(t.path(), "sys/class/thermal/thermal_zone1/trip_point_0_type", "passive\n");
+    put(t.path(), "sys/class/thermal/thermal_zone1/trip_point_0_temp", "0\n");
+    put(t.path(), "sys/class/thermal/thermal_zone2/type", "pch_cannonlake\n");
+    put(t.path(), "sys/class/thermal/thermal_zone2/temp", "61000\n");
+    put(t.path(), "sys/class/hwmon/hwmon1/name", "nvme\n");
+    put(t.path(), "sys/class/hwmon/hwmon1/temp1_input", "95000\n");
+    put(t.path(), "sys/class/hwmon/hwmon2/name", "coretemp\n");
+    put(t.path(), "sys/class/hwmon/hwmon2/temp1_input", "53000\n");
+    put(t.path(), "sys/class/hwmon/hwmon2/temp1_crit", "100000\n");
+    let f = Facts::read(&roots(t.path()));
+    let b = choose(&f, &Config::default());
+    let sensor = backend(&b, "thermal sensor");
+    assert_eq!(sensor.backend, "sensor");
+    assert!(sensor.why.contains("thermal_zone1 (x86_pkg_temp)") && sensor.why.contains("hwmon2/temp1 (coretemp)"), "{sensor:?}");
+    assert!(
+        sensor.why.contains("hwmon1/temp1 (nvme: not a CPU sensor") && sensor.why.contains("thermal_zone0 (acpitz: a CPU or package sensor is better)"),
+        "{sensor:?}"
+    );
+    let th = backend(&b, "thermal thresholds");
+    assert_eq!(th.backend, "trip points");
+    assert!(th.why.contains("[65.0, 70.0, 75.0]") && th.why.contains("hwmon2/temp1's critical trip point at 100"), "{th:?}");
+    let text = render(&f, &b);
+    assert!(text.contains("thermal thresholds"), "{text}");
+    // Fixed thresholds in the config win and say so.
+    let cfg = Config::parse("[thermal]\nstage_thresholds_celsius = [60.0, 70.0, 80.0]\n").unwrap();
+    assert_eq!(backend(&choose(&f, &cfg), "thermal thresholds").backend, "config");
 }

@@ -18,6 +18,7 @@ use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
 use joule_core::mounts::{self, PseudoFs};
 use joule_core::snapshot::BpfStatus;
+use joule_core::thermal_sensors;
 use joule_core::Snapshot;
 use runq::RunqSource;
 use stage::{mc, PowerBudget, StageSource};
@@ -80,6 +81,8 @@ pub struct Snapshotter {
     bpf_notes: Vec<String>,
     /// The in-kernel stage's change events, for a loop that sleeps through a nap.
     stage_waker: Option<joule_bpf::StageWaker>,
+    /// The sensors the stage follows and its thresholds, as chosen at start.
+    sensor_choice: thermal_sensors::SensorChoice,
 }
 
 impl Snapshotter {
@@ -88,15 +91,20 @@ impl Snapshotter {
     /// without it), never a quiet fallback.
     pub fn new(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
         let t = &cfg.telemetry;
-        let thresholds_mc: Vec<i64> = cfg.thermal.stage_thresholds_celsius.iter().map(|c| mc(*c)).collect();
+        // The sensors the stage follows and its thresholds, from the zones present now.
+        let choice = thermal_sensors::choose(&joule_telemetry::thermal::read_once(t.thermal_root()), &cfg.thermal);
+        let thresholds_mc: Vec<i64> = choice.thresholds_celsius.iter().map(|c| mc(*c)).collect();
+        let tp_zones: Vec<u32> = choice.used().filter_map(|n| n.strip_prefix("thermal_zone")?.parse().ok()).collect();
         let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
         let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
-        let mut me = Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![], stage_waker: None };
+        let th = cfg.thermal.clone();
+        let mut me =
+            Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![], stage_waker: None, sensor_choice: choice };
         let (pin_dir, journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
                 me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
-                me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power)));
+                me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power, th, None)));
                 if cfg.net.flow_monitor {
                     me.bpf_notes.push(format!("[net] flow_monitor is on but eBPF is off ({}): no flow monitor", why.explain()));
                 }
@@ -119,19 +127,30 @@ impl Snapshotter {
             let mon = joule_bpf::FlowMonitor::load(&cg2).context("while loading the flow monitor")?;
             me.sampler.push(Box::new(flow::FlowSource::new(mon, cfg.net.top_n, std::time::Duration::from_millis(cfg.net.flow_period_ms))));
         }
-        let opts = joule_bpf::ThermalStageOpts { pin_dir: pin_dir.clone(), thresholds_mc: thresholds_mc.clone(), hysteresis_mc };
+        let tracepoint_zones = Some(tp_zones.into_iter().filter(|z| *z < joule_bpf::intf::JOULE_MAX_ZONES).collect::<Vec<_>>());
+        let opts = joule_bpf::ThermalStageOpts {
+            pin_dir: pin_dir.clone(),
+            thresholds_mc: thresholds_mc.clone(),
+            hysteresis_mc,
+            tracepoint_zones: tracepoint_zones.clone(),
+        };
         let ts = ThermalStage::load(opts, journal).context("while loading the in-kernel thermal stage")?;
         if let Some(e) = ts.tracepoint_error() {
             me.bpf_notes.push(format!("thermal/thermal_temperature did not attach ({e}): only the temperatures joule reads and feeds move the stage"));
         }
         me.stage_waker = Some(ts.stage_waker().context("while opening the thermal stage's change events")?);
-        me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc, power)));
+        me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc, power, th, tracepoint_zones)));
         me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
         Ok(me)
     }
 
     pub fn bpf_status(&self) -> &BpfStatus {
         &self.status
+    }
+
+    /// The sensors the stage follows and its thresholds, as chosen at start.
+    pub fn sensor_choice(&self) -> &thermal_sensors::SensorChoice {
+        &self.sensor_choice
     }
 
     /// The reader of the in-kernel stage's changes (once; None without eBPF).
@@ -163,7 +182,9 @@ mod tests {
 
     #[test]
     fn without_ebpf_the_stage_runs_last_and_the_snapshot_says_why() {
-        let cfg = Config::default();
+        // This host has no CPU sensor: only a model the config lets act gives a stage.
+        let mut cfg = Config::default();
+        cfg.thermal.act_on_model = true;
         let mut sn = Snapshotter::new(&cfg, Bpf::Off(BpfOff::Config)).unwrap();
         let names = sn.source_names();
         assert_eq!(names.last(), Some(&"stage"), "{names:?}");

@@ -1,12 +1,16 @@
 //! The thermal stage as a source: it runs after the thermal sources and the model, and turns
 //! their temperatures into the stage — in the kernel when the eBPF program is loaded (each
 //! reading fed through the same rule the tracepoint runs), else by the same rule in user space.
+//! Only the CPU sensors count (`joule_core::thermal_sensors`; the tracepoint is told which
+//! zones those are), and a model — temperature or power — only with `act_on_model`.
 //! A power budget (`thermal.power_thresholds_watts`) raises the stage through the same map:
 //! the power stage is computed here, by the same rule on milliwatts, and fed to the kernel
 //! program as a pseudo-zone (`POWER_ZONE`) whose "temperature" is that stage's threshold.
 
 use joule_bpf::ThermalStage;
+use joule_core::config::ThermalConfig;
 use joule_core::snapshot::{Stage, StageDriver, StageEngine, StagePower};
+use joule_core::thermal_sensors::choose_sensors;
 use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
 use std::collections::HashMap;
@@ -19,6 +23,10 @@ pub struct StageSource {
     /// Per-zone stages of the user-space rule (only without the in-kernel program).
     fallback_stages: HashMap<u32, u32>,
     power: Option<PowerBudget>,
+    /// Which sensors count (`zones`) and whether a model may (`act_on_model`).
+    th: ThermalConfig,
+    /// The zones the in-kernel tracepoint was last told to count.
+    tp_zones: Option<Vec<u32>>,
 }
 
 /// `thermal.power_thresholds_watts` in mW, and the power stage it gave last sample.
@@ -76,15 +84,23 @@ pub fn mc(celsius: f64) -> i64 {
 }
 
 impl StageSource {
-    pub fn new(kernel: Option<ThermalStage>, thresholds_mc: Vec<i64>, hysteresis_mc: i64, power: Option<PowerBudget>) -> StageSource {
-        StageSource { kernel, thresholds_mc, hysteresis_mc, fallback_stages: HashMap::new(), power }
+    /// `tp_zones`: what the kernel program's tracepoint was loaded counting (its opts).
+    pub fn new(
+        kernel: Option<ThermalStage>,
+        thresholds_mc: Vec<i64>,
+        hysteresis_mc: i64,
+        power: Option<PowerBudget>,
+        th: ThermalConfig,
+        tp_zones: Option<Vec<u32>>,
+    ) -> StageSource {
+        StageSource { kernel, thresholds_mc, hysteresis_mc, fallback_stages: HashMap::new(), power, th, tp_zones }
     }
 
     /// The power stage of this sample, when a budget is set and power was read.
     fn power_stage(&mut self, snap: &Snapshot) -> Option<StagePower> {
         let b = self.power.as_mut()?;
         let p = &snap.power;
-        if p.source == Origin::Unknown {
+        if p.source == Origin::Unknown || (p.source == Origin::Model && !self.th.act_on_model) {
             return None;
         }
         b.stage = joule_core::policy::thermal_stage(b.stage, mc(p.watts), &b.thresholds_mw, b.hysteresis_mw);
@@ -94,19 +110,27 @@ impl StageSource {
     /// Every temperature the stage is computed from, with the zone id the in-kernel program
     /// keys it by: thermal_zoneN under N (the id the tracepoint reports), hwmonX/tempY under
     /// HWMON_ZONE_BASE + 64·X + Y (from the name, so a sensor that fails one read does not shift
-    /// the others), or, with no sensor at all, the model under MODEL_ZONE.
-    fn temperatures(snap: &Snapshot) -> Vec<(u32, f64, Origin)> {
-        let sensors: Vec<_> = snap
-            .thermal
-            .zones
+    /// the others), or, with no CPU sensor and `act_on_model`, the model under MODEL_ZONE. Only
+    /// the sensors `choose_sensors` uses: a drive's or a NIC's zone moves nothing.
+    fn temperatures(snap: &Snapshot, th: &ThermalConfig) -> Vec<(u32, f64, Origin)> {
+        let read: Vec<_> = snap.thermal.zones.iter().filter(|z| z.source == Origin::Sensor).cloned().collect();
+        let sensors: Vec<_> = read
             .iter()
-            .filter(|z| z.source == Origin::Sensor)
-            .filter_map(|z| Some((zone_id(&z.name)?, z.temp_celsius, Origin::Sensor)))
+            .zip(choose_sensors(&read, th))
+            .filter(|(_, u)| u.used)
+            .filter_map(|(z, _)| Some((zone_id(&z.name)?, z.temp_celsius, Origin::Sensor)))
             .collect();
-        if !sensors.is_empty() {
+        if !sensors.is_empty() || !th.act_on_model {
             return sensors;
         }
         snap.thermal.model.iter().map(|m| (joule_bpf::MODEL_ZONE, m.temp_celsius, Origin::Model)).collect()
+    }
+
+    /// The thermal zones (tz->id) among `temps`, which the tracepoint should count.
+    fn zone_ids(temps: &[(u32, f64, Origin)]) -> Vec<u32> {
+        let mut ids: Vec<u32> = temps.iter().map(|t| t.0).filter(|id| *id < joule_bpf::intf::JOULE_MAX_ZONES).collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Feeds every temperature to the kernel program and reads the stage it computed.
@@ -170,8 +194,17 @@ impl StageSource {
     }
 
     pub fn stage(&mut self, snap: &Snapshot) -> Result<Stage, SourceError> {
-        let temps = Self::temperatures(snap);
+        let temps = Self::temperatures(snap, &self.th);
         let power = self.power_stage(snap);
+        if let Some(ts) = self.kernel.as_mut() {
+            // The tracepoint counts the chosen zones only (none when no zone is chosen).
+            let ids = Self::zone_ids(&temps);
+            if self.tp_zones.as_ref() != Some(&ids) {
+                ts.set_tracepoint_zones(Some(ids.as_slice()))
+                    .map_err(|e| SourceError::Other(format!("telling the thermal tracepoint which zones count: {e}")))?;
+                self.tp_zones = Some(ids);
+            }
+        }
         if temps.is_empty() && power.is_none() {
             return Ok(Stage::default());
         }
@@ -202,11 +235,19 @@ mod tests {
     use joule_core::snapshot::{ModelTemperature, ThermalZone};
 
     fn zone(name: &str, t: f64) -> ThermalZone {
-        ThermalZone { name: name.into(), temp_celsius: t, source: Origin::Sensor, ..Default::default() }
+        ThermalZone { name: name.into(), kind: "cpu-thermal".into(), temp_celsius: t, source: Origin::Sensor, ..Default::default() }
     }
 
     fn user_space() -> StageSource {
-        StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, None)
+        StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, None, cpu_only(), None)
+    }
+
+    fn cpu_only() -> ThermalConfig {
+        ThermalConfig::default()
+    }
+
+    fn on_model() -> ThermalConfig {
+        ThermalConfig { act_on_model: true, ..ThermalConfig::default() }
     }
 
     /// Replays the kernel's rule on what `power_feed_mc` feeds, for every move between stages.
@@ -230,7 +271,7 @@ mod tests {
 
     #[test]
     fn power_raises_the_stage_with_its_own_hysteresis_and_says_so() {
-        let mut src = StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, PowerBudget::new(&[10.0, 20.0, 30.0], 2.0));
+        let mut src = StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, PowerBudget::new(&[10.0, 20.0, 30.0], 2.0), on_model(), None);
         let mut s = Snapshot::default();
         s.thermal.zones = vec![zone("thermal_zone0", 72.0)];
         s.power.watts = 25.0;
@@ -254,11 +295,53 @@ mod tests {
     fn every_sensor_is_fed_under_its_own_zone_id_and_the_model_only_without_sensors() {
         let mut s = Snapshot::default();
         s.thermal.model = Some(ModelTemperature { temp_celsius: 40.0, source: Origin::Model });
-        assert_eq!(StageSource::temperatures(&s), vec![(joule_bpf::MODEL_ZONE, 40.0, Origin::Model)]);
+        assert_eq!(StageSource::temperatures(&s, &on_model()), vec![(joule_bpf::MODEL_ZONE, 40.0, Origin::Model)]);
         // hwmon1/temp1 failed its read this sample: hwmon1/temp2 keeps its own id.
         s.thermal.zones = vec![zone("thermal_zone3", 55.0), zone("hwmon1/temp2", 61.0), zone("weird", 70.0)];
-        let ids: Vec<u32> = StageSource::temperatures(&s).iter().map(|t| t.0).collect();
+        let temps = StageSource::temperatures(&s, &on_model());
+        let ids: Vec<u32> = temps.iter().map(|t| t.0).collect();
         assert_eq!(ids, vec![3, joule_bpf::HWMON_ZONE_BASE + 64 + 2]);
+        assert_eq!(StageSource::zone_ids(&temps), vec![3], "the tracepoint counts thermal zones only");
+    }
+
+    fn hot_snapshot(kind: &str) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.thermal.zones =
+            vec![ThermalZone { name: "thermal_zone0".into(), kind: kind.into(), temp_celsius: 95.0, source: Origin::Sensor, ..Default::default() }];
+        s.thermal.model = Some(ModelTemperature { temp_celsius: 190.0, source: Origin::Model });
+        s
+    }
+
+    /// The measurement: an nvme zone at 95 °C put the stage at 3.
+    #[test]
+    fn an_nvme_or_nic_zone_at_95_changes_no_stage_and_a_cpu_zone_does() {
+        for kind in ["nvme", "iwlwifi_1", "gpu-thermal"] {
+            let st = user_space().stage(&hot_snapshot(kind)).unwrap();
+            assert_eq!((st.value, st.computed_by), (0, StageEngine::None), "{kind}: {st:?}");
+        }
+        for kind in ["cpu-thermal", "x86_pkg_temp", "acpitz"] {
+            let st = user_space().stage(&hot_snapshot(kind)).unwrap();
+            assert_eq!((st.value, st.temp_source), (3, Origin::Sensor), "{kind}: {st:?}");
+        }
+    }
+
+    /// A busy VM's model at 190 °C: reported, never acted on unless told.
+    #[test]
+    fn a_model_temperature_changes_no_stage_unless_act_on_model() {
+        let mut s = hot_snapshot("nvme");
+        s.thermal.zones.clear();
+        let st = user_space().stage(&s).unwrap();
+        assert_eq!((st.value, st.computed_by), (0, StageEngine::None), "{st:?}");
+        let mut told = StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, None, on_model(), None);
+        let st = told.stage(&s).unwrap();
+        assert_eq!((st.value, st.temp_source), (3, Origin::Model), "{st:?}");
+        // A power budget on a modelled power reading: the same rule.
+        let mut budget = StageSource::new(None, vec![70_000, 80_000, 90_000], 3_000, PowerBudget::new(&[1.0, 2.0, 3.0], 0.5), cpu_only(), None);
+        s.power.watts = 50.0;
+        s.power.source = Origin::Model;
+        assert_eq!(budget.stage(&s).unwrap().value, 0, "modelled watts moved the stage");
+        s.power.source = Origin::Sensor;
+        assert_eq!(budget.stage(&s).unwrap().value, 3, "measured watts over the budget");
     }
 
     /// Regression: a stage computed from nothing read as `computed_by: ebpf`.

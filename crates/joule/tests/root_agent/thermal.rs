@@ -109,7 +109,7 @@ impl Drop for BusyClass {
 fn root_hot_stage_caps_a_best_effort_class_and_restore_after_sigkill_frees_it() {
     let Some(b) = BusyClass::new() else { return };
     // The RC model starts at its 25 °C ambient and rises: over 20 °C is stage 3 at once.
-    let cfg = format!("[thermal]\nstage_thresholds_celsius = [10.0, 15.0, 20.0]\n\n{}", b.class_config());
+    let cfg = format!("[thermal]\nstage_thresholds_celsius = [10.0, 15.0, 20.0]\nact_on_model = true\n\n{}", b.class_config());
     let mut agent = Agent::start(&cfg);
     let want = b.capped_value(STAGE3_PCT);
     b.wait_knob(&want);
@@ -156,7 +156,7 @@ fn root_hot_stage_caps_a_best_effort_class_and_restore_after_sigkill_frees_it() 
 fn root_low_power_budget_raises_the_in_kernel_stage() {
     let Some(b) = BusyClass::new() else { return };
     let cfg = format!(
-        "[thermal]\nstage_thresholds_celsius = [150.0, 160.0, 170.0]\npower_thresholds_watts = [1.0, 2.0, 3.0]\npower_hysteresis_watts = 0.5\n\n{}",
+        "[thermal]\nstage_thresholds_celsius = [150.0, 160.0, 170.0]\nact_on_model = true\npower_thresholds_watts = [1.0, 2.0, 3.0]\npower_hysteresis_watts = 0.5\n\n{}",
         b.class_config()
     );
     let agent = Agent::start(&cfg);

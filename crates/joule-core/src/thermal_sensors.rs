@@ -1,0 +1,163 @@
+//! Which temperature sensors the thermal stage follows, and where its thresholds come from.
+//! Only sensors that measure the CPU, SoC or package count by default — a drive, a NIC, a
+//! battery or a chassis sensor at 95 °C says nothing about the CPU's heat, and capping the CPU
+//! for it would throttle a healthy machine. By the zone's type or the hwmon chip's name:
+//! package sensors (`x86_pkg_temp`, coretemp, k10temp/zenpower) and CPU/SoC zones (types naming
+//! cpu, soc, core, package or cluster: `cpu-thermal`, `soc-thermal`, `bigcore0-thermal`,
+//! `TCPU`); `acpitz` only when none of those exists; everything else is listed and ignored.
+//! `[thermal] zones` replaces the choice. The stage thresholds are placed below the chosen
+//! sensors' own passive trip point (else `critical_margin_celsius` below the critical one), so
+//! joule acts before the kernel's own governor; configured thresholds win. Pure: the caller
+//! reads the sensors (joule-telemetry's `thermal::read_once`), so fixture trees test it.
+
+use crate::config::ThermalConfig;
+
+/// The hottest stage's threshold where no trip point can place it.
+pub const FALLBACK_HOTTEST_CELSIUS: f64 = 90.0;
+use crate::snapshot::ThermalZone;
+use serde::Serialize;
+
+/// What a sensor measures, judged by its zone type or hwmon chip name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SensorClass {
+    /// The package or die (x86_pkg_temp, coretemp, k10temp): the best reading of CPU heat.
+    Package,
+    /// A CPU, SoC or cluster zone.
+    Cpu,
+    /// The ACPI thermal zone: somewhere on the board, often near the CPU; used only alone.
+    Acpi,
+    /// Anything else (a drive, a NIC, a GPU, a battery, the chipset, a fan controller).
+    Other,
+}
+
+/// Classifies a zone type or hwmon chip name.
+pub fn classify(kind: &str) -> SensorClass {
+    let k = kind.to_ascii_lowercase();
+    const PACKAGE: [&str; 5] = ["x86_pkg_temp", "coretemp", "k10temp", "zenpower", "cpu_pkg"];
+    // Names that may contain "core"/"soc" but measure something else.
+    const NOT_CPU: [&str; 8] = ["gpu", "npu", "ddr", "nvme", "wifi", "bat", "pch", "dram"];
+    if PACKAGE.iter().any(|p| k == *p) {
+        SensorClass::Package
+    } else if k == "acpitz" {
+        SensorClass::Acpi
+    } else if NOT_CPU.iter().any(|n| k.contains(n)) {
+        SensorClass::Other
+    } else if k == "tcpu" || k == "b0d4" || ["cpu", "soc", "core", "package", "cluster"].iter().any(|w| k.contains(w)) {
+        SensorClass::Cpu
+    } else {
+        SensorClass::Other
+    }
+}
+
+/// One sensor as the choice saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SensorUse {
+    pub name: String,
+    pub kind: String,
+    pub class: SensorClass,
+    pub used: bool,
+    /// Why it is used or ignored, for `joule doctor` and the agent's first lines.
+    pub why: String,
+}
+
+/// The stage's sensors and thresholds on one machine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SensorChoice {
+    pub sensors: Vec<SensorUse>,
+    pub thresholds_celsius: Vec<f64>,
+    /// Where the thresholds came from, in words (`config`, `thermal_zone0's passive trip point
+    /// at 85 °C`, ...).
+    pub thresholds_from: String,
+}
+
+impl SensorChoice {
+    /// The names of the sensors the stage follows.
+    pub fn used(&self) -> impl Iterator<Item = &str> {
+        self.sensors.iter().filter(|s| s.used).map(|s| s.name.as_str())
+    }
+
+    pub fn any_used(&self) -> bool {
+        self.sensors.iter().any(|s| s.used)
+    }
+}
+
+/// Whether `zone` is named by one of `[thermal] zones` (its type, its name, or its hwmon chip).
+fn named(zone: &ThermalZone, wanted: &[String]) -> bool {
+    let chip = zone.name.split_once('/').map(|(c, _)| c);
+    wanted.iter().any(|w| *w == zone.kind || *w == zone.name || Some(w.as_str()) == chip)
+}
+
+/// Chooses the sensors the stage follows among `zones` (the sensors read, not the model).
+pub fn choose_sensors(zones: &[ThermalZone], th: &ThermalConfig) -> Vec<SensorUse> {
+    let classes: Vec<SensorClass> = zones.iter().map(|z| classify(&z.kind)).collect();
+    let has_cpu = classes.iter().any(|c| matches!(c, SensorClass::Package | SensorClass::Cpu));
+    zones
+        .iter()
+        .zip(classes)
+        .map(|(z, class)| {
+            let (used, why) = if !th.zones.is_empty() {
+                if named(z, &th.zones) {
+                    (true, "named in [thermal] zones".to_string())
+                } else {
+                    (false, "not in [thermal] zones".to_string())
+                }
+            } else {
+                match class {
+                    SensorClass::Package => (true, format!("{}: the CPU package", z.kind)),
+                    SensorClass::Cpu => (true, format!("{}: a CPU/SoC zone", z.kind)),
+                    SensorClass::Acpi if has_cpu => (false, "acpitz: a CPU or package sensor is better".to_string()),
+                    SensorClass::Acpi => (true, "acpitz: no CPU or package sensor, the ACPI zone stands in".to_string()),
+                    SensorClass::Other => {
+                        (false, format!("{}: not a CPU sensor (name it in [thermal] zones to use it)", if z.kind.is_empty() { "?" } else { z.kind.as_str() }))
+                    }
+                }
+            };
+            SensorUse { name: z.name.clone(), kind: z.kind.clone(), class, used, why }
+        })
+        .collect()
+}
+
+/// A trip point temperature joule can place stages under: firmware writes 0 or absurd values
+/// for disabled trips (x86_pkg_temp's are often 0).
+fn plausible(t: f64) -> bool {
+    (30.0..=150.0).contains(&t)
+}
+
+/// The stage thresholds: configured ones, else below the lowest passive trip point of the used
+/// sensors, else `critical_margin_celsius` below the lowest critical one, else the fallback.
+pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> (Vec<f64>, String) {
+    if !th.stage_thresholds_celsius.is_empty() {
+        return (th.stage_thresholds_celsius.clone(), "[thermal] stage_thresholds_celsius".into());
+    }
+    let lowest = |kind: &str| {
+        zones
+            .iter()
+            .zip(used)
+            .filter(|(_, u)| u.used)
+            .flat_map(|(z, _)| z.trips.iter().filter(|t| t.kind == kind && plausible(t.temp_celsius)).map(|t| (t.temp_celsius, z.name.clone())))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let below = |reference: f64| th.trip_offsets_celsius.iter().map(|o| reference - o).collect::<Vec<_>>();
+    if let Some((t, zone)) = lowest("passive") {
+        return (below(t), format!("{zone}'s passive trip point at {t} °C, minus {:?}", th.trip_offsets_celsius));
+    }
+    if let Some((t, zone)) = lowest("critical") {
+        let reference = t - th.critical_margin_celsius;
+        return (below(reference), format!("{zone}'s critical trip point at {t} °C, minus {} and {:?}", th.critical_margin_celsius, th.trip_offsets_celsius));
+    }
+    // As many stages as there are, 10 °C apart, the hottest at 90 °C (70/80/90 for three).
+    let c = th.stage_count();
+    let fallback: Vec<f64> = (0..c).map(|i| FALLBACK_HOTTEST_CELSIUS - 10.0 * (c - 1 - i) as f64).collect();
+    (fallback, "no usable trip point on the chosen sensors: built-in thresholds".into())
+}
+
+/// The whole choice: sensors, then thresholds.
+pub fn choose(zones: &[ThermalZone], th: &ThermalConfig) -> SensorChoice {
+    let sensors = choose_sensors(zones, th);
+    let (thresholds_celsius, thresholds_from) = thresholds(zones, &sensors, th);
+    SensorChoice { sensors, thresholds_celsius, thresholds_from }
+}
+
+#[cfg(test)]
+mod tests;
