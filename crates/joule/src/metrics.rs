@@ -188,9 +188,9 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
             Gauge,
             Some("STAGE"),
             "/stage/temp_celsius",
-            "The temperature the current thermal stage was computed from."
+            "The temperature the current thermal stage was computed from (absent while no temperature the stage may act on was read)."
         ),
-        num(vec![(l(&[src(st.temp_source)]), st.temp_celsius)]),
+        num(if st.temp_source == Origin::Unknown { vec![] } else { vec![(l(&[src(st.temp_source)]), st.temp_celsius)] }),
     );
     push(
         def!("joule_cpu_frequency_hertz", Gauge, Some("FREQ"), "/frequency", "Current CPU frequency as the kernel reports it (cpufreq scaling_cur_freq)."),
