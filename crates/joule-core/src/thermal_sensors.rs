@@ -69,6 +69,8 @@ pub struct SensorChoice {
     /// Where the thresholds came from, in words (`config`, `thermal_zone0's passive trip point
     /// at 85 °C`, ...).
     pub thresholds_from: String,
+    /// The same in one word: `config`, `trip points` or `built-in`.
+    pub thresholds_kind: &'static str,
 }
 
 impl SensorChoice {
@@ -126,9 +128,9 @@ fn plausible(t: f64) -> bool {
 
 /// The stage thresholds: configured ones, else below the lowest passive trip point of the used
 /// sensors, else `critical_margin_celsius` below the lowest critical one, else the fallback.
-pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> (Vec<f64>, String) {
+pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> (Vec<f64>, String, &'static str) {
     if !th.stage_thresholds_celsius.is_empty() {
-        return (th.stage_thresholds_celsius.clone(), "[thermal] stage_thresholds_celsius".into());
+        return (th.stage_thresholds_celsius.clone(), "[thermal] stage_thresholds_celsius".into(), "config");
     }
     let lowest = |kind: &str| {
         zones
@@ -140,23 +142,27 @@ pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig)
     };
     let below = |reference: f64| th.trip_offsets_celsius.iter().map(|o| reference - o).collect::<Vec<_>>();
     if let Some((t, zone)) = lowest("passive") {
-        return (below(t), format!("{zone}'s passive trip point at {t} °C, minus {:?}", th.trip_offsets_celsius));
+        return (below(t), format!("{zone}'s passive trip point at {t} °C, minus {:?}", th.trip_offsets_celsius), "trip points");
     }
     if let Some((t, zone)) = lowest("critical") {
         let reference = t - th.critical_margin_celsius;
-        return (below(reference), format!("{zone}'s critical trip point at {t} °C, minus {} and {:?}", th.critical_margin_celsius, th.trip_offsets_celsius));
+        return (
+            below(reference),
+            format!("{zone}'s critical trip point at {t} °C, minus {} and {:?}", th.critical_margin_celsius, th.trip_offsets_celsius),
+            "trip points",
+        );
     }
     // As many stages as there are, 10 °C apart, the hottest at 90 °C (70/80/90 for three).
     let c = th.stage_count();
     let fallback: Vec<f64> = (0..c).map(|i| FALLBACK_HOTTEST_CELSIUS - 10.0 * (c - 1 - i) as f64).collect();
-    (fallback, "no usable trip point on the chosen sensors: built-in thresholds".into())
+    (fallback, "no usable trip point on the chosen sensors: built-in thresholds".into(), "built-in")
 }
 
 /// The whole choice: sensors, then thresholds.
 pub fn choose(zones: &[ThermalZone], th: &ThermalConfig) -> SensorChoice {
     let sensors = choose_sensors(zones, th);
-    let (thresholds_celsius, thresholds_from) = thresholds(zones, &sensors, th);
-    SensorChoice { sensors, thresholds_celsius, thresholds_from }
+    let (thresholds_celsius, thresholds_from, thresholds_kind) = thresholds(zones, &sensors, th);
+    SensorChoice { sensors, thresholds_celsius, thresholds_from, thresholds_kind }
 }
 
 #[cfg(test)]

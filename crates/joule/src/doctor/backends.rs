@@ -47,14 +47,7 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         )
     };
     out.push(sensor);
-    let from = if cfg.thermal.stage_thresholds_celsius.is_empty() && tc.thresholds_from.contains("trip point") {
-        "trip points"
-    } else if cfg.thermal.stage_thresholds_celsius.is_empty() {
-        "built-in"
-    } else {
-        "config"
-    };
-    out.push(choice("thermal thresholds", from, format!("stages at {:?} °C: {}", tc.thresholds_celsius, tc.thresholds_from)));
+    out.push(choice("thermal thresholds", tc.thresholds_kind, format!("stages at {:?} °C: {}", tc.thresholds_celsius, tc.thresholds_from)));
     out.push(if f.btf {
         choice("thermal stage", "ebpf", "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)")
     } else {
