@@ -5,8 +5,8 @@
 //!
 //! Anyone who can reach the address is a client, so the server is bounded (issue 17,
 //! docs/security.md): hyper's HTTP/1 on a one-thread tokio runtime, at most
-//! [`Limits::max_connections`] connections (a new one evicts the oldest, which is the idle or
-//! slowest), a deadline to send a request's headers (slowloris), a cap on header size and
+//! [`Limits::max_connections`] connections (a new one evicts the oldest of the client address
+//! holding the most, conn_slots.rs), a deadline to send a request's headers (slowloris), a cap on header size and
 //! count, a number of requests per connection and a lifetime per connection (a client that
 //! pipelines without reading its replies holds one connection, not the server), and an
 //! `accept` error (EMFILE) is logged and retried, never fatal.
@@ -17,6 +17,7 @@
 //! passwords delay another's login.
 
 use crate::auth_budget::AuthBudget;
+use crate::conn_slots::Slots;
 use crate::exposition::{self, Format};
 use crate::metrics::{self, AgentStats};
 use crate::webconfig::{Auth, WebConfig};
@@ -26,7 +27,6 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use joule_core::control::{ActuatorStatus, Plan};
 use joule_core::Snapshot;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -46,7 +46,7 @@ pub type Shared = Arc<RwLock<Published>>;
 /// How much one client may hold of the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Open connections at most; one more evicts the oldest.
+    /// Open connections at most; one more evicts the oldest of the address holding the most.
     pub max_connections: usize,
     /// Time to send a request's headers.
     pub header_read_timeout: Duration,
@@ -233,30 +233,29 @@ pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits, web: 
 
 async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
     let limits = server.limits;
-    // Open connections, oldest first: each holds the sender that closes it when dropped.
-    let mut open: VecDeque<tokio::sync::oneshot::Sender<()>> = VecDeque::new();
+    // Open connections: each holds the sender that closes it when dropped.
+    let mut open: Slots<tokio::sync::oneshot::Sender<()>> = Slots::new(limits.max_connections);
     let mut accept_errors = 0u64;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                // EMFILE/ENFILE/ENOBUFS: out of fds or memory for a moment. Drop the oldest
-                // connection to free one, wait a little, and go on.
+                // EMFILE/ENFILE/ENOBUFS: out of fds or memory for a moment. Drop a connection
+                // of the client holding the most to free one, wait a little, and go on.
                 accept_errors += 1;
                 if accept_errors.is_power_of_two() {
                     tracing::warn!("metrics server: accept failed ({e}); {accept_errors} time(s) so far, retrying");
                 }
-                open.pop_front();
+                open.pop_oldest_of_heaviest();
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        open.retain(|tx| !tx.is_closed());
-        while open.len() >= limits.max_connections {
-            open.pop_front(); // dropping the sender ends that connection
-        }
+        open.retain_open(|tx| !tx.is_closed());
         let (tx, rx) = tokio::sync::oneshot::channel();
-        open.push_back(tx);
+        // When full, the client holding the most connections loses its oldest (dropping the
+        // sender ends that connection), so a flood only ever pushes out its own.
+        open.push(peer.ip(), tx);
         let server = server.clone();
         tokio::spawn(async move {
             let tls = server.web.as_ref().and_then(|w| w.tls.clone());

@@ -5,6 +5,7 @@ mod agent;
 mod auth_budget;
 mod bench;
 mod cmd;
+mod conn_slots;
 mod doctor;
 mod exporter;
 mod exposition;

@@ -292,12 +292,48 @@ fn root_untrusted2_wrong_passwords_from_one_client_do_not_starve_another_clients
     std::thread::sleep(Duration::from_secs(2));
     let after_pct = (cpu_ticks() - ticks0) as f64 / t0.elapsed().as_secs_f64(); // USER_HZ = 100
     let after = login("s3cret");
-    println!(
+    let measured = format!(
         "{sent} wrong-password requests from one address in 8 s; another client's first login during it: {during} in {login_ms} ms, after it: {after}; the agent's CPU in the 2 s after: {after_pct:.0} %"
     );
-    assert_eq!(during, 200, "a legitimate first login failed during another client's flood of wrong passwords");
-    assert_eq!(after, 200);
-    assert!(after_pct < 20.0, "the agent was still at {after_pct:.0} % of a CPU after the flood: a backlog of checks");
+    println!("{measured}");
+    assert_eq!(during, 200, "a legitimate first login failed during another client's flood of wrong passwords ({measured})");
+    assert_eq!(after, 200, "{measured}");
+    assert!(after_pct < 20.0, "a backlog of checks after the flood ({measured})");
+}
+
+/// Item 3's flood, seen failing in CI: a full server closed its oldest connection, so a client
+/// opening connections faster than a password check takes pushed out another client's login
+/// while it waited for its bcrypt. Here, deterministically: another client (127.0.0.1) opens its
+/// connection, one address (127.0.0.2) then opens twice the server's 128 and holds them, and the
+/// first client's request on its connection must still be answered. Before the fix it was
+/// closed unanswered.
+#[test]
+#[ignore = "tier 2: root"]
+fn root_untrusted2_one_address_opening_many_connections_does_not_close_another_clients() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    if !require(is_root(), "root") {
+        return;
+    }
+    let agent = super::Agent::start("");
+    let addr: std::net::SocketAddr = agent.metrics_addr().parse().unwrap();
+    let mut mine = std::net::TcpStream::connect(addr).unwrap();
+    mine.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let from = std::net::SocketAddr::from(([127, 0, 0, 2], 0));
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&from.into()).unwrap();
+        s.connect(&addr.into()).unwrap();
+        held.push(s);
+    }
+    // The server has accepted them all (the listen backlog is shorter than 256, so most were).
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = write!(mine, "GET /metrics HTTP/1.0\r\n\r\n");
+    let mut head = [0u8; 12];
+    let answer = mine.read_exact(&mut head).map(|()| String::from_utf8_lossy(&head).to_string());
+    drop(held);
+    assert!(matches!(&answer, Ok(h) if h.ends_with(" 200")), "another client's connection was closed by one address's 256 connections: {answer:?}");
 }
 
 /// Item 4, as the attempt was made: a user holding many processes renames one of them in a loop
