@@ -19,7 +19,8 @@
 #            and refused with a note; nothing moves.
 #   round 6: an RT class of units (no RT group scheduling here) gets SCHED_DEADLINE
 #            reservations; after a SIGKILL (the guardian) and a restore the thread is back at
-#            SCHED_OTHER.
+#            SCHED_OTHER. An unprivileged user's delegated service that names a cgroup of its
+#            own like the unit gets nothing.
 set -u
 mkdir -p /etc/joule
 out=${JOULE_VM_OUT:-/tmp}
@@ -211,7 +212,20 @@ systemctl stop joule-mixed.service
 echo "t_round6=$(date +%s)"
 systemd-run --quiet --unit=joule-rt.service sh -c 'while :; do :; done'
 rt_pid=$(systemctl show -p MainPID --value joule-rt.service)
-policy() { awk '{print $41}' "/proc/$rt_pid/stat"; }
+policy() { awk '{print $41}' "/proc/${1:-$rt_pid}/stat"; }
+# The audit's attempt (security.md, second audit item 1): an unprivileged user's service with
+# Delegate=yes makes a cgroup named joule-rt.service inside its own and spins there. Only the
+# cgroup systemd made for the unit is the unit; the user's loop must stay SCHED_OTHER.
+id jxaud >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin jxaud
+cat >/run/jx-deleg-spin.sh <<'EOFD'
+d=/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)
+mkdir "$d/joule-rt.service" && echo 0 >"$d/joule-rt.service/cgroup.procs"
+exec sh -c 'while :; do :; done'
+EOFD
+systemd-run --quiet --unit=jx-deleg.service -p Delegate=yes -p User=jxaud sh /run/jx-deleg-spin.sh
+deleg_pid=$(systemctl show -p MainPID --value jx-deleg.service)
+for i in $(seq 50); do grep -q 'jx-deleg.service/joule-rt.service$' "/proc/$deleg_pid/cgroup" && break; sleep 0.2; done
+echo "deleg_cgroup=$(cut -d: -f3 "/proc/$deleg_pid/cgroup") uid=$(awk '/^Uid/ {print $2}' "/proc/$deleg_pid/status")"
 { config_head | sed '/^\[\[class\]\]/,$d'; cat <<'EOF6'; } >/etc/joule/joule.toml
 [[class]]
 name = "rt"
@@ -224,10 +238,13 @@ joule agent --config /etc/joule/joule.toml --no-bpf >"$out/agent6.log" 2>&1 &
 agent=$!
 for i in $(seq 300); do [ "$(policy)" = 6 ] && break; sleep 0.2; done
 echo "rt_policy_applied=$(policy)"
+# Ten periods more for the user's loop to be (wrongly) taken in too.
+sleep 1
+echo "deleg_policy_applied=$(policy "$deleg_pid")"
 kill -KILL "$agent"; wait "$agent" 2>/dev/null
 echo "rt_policy_killed=$(policy)"
 joule restore --journal-dir /run/joule >"$out/restore-rt.txt" 2>&1; echo "rt_restore_rc=$?"
 echo "rt_policy_restored=$(policy)"
-systemctl stop joule-rt.service
+systemctl stop joule-rt.service jx-deleg.service
 echo "t_end=$(date +%s)"
 exit 0

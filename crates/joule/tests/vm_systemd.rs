@@ -7,7 +7,7 @@ use joule_testkit::vm::{shown, Vm, VmOutput};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-const BOOT_TIMEOUT_S: u64 = 900;
+const BOOT_TIMEOUT_S: u64 = 1200;
 
 /// The checks, in order; the joule binary is /usr/local/bin/joule in the guest.
 const CHECKS: &[(&str, &str)] = &[
@@ -233,4 +233,21 @@ fn vm_systemd_an_rt_class_of_units_gets_deadline_reservations_and_restore_after_
     // nothing left to undo.
     assert!(["0", "6"].contains(&get("rt_policy_killed")), "{}", out.describe());
     assert_eq!((get("rt_restore_rc"), get("rt_policy_restored")), ("0", "0"), "{}", out.describe());
+}
+
+/// The second audit's item 1, as the attempt was made: an unprivileged user (a system account
+/// the script adds) runs a `Delegate=yes` service, makes `joule-rt.service` inside its own
+/// cgroup and spins there, while an RT class names the unit `joule-rt.service`. The unit's own
+/// thread gets its reservation; the user's loop, in a cgroup systemd never made for that unit,
+/// stays SCHED_OTHER (before the fix it got SCHED_DEADLINE too).
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_systemd_a_users_delegated_cgroup_named_like_the_unit_gets_no_reservation() {
+    let Some(u) = units() else { return };
+    let (out, get) = (u.out, |k: &str| u.get(k));
+    println!("delegated {}: policy {} while the unit's thread had {}", get("deleg_cgroup"), get("deleg_policy_applied"), get("rt_policy_applied"));
+    assert!(get("deleg_cgroup").starts_with("/system.slice/jx-deleg.service/joule-rt.service uid="), "the attempt was not set up:\n{}", out.describe());
+    assert!(!get("deleg_cgroup").ends_with("uid=0"), "the loop must be the user's:\n{}", out.describe());
+    assert_eq!(get("rt_policy_applied"), "6", "the class never acted, so the check proves nothing:\n{}", out.describe());
+    assert_eq!(get("deleg_policy_applied"), "0", "the user's loop in its own joule-rt.service got the unit's reservation:\n{}", out.describe());
 }
