@@ -3,7 +3,6 @@
 
 mod agent;
 mod auth_budget;
-mod bench;
 mod cmd;
 mod conn_slots;
 mod doctor;
@@ -63,9 +62,6 @@ enum Cmd {
     /// wakes by reason and the last one.
     #[command(subcommand)]
     Nap(cmd::nap::NapCmd),
-    /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
-    #[command(subcommand)]
-    Bench(bench::BenchCmd),
     // Its help (with examples) is the doc comment of `DoctorArgs`.
     Doctor(doctor::DoctorArgs),
 }
@@ -130,7 +126,6 @@ fn main() -> ExitCode {
         Cmd::Scx(a) => cmd::scx::run(a),
         Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Nap(c) => cmd::nap::run(c),
-        Cmd::Bench(b) => bench::run(b),
         Cmd::Doctor(a) => doctor::run(&a),
     };
     match result {

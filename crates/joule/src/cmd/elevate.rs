@@ -38,7 +38,7 @@ pub struct ElevateArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     cpu: usize,
     /// Length of each slice, µs (1..=1000000). Short slices cut the latency of a target that
-    /// waits for its turn but cost more switches (see `joule bench elevate`, section cycles).
+    /// waits for its turn but cost more switches (see `joule-bench elevate`, section cycles).
     #[arg(long, default_value_t = 50, value_name = "US")]
     slice_us: u64,
     /// shared: the scheduler sleeps on the targets' core (no extra core, switches late by the

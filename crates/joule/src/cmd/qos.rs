@@ -20,7 +20,7 @@ pub struct QosArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct QosCommon {
     /// Smallest RT/CFS period admitted, µs. The seed lost CPU to scheduling overhead below
-    /// 100 ms; lower it only after `joule bench rt-share` shows your machine does not.
+    /// 100 ms; lower it only after `joule-bench rt-share` shows your machine does not.
     #[arg(long, default_value_t = joule_qos::DEFAULT_MIN_PERIOD_US)]
     min_period_us: u64,
     /// Where RT group bandwidth does not exist (cgroup v2, no RT_GROUP_SCHED), apply the CFS
