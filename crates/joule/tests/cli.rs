@@ -20,6 +20,17 @@ fn help_lists_every_subcommand() {
     assert_eq!(joule(&["bench", "overhead"]).status.code(), Some(2));
 }
 
+/// The binary's help does not depend on the terminal: never wider than 100 columns (the
+/// unit test `help_tests` checks every subcommand's text at that width).
+#[test]
+fn help_is_at_most_100_columns_on_any_terminal() {
+    for columns in ["100", "300"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_joule")).arg("--help").env("COLUMNS", columns).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "COLUMNS={columns}:\n{text}");
+    }
+}
+
 #[test]
 fn check_config_accepts_the_shipped_config() {
     let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/joule.toml");
