@@ -33,15 +33,21 @@ struct Cli {
 
 #[derive(clap::Subcommand)]
 enum BenchCmd {
+    /// The agent's CPU cost, idle and beside many sleeping or fast-waking threads.
+    ///
     /// Agent CPU cost at 10 Hz with every mechanism on (classes, thermal stages, flow monitor,
     /// nap armed; elevate off) on an idle machine (the baseline), with many extra sleeping
     /// threads (target <1% of one CPU) and with threads that wake thousands of times a second,
     /// plus the in-kernel cost of its eBPF programs per program.
     Overhead(overhead::OverheadArgs),
+    /// Expected vs achieved CPU share of RT-bandwidth classes, and small periods' cost.
+    ///
     /// The seed's cgroup RT-bandwidth study (Tables 1 and 2) on this machine: expected vs
     /// achieved CPU share per group for each configuration, joule's admission verdict, and the
     /// cost of small periods.
     RtShare(rt_share::RtShareArgs),
+    /// joule's thermal stages against the alternatives, scored on a thermal plant.
+    ///
     /// joule against what a user would pick instead (nothing, a step-wise governor throttling
     /// every task alike, a Thunderbolt-like cap on batch work), modes interleaved, with the same
     /// loads (fio random read/write, stress-ng CPU workers in a best-effort class, a labelled
@@ -50,20 +56,26 @@ enum BenchCmd {
     /// time over the limit, labelled wake-up p50/p99, fio MiB/s, best-effort work and reaction
     /// time, medians and ranges over runs. Needs root, fio and stress-ng.
     Thermal(thermal::ThermalArgs),
+    /// The user-space scheduler (`joule elevate`): accuracy, cost, tables, blocking.
+    ///
     /// The seed's user-space scheduler study (priority elevation trick) on this machine:
     /// the physical floor, switching accuracy at µs slices (shared/dedicated, processes/
     /// threads), CPU cost, table-driven schedules A-A-B-C vs A-B-A-C, and head-of-line blocking
     /// with and without preemption; each against its baseline in the same run. Needs root.
     Elevate(elevate::ElevateBenchArgs),
-    /// A busy-loop target of `bench elevate` that records its own runs (internal).
+    /// A busy-loop target of `joule-bench elevate` that records its own runs (internal).
     #[command(hide = true)]
     ElevateTarget(elevate::targets::TargetArgs),
+    /// nginx always awake vs under joule's nap: latency, wakes, residency, power.
+    ///
     /// nginx always awake vs under joule nap, alternating: requests spaced so each finds the
     /// server napping and bursts around the transition; sent/answered/failed, latency awake vs
     /// napped, enter/leave times, residency, wake-ups per second (kernel) and the model's power.
-    /// Needs root and nginx (scripts/install-deps.sh).
+    /// Needs root and nginx (`make test` installs it).
     Nap(nap::NapArgs),
-    /// Network QoS (issue 11) in two network namespaces joined by veth: the limiter's accuracy
+    /// Network QoS: the limiter's accuracy, softirq starvation, energy placement.
+    ///
+    /// Network QoS in two network namespaces joined by veth: the limiter's accuracy
     /// with iperf3 (TCP, UDP; achieved vs target, its CPU cost), a 1 ms SCHED_FIFO task's
     /// wake-up latency and deadline misses under a small-packet flood on its CPU (idle, flood,
     /// flood with joule's limiter), and the energy placement: joule's policy and the kernel's
@@ -71,7 +83,7 @@ enum BenchCmd {
     /// with no sender limited and with joule's limits for both) beside the seed's
     /// 4.79× / 3.11× / 2.35×. The network sections need root and iperf3.
     NetQos(netqos::NetQosArgs),
-    /// The latency probe `bench thermal` runs as its labelled task (internal).
+    /// The latency probe `joule-bench thermal` runs as its labelled task (internal).
     #[command(hide = true)]
     ThermalProbe(thermal::probe::ProbeArgs),
 }

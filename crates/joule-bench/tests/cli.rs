@@ -19,6 +19,11 @@ fn help_lists_every_experiment_and_hides_the_internal_ones() {
     for internal in ["elevate-target", "thermal-probe"] {
         assert!(!text.contains(internal), "--help lists {internal}:\n{text}");
     }
+    // One line per experiment, within 100 columns whatever the terminal.
+    let commands: Vec<&str> = text.lines().skip_while(|l| *l != "Commands:").skip(1).take_while(|l| !l.is_empty()).collect();
+    assert!(commands.iter().all(|l| l.starts_with("  ") && !l.starts_with("   ")), "a summary wraps:\n{text}");
+    let wide = Command::new(env!("CARGO_BIN_EXE_joule-bench")).arg("--help").env("COLUMNS", "300").output().unwrap();
+    assert!(String::from_utf8_lossy(&wide.stdout).lines().all(|l| l.chars().count() <= 100), "{text}");
 }
 
 #[test]
