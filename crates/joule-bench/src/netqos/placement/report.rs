@@ -164,7 +164,7 @@ pub fn assumptions(opts: &PlacementOpts) -> Vec<String> {
     let c = &opts.cost;
     let mut v = vec![
         "every value is computed (source = model): no workload runs, no power is measured".to_string(),
-        "both policies are scored by the bench's own plant (crates/joule/src/bench/netqos/placement/plant.rs), not by the estimate joule's search minimises".into(),
+        "both policies are scored by the bench's own plant (crates/joule-bench/src/netqos/placement/plant.rs), not by the estimate joule's search minimises".into(),
         format!("network CPU cost (model): {} softirq cycles/packet, {} app cycles/packet + {} app cycles/byte, in cycles of the biggest core at its top OPP; joule's policy is given the same coefficients", c.softirq_cycles_per_packet, c.app_cycles_per_packet, c.app_cycles_per_byte),
         "softirq work of a flow runs on the CPU of its app thread (receive flow steering), for both policies".into(),
         format!("an unlimited bulk sender fills the {} Mbit/s link, shared by its flows; a held limit holds a flow to its target", opts.link_mbit),
