@@ -12,8 +12,8 @@ set -euo pipefail
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
 #   iproute2       ip netns / tc for the network tests
 #   procps         ps/sysctl used by tests and the hooks
-#   iperf3         the traffic of `joule bench net-qos` (its server runs in the bench's netns, never as a service)
-#   fio stress-ng  the I/O and CPU load of `joule bench thermal` and of the thermal VM checks
+#   iperf3         the traffic of `joule-bench net-qos` (its server runs in the bench's netns, never as a service)
+#   fio stress-ng  the I/O and CPU load of `joule-bench thermal` and of the thermal VM checks
 #                  (the guest shares the host's root filesystem, so installing here serves both)
 #   python3        /usr/bin/python3 with its standard library (socket, resource): processes that
 #                  rename themselves, fork storms and a connection flood in the root tests
@@ -61,7 +61,7 @@ if [ ! -x "$TOOLS/bin/promtool" ] && [ "$(id -u)" = 0 ]; then
   install -m 0755 "$work/root/usr/bin/promtool" "$TOOLS/bin/promtool"
 fi
 
-# nginx (the HTTP server `joule bench nap` freezes and wakes): installing Debian's package would
+# nginx (the HTTP server `joule-bench nap` freezes and wakes): installing Debian's package would
 # enable and start the system service, so as for promtool only the binary is unpacked into the
 # cache; the bench runs it with its own config, pid and logs under a temp dir.
 if [ ! -x "$TOOLS/bin/nginx" ] && [ "$(id -u)" = 0 ]; then

@@ -3,7 +3,7 @@
 # `[thermal] scheduler = "scx"` — its scheduler actuator, driven by the real zone. With
 # JOULE_ZONE_TREE=DIR (the arm64 guest: qemu's arm virt machine has no thermal zone, docs/arm64.md)
 # the zone is a sysfs tree of one `cpu-thermal` zone in DIR instead, which the agent reads through
-# `telemetry.thermal_root` and feeds to the in-kernel stage, as it does `joule bench thermal`'s
+# `telemetry.thermal_root` and feeds to the in-kernel stage, as it does `joule-bench thermal`'s
 # plant; fio is left out where it is not installed (stress-ng alone is the load). Prints
 # key=value lines (numbers measured under TCG: only their direction means anything) and leaves
 # the agent's event log, plan and metrics in $JOULE_VM_OUT.

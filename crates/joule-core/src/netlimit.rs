@@ -9,7 +9,7 @@
 //! netlink request for fq fails with ENOENT, measured); EDT is not implemented, HTB shapes
 //! everywhere.
 //!
-//! The guard: when `JOULE_NET_TEST_GUARD` is set (the root tests and `joule bench net-qos`
+//! The guard: when `JOULE_NET_TEST_GUARD` is set (the root tests and `joule-bench net-qos`
 //! set it), the limiter refuses any interface that is not a veth or ifb inside a network
 //! namespace other than the caller's own, so a test can never shape a real NIC.
 

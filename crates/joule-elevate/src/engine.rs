@@ -4,7 +4,7 @@
 //! thread back on teardown (also on `Drop`).
 //!
 //! The hot loop goes through the `Sched` seam (`&dyn Effects`): one indirect call next to a
-//! syscall of a microsecond or more; `joule bench elevate` measures both (section `floor`,
+//! syscall of a microsecond or more; `joule-bench elevate` measures both (section `floor`,
 //! `set_prio_seam_ns` vs `set_prio_direct_ns`) and the difference is inside the noise.
 
 use crate::guardian::Guardian;

@@ -1,6 +1,6 @@
 //! Busy-loop targets that measure themselves: each records its own run segments (clock reads
 //! with no gap longer than `GAP_NS` between them) or counts units of integer work. Tests and
-//! `joule bench elevate` use them to see what the scheduler did from the targets' side.
+//! `joule-bench elevate` use them to see what the scheduler did from the targets' side.
 
 use crate::timing::now_ns;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! Clocks and waits of the hot loop. The scheduler waits for the end of a slice in one of four
-//! ways; `joule bench elevate` measures each one's wake-up error here (section `floor`) and
+//! ways; `joule-bench elevate` measures each one's wake-up error here (section `floor`) and
 //! docs/elevate.md records why the defaults are what they are: shared pattern → a timerfd
 //! armed with an absolute deadline (the scheduler must give the core away; timerfd and
 //! clock_nanosleep were within each other's noise here, and timerfd is the seed's choice), dedicated → spin on the vDSO clock (the

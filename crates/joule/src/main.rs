@@ -3,12 +3,13 @@
 
 mod agent;
 mod auth_budget;
-mod bench;
 mod cmd;
 mod conn_slots;
 mod doctor;
 mod exporter;
 mod exposition;
+#[cfg(test)]
+mod help_tests;
 mod metrics;
 mod monitor;
 mod sense;
@@ -24,10 +25,11 @@ use std::process::ExitCode;
 /// joule keeps a Linux machine inside its thermal and power budget while it protects the
 /// latency of the work that matters.
 ///
-/// Start with `joule monitor` to see what joule measures on this machine (and what it can only
-/// estimate: values labelled `model` are estimates, `sensor`/`ebpf`/`kernel` are measured),
-/// then run `joule agent --config deploy/joule.toml`. Anything the agent changes is recorded in
-/// an undo journal; `joule restore` puts it all back.
+/// Start with `joule doctor` (what this machine offers and what joule will use) and `joule
+/// monitor` (what joule measures; values labelled `model` are estimates, `sensor`/`ebpf`/`kernel`
+/// are measured), then run the agent: `systemctl enable --now joule` where its unit is
+/// installed, or `joule agent`. Anything the agent changes is recorded in an undo journal;
+/// `joule restore` puts it all back.
 #[derive(Parser)]
 #[command(name = "joule", version, propagate_version = true, max_term_width = 100)]
 struct Cli {
@@ -40,32 +42,46 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run the node agent: sample the machine every period, compute the thermal stage in the
-    /// kernel, apply class guarantees, serve Prometheus metrics, log events.
+    /// Run the node agent.
+    ///
+    /// Every period it samples the machine, computes the thermal stage in the kernel, applies
+    /// the classes' guarantees and the enabled mechanisms, serves Prometheus metrics and logs
+    /// events. It runs until SIGINT or SIGTERM and then undoes everything it changed.
     Agent(agent::AgentArgs),
-    /// Live view of what joule measures; `--once --json` prints one JSON snapshot for scripts.
+    /// Live view of what joule measures on this machine.
+    ///
+    /// `--once --json` prints one JSON snapshot for scripts.
     Monitor(monitor::MonitorArgs),
-    /// Validate a config file: every problem with its line and a hint. Exit 2 when invalid.
+    /// Validate a config file: every problem with its line and a hint.
+    ///
+    /// Exit 2 when the config is invalid.
     CheckConfig(cmd::check_config::CheckConfigArgs),
     /// Undo every change recorded in the undo journal (after a crash, or to be sure).
     Restore(cmd::restore::RestoreArgs),
-    /// CPU guarantees for task classes with cgroups: plan (the admission arithmetic), apply,
-    /// status (configured vs expected vs achieved share), release.
+    /// CPU guarantees for the config's classes, by hand: plan, apply, status, release.
+    ///
+    /// `plan` shows the admission arithmetic, `apply` puts the classes in place, `status`
+    /// compares configured, expected and achieved shares, `release` takes them away. The agent
+    /// does the same by itself while it runs.
     Qos(cmd::QosCmdArgs),
-    /// Run joule's thermal-aware sched_ext scheduler on its own (first step: the agent does
-    /// not drive it yet): it reads the thermal stage the agent pins, serves fewer low-score
-    /// queues with shorter slices as the stage rises, and reports how it ended. Needs a kernel
-    /// with sched_ext (CONFIG_SCHED_CLASS_EXT).
+    /// Run joule's thermal-aware sched_ext scheduler by hand, without the agent.
+    ///
+    /// The agent runs this same scheduler itself when its config says `[thermal] scheduler =
+    /// "scx"`: it loads it at start, feeds it the thermal stage, reports an ejection by the
+    /// kernel and lets the cgroup path act until it can load it again. This command is for
+    /// trying the scheduler alone: it reads the thermal stage a running agent pins (0 without
+    /// one), serves fewer low-score queues with shorter slices as the stage rises, and reports
+    /// how it ended. The kernel runs one sched_ext scheduler at a time, so it cannot load
+    /// while the agent's runs. Needs root and a kernel with sched_ext (CONFIG_SCHED_CLASS_EXT).
     Scx(cmd::scx::ScxArgs),
     // Its help (with examples) is the doc comment of `ElevateArgs`.
     Elevate(cmd::elevate::ElevateArgs),
-    /// Nap with fast wake (`[nap]`): `joule nap status` shows awake or napping, residency,
-    /// wakes by reason and the last one.
+    /// What nap with fast wake (`[nap]`) is doing: awake or napping, residency, wakes.
+    ///
+    /// `joule nap status` shows whether the agent's nap class is awake or napping and since
+    /// when, the time spent napping, wakes by reason and the last one.
     #[command(subcommand)]
     Nap(cmd::nap::NapCmd),
-    /// Reproducible experiments; each runs its baseline in the same run and writes JSON + a plot.
-    #[command(subcommand)]
-    Bench(bench::BenchCmd),
     // Its help (with examples) is the doc comment of `DoctorArgs`.
     Doctor(doctor::DoctorArgs),
 }
@@ -73,8 +89,8 @@ enum Cmd {
 /// Where the config comes from, shared by subcommands that read it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConfigArg {
-    /// Agent config file (TOML). Without it, joule's built-in defaults (same as
-    /// deploy/joule.toml).
+    /// Agent config file (TOML). Without it, joule's built-in defaults (the same as the
+    /// shipped example config).
     #[arg(long, short = 'c', value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 }
@@ -130,7 +146,6 @@ fn main() -> ExitCode {
         Cmd::Scx(a) => cmd::scx::run(a),
         Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Nap(c) => cmd::nap::run(c),
-        Cmd::Bench(b) => bench::run(b),
         Cmd::Doctor(a) => doctor::run(&a),
     };
     match result {

@@ -1,5 +1,5 @@
 //! Unit tests' way to parse a subcommand's arguments as clap does (`joule <name> <extra>`),
-//! shared by the commands and the benches.
+//! for the commands.
 
 /// The arguments `A` as clap parses `<name> <extra>`.
 pub fn parse_args<A: clap::Args>(name: &str, extra: &[&str]) -> A {

@@ -22,11 +22,15 @@ fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("joule-elevate-test").tempdir_in("/run").or_else(|_| tempfile::tempdir()).unwrap()
 }
 
-/// A busy target process recording its runs until `secs` from now into `dir/name.json`.
+/// A busy target process recording its runs until `secs` from now into `dir/name.json`: the
+/// benchmarks' hidden `joule-bench elevate-target`, from the `joule-bench` beside `joule` (the
+/// workspace's tests build both).
 fn target(dir: &Path, name: &str, secs: f64) -> (Child, PathBuf) {
     let out = dir.join(format!("{name}.json"));
     let until = now_ns() + (secs * 1e9) as u64;
-    let c = Command::new(JOULE).args(["bench", "elevate-target", "--until-ns", &until.to_string(), "--out"]).arg(&out).spawn().unwrap();
+    let bench = Path::new(JOULE).with_file_name("joule-bench");
+    assert!(bench.is_file(), "{} is missing: build it with `cargo build --release --workspace`", bench.display());
+    let c = Command::new(bench).args(["elevate-target", "--until-ns", &until.to_string(), "--out"]).arg(&out).spawn().unwrap();
     (c, out)
 }
 

@@ -27,15 +27,16 @@ fn checks() -> Vec<(&'static str, String)> {
         ("scx_run", format!("bash {} {} run", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_kill", format!("bash {} {} kill", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
         ("scx_stage", format!("bash {} {} stage", repo_root().join("scripts/vm/scx.sh").display(), joule.display())),
-        // One short interleaved round of `joule bench thermal` on the scx path, the plant fed
-        // through the guest's ACPI zone (TCG: behaviour, not performance).
+        // One short interleaved round of `joule-bench thermal` on the scx path, the plant fed
+        // through the guest's ACPI zone (TCG: behaviour, not performance); it runs the agent
+        // from the `joule` beside it.
         (
             "bench_thermal_scx",
             format!(
-                "{j} bench thermal --path scx --zone acpi --runs 1 --duration-s 30 --warmup-s 5 --limit-celsius 82 --json $JOULE_VM_OUT/bench-thermal.json \
+                "{j} thermal --path scx --zone acpi --runs 1 --duration-s 30 --warmup-s 5 --limit-celsius 82 --json $JOULE_VM_OUT/bench-thermal.json \
                  >$JOULE_VM_OUT/bench-thermal.out 2>&1; echo rc=$?; tail -n 25 $JOULE_VM_OUT/bench-thermal.out; echo '--- json'; \
                  cat $JOULE_VM_OUT/bench-thermal.json",
-                j = joule.display()
+                j = joule.with_file_name("joule-bench").display()
             ),
         ),
         // The agent's scheduler; `eject` last of them: sysrq-S is the one way to force it.

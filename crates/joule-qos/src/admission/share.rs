@@ -54,7 +54,7 @@ pub(super) fn expected(name: &str, rt: Option<RtBw>, cfs: Option<CfsBw>, dl: Opt
 /// The fraction of each of its CPUs an RT group gets: runtime/period, the seed's formula
 /// *CPU% ≈ runtime/period × 100 × ncores* adapted to kernels without borrowing (since 5.10
 /// `RT_RUNTIME_SHARE` is off by default, so a group pinned to k CPUs gets runtime/period of
-/// each of them; measured here by `joule bench rt-share`, row S2). With `borrowing` (the
+/// each of them; measured here by `joule-bench rt-share`, row S2). With `borrowing` (the
 /// seed's kernel) a group's per-CPU run queue borrowed the unused runtime of the other
 /// `ncpus - 1`, so one CPU could give it up to runtime/period × ncpus, at most all of it.
 pub(super) fn rt_fraction_per_cpu(rt: RtBw, borrowing: bool, ncpus: usize) -> f64 {

@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Choose which thread runs on a core, µs by µs, from user space (the priority elevation
-/// trick): a scheduler thread at SCHED_FIFO 3 raises the chosen target to 2 and lowers the
-/// previous one to 1; sched_setaffinity binds every target to --cpu.
+/// Run chosen threads in turn on one core, in µs slices scheduled from user space.
+///
+/// The priority elevation trick: a scheduler thread at SCHED_FIFO 3 raises the chosen target to
+/// 2 and lowers the previous one to 1; sched_setaffinity binds every target to --cpu.
 ///
 /// Examples:
 ///   joule elevate --cpu 0 --slice-us 50 --pattern dedicated --pids 1234,1240
@@ -38,7 +39,7 @@ pub struct ElevateArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     cpu: usize,
     /// Length of each slice, µs (1..=1000000). Short slices cut the latency of a target that
-    /// waits for its turn but cost more switches (see `joule bench elevate`, section cycles).
+    /// waits for its turn but cost more switches.
     #[arg(long, default_value_t = 50, value_name = "US")]
     slice_us: u64,
     /// shared: the scheduler sleeps on the targets' core (no extra core, switches late by the

@@ -11,12 +11,18 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Subcommand)]
 pub enum NapCmd {
-    /// State, residency, last wake reason (the agent must run with `[nap] enabled = true`).
+    /// State, residency and the last wake of the agent's nap.
+    ///
+    /// The agent must run with `[nap] enabled = true`; this reads the status it keeps in its
+    /// journal directory.
     Status(StatusArgs),
-    /// Run by systemd, not by hand: the command of the gate units (`joule-gate-*`) the agent
-    /// starts for each service of a napped slice. systemd runs it before a reload, restart
-    /// or stop of SERVICE; it thaws SLICE and waits (at most 10 s) until SERVICE is thawed,
-    /// so that job runs (systemd refuses any job on a frozen unit). See docs/systemd.md.
+    /// Internal: run by systemd, not by hand.
+    ///
+    /// The command of the gate units (`joule-gate-*`) the agent starts for each service of a
+    /// napped slice. systemd runs it before a reload, restart or stop of SERVICE; it thaws
+    /// SLICE and waits (at most 10 s) until SERVICE is thawed, so that job runs (systemd
+    /// refuses any job on a frozen unit).
+    #[command(hide = true)]
     Gate(GateArgs),
 }
 

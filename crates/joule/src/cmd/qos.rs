@@ -19,8 +19,8 @@ pub struct QosArgs {
 /// Options every qos subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
 pub struct QosCommon {
-    /// Smallest RT/CFS period admitted, µs. The seed lost CPU to scheduling overhead below
-    /// 100 ms; lower it only after `joule bench rt-share` shows your machine does not.
+    /// Smallest RT/CFS period admitted, µs. Below 100 ms, scheduling overhead was measured to
+    /// eat into the shares; lower it only after measuring that your machine does not.
     #[arg(long, default_value_t = joule_qos::DEFAULT_MIN_PERIOD_US)]
     min_period_us: u64,
     /// Where RT group bandwidth does not exist (cgroup v2, no RT_GROUP_SCHED), apply the CFS
@@ -42,9 +42,10 @@ pub struct QosCommon {
 
 #[derive(clap::Subcommand, Debug)]
 enum QosCmd {
-    /// Show what would be written and why: each class's expected share per CPU (the seed's
-    /// formula, runtime/period of each CPU it may use), the per-core sums, the kernel's limits,
-    /// and the verdict. Changes nothing; exit 2 when admission refuses.
+    /// Show what would be written and why; changes nothing.
+    ///
+    /// Each class's expected share per CPU (runtime/period of each CPU it may use), the
+    /// per-core sums, the kernel's limits, and the verdict. Exit 2 when admission refuses.
     Plan {
         #[command(flatten)]
         common: QosCommon,
@@ -52,7 +53,9 @@ enum QosCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Create the class cgroups, write their knobs and move matching tasks in. Nothing is
+    /// Put the classes in place: their cgroups, knobs and matching tasks.
+    ///
+    /// Creates the class cgroups, writes their knobs and moves matching tasks in. Nothing is
     /// half-applied: a failure undoes this apply. Stays applied until `joule qos release` or
     /// `joule restore` (the journal is in agent.journal_dir). Unlike the agent, it does not
     /// keep moving new tasks in afterwards; use `--follow SECONDS` for that.
@@ -68,8 +71,9 @@ enum QosCmd {
         #[arg(long)]
         force: bool,
     },
-    /// Per class: configured values, expected share, achieved share over `--interval`,
-    /// throttled time and tasks.
+    /// Per class: configured, expected and achieved share, throttled time, tasks.
+    ///
+    /// The achieved share is measured over `--interval-ms`.
     Status {
         #[command(flatten)]
         common: QosCommon,
@@ -80,8 +84,10 @@ enum QosCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Undo what `qos apply` (or a crashed agent's classes) did: only joule-qos's records in
-    /// the journal; other mechanisms' changes stay (`joule restore` undoes everything).
+    /// Undo what `joule qos apply` (or a crashed agent's classes) did.
+    ///
+    /// Only the classes' records in the journal; other mechanisms' changes stay (`joule
+    /// restore` undoes everything).
     Release {
         /// Release even while an agent is running on this journal. The agent owns the classes
         /// while it runs (and undoes everything on exit): it will find them gone.

@@ -3,7 +3,7 @@
 //! pure cgroup v2 root. One boot for every check; the assertions are the x86 guest's where the
 //! check is the same. qemu's arm `virt` machine has no thermal zone, so the agent's zone is a
 //! sysfs tree of one `cpu-thermal` zone it reads through `telemetry.thermal_root` and feeds to
-//! the in-kernel stage, as `joule bench thermal` presents its plant.
+//! the in-kernel stage, as `joule-bench thermal` presents its plant.
 
 use super::{
     assert_agent_stage_follows_the_zone, assert_best_effort_cut_at_stage_3, assert_load_without_ejection, assert_monitor_json, assert_qos_v2,

@@ -205,7 +205,7 @@ fn the_flow_monitors_per_cgroup_readings_reach_placement_with_flows_beyond_the_t
     assert_eq!((r[0].cgroup.as_str(), r[0].bytes, r[0].packets), ("joule/ftp", 9_150_000, 9100));
 }
 
-/// The PARSEC 75 % + FTP trace of `joule bench net-qos --only placement`: PARSEC on every big
+/// The PARSEC 75 % + FTP trace of `joule-bench net-qos --only placement`: PARSEC on every big
 /// CPU, two bulk flows that would fill a 1000 Mbit/s link between them.
 fn parsec75_ftp(big_cpus: u32, each_mbit: f64, limit_held: bool) -> Vec<App> {
     let flow =
