@@ -115,7 +115,7 @@ vm-deps: test-deps
 	@bash scripts/vm/setup.sh
 	@bash scripts/arm64/setup.sh guest
 
-test-vm: build build-arm64 vm-deps
+test-vm: build build-arm64 vm-deps deb # the package's check installs target/deb/joule_*.deb in the systemd guest
 	$(CARGO) build --release --locked -p joule-bpf --example scx_other # the coexistence check's other scheduler (docs/vm.md)
 	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored vm_ --test-threads=1
 
