@@ -1,22 +1,76 @@
 # joule — `make run` starts the agent with deploy/joule.toml; `make test` runs every test tier.
-# Both install what is missing first (scripts/install-deps.sh; idempotent and quiet).
+# Both install what is missing first (scripts/install-deps.sh; idempotent and quiet): `make run`
+# what building and running need, `make test` also the test tiers' tools.
+# `make deb` builds the Debian package, `make install` installs from source (docs/deploy.md).
 CARGO ?= cargo
 CONFIG ?= deploy/joule.toml
-JOULE := target/release/joule
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+JOULE := $(TARGET_DIR)/release/joule
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz
+# `sudo make run|install` from a user's checkout: root has no cargo and must not write the
+# user's ~/.cargo, so cargo builds as that user (SUDO_USER) with their toolchain; only what
+# needs root (installing packages and files, the agent) runs as root.
+ifneq ($(and $(SUDO_USER),$(filter-out root,$(SUDO_USER)),$(filter 0,$(shell id -u))),)
+SUDO_HOME := $(shell getent passwd $(SUDO_USER) | cut -d: -f6)
+AS_BUILDER := sudo --preserve-env=CARGO_TARGET_DIR -u $(SUDO_USER) env HOME=$(SUDO_HOME) PATH=$(SUDO_HOME)/.cargo/bin:$(PATH)
+endif
+
+# make install: the layout of the Debian package under PREFIX (scripts/install-files.sh);
+# /etc/joule/joule.toml only when there is none.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+INSTALL_DIRS = DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) BINDIR=$(BINDIR) UNITDIR=$(UNITDIR) MANDIR=$(MANDIR) \
+	BASHCOMPDIR=$(BASHCOMPDIR) ZSHCOMPDIR=$(ZSHCOMPDIR) FISHCOMPDIR=$(FISHCOMPDIR)
+
+.PHONY: all deps test-deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz deb install uninstall
 
 all: build
 
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh build
+
+test-deps:
+	@bash scripts/install-deps.sh test
 
 build: deps
-	$(CARGO) build --release --workspace --locked
+	$(AS_BUILDER) $(CARGO) build --release --workspace --locked
 
+# As root the agent reads only a config root owns on a path only root can change
+# (docs/security.md); a checkout in a user's home is neither, so `sudo make run` runs it from
+# a root-owned copy of $(CONFIG) and says so.
 run: build
-	$(JOULE) agent --config $(CONFIG)
+	@cfg=$(CONFIG); \
+	if [ "$$(id -u)" = 0 ] && [ "$$(stat -c %u $(CONFIG))" != 0 ]; then \
+	  cfg=/run/joule-make-run.toml; install -m 0600 -o root -g root $(CONFIG) $$cfg; \
+	  echo "make run: $(CONFIG) is not root's; the agent reads a copy root owns: $$cfg"; \
+	fi; \
+	exec $(JOULE) agent --config $$cfg
+
+# The Debian packages, target/deb/joule_<version>_<arch>.deb and joule-dbgsym_..., offline
+# from the release binary (scripts/deb.sh; lintian checks them).
+deb: build
+	@bash scripts/deb.sh $(JOULE)
+
+install: build
+	@$(INSTALL_DIRS) bash scripts/install-files.sh $(JOULE)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "installed $(BINDIR)/joule; nothing is enabled: systemctl enable --now joule starts the agent"
+
+# Stops and disables the unit first (its ExecStopPost restores what the agent changed); keeps
+# /etc/joule/joule.toml (rm -r /etc/joule to remove it).
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && [ -e $(UNITDIR)/joule.service ]; then systemctl disable --now joule.service 2>/dev/null || true; fi
+	rm -f $(DESTDIR)$(BINDIR)/joule $(DESTDIR)$(UNITDIR)/joule.service $(DESTDIR)$(MANDIR)/man1/joule.1.gz $(DESTDIR)$(MANDIR)/man1/joule-*.1.gz \
+	  $(DESTDIR)$(BASHCOMPDIR)/joule $(DESTDIR)$(ZSHCOMPDIR)/_joule $(DESTDIR)$(FISHCOMPDIR)/joule.fish
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "kept /etc/joule/joule.toml"
 
 # joule for aarch64 (Raspberry Pi 5, RK3588 boards; docs/arm64.md): on an x86_64 host a cross
 # build with Debian's gcc-aarch64-linux-gnu (scripts/arm64/setup.sh cross installs it), natively
@@ -49,19 +103,19 @@ test: build build-arm64 vm-deps
 
 # The unit tier also holds the house rules: rustfmt.toml's format, clippy (workspace lints in
 # Cargo.toml) without a warning.
-test-unit: deps
+test-unit: test-deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --workspace --all-targets --locked -- -D warnings
 	@bash scripts/test-tier.sh unit $(CARGO) test --release --workspace --locked --no-fail-fast
 
-test-root: deps
+test-root: test-deps
 	@bash scripts/test-tier.sh root bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored root_ --test-threads=1
 
-vm-deps: deps
+vm-deps: test-deps
 	@bash scripts/vm/setup.sh
 	@bash scripts/arm64/setup.sh guest
 
-test-vm: build build-arm64 vm-deps
+test-vm: build build-arm64 vm-deps deb # the package's check installs target/deb/joule_*.deb in the systemd guest
 	$(CARGO) build --release --locked -p joule-bpf --example scx_other # the coexistence check's other scheduler (docs/vm.md)
 	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored vm_ --test-threads=1
 

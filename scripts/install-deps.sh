@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Installs what building and testing joule needs on a Debian host, and nothing when it is
-# all there already (idempotent and quiet). Called by `make run` and `make test`.
+# Installs what joule needs on a Debian host, and nothing when it is all there already
+# (idempotent and quiet). Usage: install-deps.sh [build|test|deb]
+#   build  (make build, make run, make install) what building and running the agent needs
+#   test   (make test) that, plus the tools only the test tiers use
+#   deb    (make deb) dpkg-dev, lintian and binutils, to package the built binary
 set -euo pipefail
+WHAT=${1:-build}
 
-# Debian packages the host build and the root test tier need:
+# Debian packages building joule needs:
 #   clang-16       compiles src/bpf/*.bpf.c (-target bpf); bookworm's default clang-14 is older
-#   bpftool        not needed to build (vmlinux.h is checked in); scripts/check-leftovers.sh
-#                  lists loaded joule programs with `bpftool prog show` after the test tiers,
-#                  and scripts/gen-vmlinux.sh dumps the VM kernel's BTF with it
 #   libclang1-16   bindgen (joule-bpf's build.rs) loads it to turn src/bpf/intf.h into Rust
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
+BUILD_PKGS=(clang-16 llvm-16 libclang1-16 libelf-dev zlib1g-dev pkg-config make)
+# ...and the test tiers:
+#   bpftool        scripts/check-leftovers.sh lists loaded joule programs with `bpftool prog
+#                  show` after the test tiers; scripts/gen-vmlinux.sh dumps the VM kernel's BTF
 #   iproute2       ip netns / tc for the network tests
 #   procps         ps/sysctl used by tests and the hooks
 #   iperf3         the traffic of `joule-bench net-qos` (its server runs in the bench's netns, never as a service)
@@ -17,7 +22,16 @@ set -euo pipefail
 #                  (the guest shares the host's root filesystem, so installing here serves both)
 #   python3        /usr/bin/python3 with its standard library (socket, resource): processes that
 #                  rename themselves, fork storms and a connection flood in the root tests
-PKGS=(clang-16 llvm-16 libclang1-16 bpftool libelf-dev zlib1g-dev pkg-config make iproute2 procps fio stress-ng iperf3 python3)
+TEST_PKGS=(bpftool iproute2 procps fio stress-ng iperf3 python3)
+# ...and packaging (scripts/deb.sh): dpkg-shlibdeps, lintian, objcopy/readelf.
+DEB_PKGS=(dpkg-dev lintian binutils)
+
+case $WHAT in
+  build) PKGS=("${BUILD_PKGS[@]}") ;;
+  test) PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  deb) PKGS=("${DEB_PKGS[@]}") ;;
+  *) echo "usage: install-deps.sh [build|test|deb]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -34,10 +48,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
-  export PATH="$HOME/.cargo/bin:$PATH"
+[ "$WHAT" = deb ] && exit 0
+
+# cargo: rustup puts it in ~/.cargo/bin. Under sudo, root's PATH has none: the Makefile then
+# builds as the invoking user (SUDO_USER) with theirs.
+if ! command -v cargo >/dev/null 2>&1; then
+  for home in "$HOME" ${SUDO_USER:+"$(getent passwd "$SUDO_USER" | cut -d: -f6)"}; do
+    [ -x "$home/.cargo/bin/cargo" ] && export PATH="$home/.cargo/bin:$PATH" && break
+  done
 fi
-command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust with rustup first" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust with rustup first (as the user who builds)" >&2; exit 1; }
+[ "$WHAT" = test ] || exit 0
+
 # rustfmt and clippy check the house rules in the unit tier (rustup's default profile has them).
 for c in rustfmt clippy; do
   if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then

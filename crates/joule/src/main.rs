@@ -84,33 +84,65 @@ enum Cmd {
     Nap(cmd::nap::NapCmd),
     // Its help (with examples) is the doc comment of `DoctorArgs`.
     Doctor(doctor::DoctorArgs),
+    /// Write the man pages or the shell completions into a directory (packaging, `make
+    /// install`).
+    #[command(subcommand, hide = true)]
+    Generate(cmd::generate::GenerateCmd),
 }
+
+/// The config file every command reads when `--config` is not given and it exists.
+pub const DEFAULT_CONFIG: &str = "/etc/joule/joule.toml";
 
 /// Where the config comes from, shared by subcommands that read it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConfigArg {
-    /// Agent config file (TOML). Without it, joule's built-in defaults (the same as the
-    /// shipped example config).
+    /// Agent config file (TOML). Default: /etc/joule/joule.toml when it exists, else joule's
+    /// built-in defaults (the values of the shipped joule.toml); the file used is logged.
     #[arg(long, short = 'c', value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
 }
 
 impl ConfigArg {
+    /// The file to read: `--config`, else [`DEFAULT_CONFIG`] when it exists (a dangling link
+    /// too, so that it fails loudly); `None` means the built-in defaults.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| default_config_file(std::path::Path::new(DEFAULT_CONFIG)))
+    }
+
+    /// Where the config comes from, for a log line or doctor's report.
+    pub fn describe(&self) -> String {
+        describe_config(self.path().as_deref())
+    }
+
     pub fn load(&self) -> anyhow::Result<joule_core::config::Config> {
-        match &self.config {
-            Some(p) => Ok(joule_core::config::Config::load(p).map_err(UsageError::from_display)?),
+        match self.path() {
+            Some(p) => Ok(joule_core::config::Config::load(&p).map_err(UsageError::from_display)?),
             None => Ok(joule_core::config::Config::default()),
         }
     }
 
     /// [`load`](Self::load) for a command that acts on the config as root (the agent, `joule
     /// qos`): the file must be root's (`agent::trusted_config`), or any user who could edit it
-    /// would choose what root does.
+    /// would choose what root does. Logs which config it is.
     pub fn load_trusted(&self) -> anyhow::Result<joule_core::config::Config> {
-        if let (true, Some(path)) = (joule_core::testing::is_root(), &self.config) {
+        let path = self.path();
+        if let (true, Some(path)) = (joule_core::testing::is_root(), &path) {
             agent::trusted_config(path)?;
         }
+        tracing::info!("config: {}", describe_config(path.as_deref()));
         self.load()
+    }
+}
+
+/// `default` when something is there (a dangling link too: it then fails loudly).
+fn default_config_file(default: &std::path::Path) -> Option<PathBuf> {
+    default.symlink_metadata().is_ok().then(|| default.to_path_buf())
+}
+
+fn describe_config(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => format!("built-in defaults ({DEFAULT_CONFIG} does not exist)"),
     }
 }
 
@@ -132,6 +164,11 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// The whole command line's definition (man pages, completions).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -147,6 +184,7 @@ fn main() -> ExitCode {
         Cmd::Elevate(a) => cmd::elevate::run(a),
         Cmd::Nap(c) => cmd::nap::run(c),
         Cmd::Doctor(a) => doctor::run(&a),
+        Cmd::Generate(g) => cmd::generate::run(g),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

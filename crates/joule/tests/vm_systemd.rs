@@ -13,13 +13,14 @@ const BOOT_TIMEOUT_S: u64 = 1200;
 const CHECKS: &[(&str, &str)] = &[
     ("doctor", "joule doctor --json"),
     ("nginx", "systemctl is-active nginx.service; systemctl show -p ControlGroup,FreezerState,CPUQuotaPerSecUSec,AllowedCPUs nginx.service"),
-    // The shipped unit, as a user installs it (docs/deploy.md).
+    // The shipped unit, as `make install` installs it (docs/deploy.md): the binary here is
+    // /usr/local/bin/joule, not the package's /usr/bin/joule the unit names.
     (
         "install",
         concat!(
             "cat >/etc/systemd/system/joule.service <<'JOULE_UNIT'\n",
             include_str!("../../../deploy/joule.service"),
-            "JOULE_UNIT\nsystemctl daemon-reload"
+            "JOULE_UNIT\nsed -i 's|/usr/bin/joule|/usr/local/bin/joule|g' /etc/systemd/system/joule.service\nsystemctl daemon-reload"
         ),
     ),
     // Last: it runs the agent twice against nginx.service.

@@ -44,6 +44,8 @@ pub struct Vm {
     thermal: bool,
     guest: Guest,
     mem: String,
+    /// Host files copied into the systemd guest before it boots: (source, path in the guest).
+    files: Vec<(PathBuf, String)>,
 }
 
 /// The workspace root (the directory holding `scripts/` and `target/`).
@@ -54,7 +56,7 @@ pub fn repo_root() -> PathBuf {
 impl Vm {
     pub fn new() -> Vm {
         let cache = std::env::var_os("JOULE_VM_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
-        Vm { cache, thermal: false, guest: Guest::Host, mem: "2G".into() }
+        Vm { cache, thermal: false, guest: Guest::Host, mem: "2G".into(), files: Vec::new() }
     }
 
     /// What `make vm-deps` should have installed and did not, if anything.
@@ -103,6 +105,13 @@ impl Vm {
     /// itself is not there: checks get what they need through `batch`.
     pub fn systemd_guest(mut self) -> Vm {
         self.guest = Guest::Systemd;
+        self
+    }
+
+    /// Copies the host file `src` to `dest` in the systemd guest before it boots (a package
+    /// to install).
+    pub fn with_file(mut self, src: &Path, dest: &str) -> Vm {
+        self.files.push((src.to_path_buf(), dest.to_string()));
         self
     }
 
@@ -228,6 +237,9 @@ impl Vm {
             .arg(format!("{}:/usr/local/bin/joule", guest_bin.display()))
             .env("JOULE_VM_CACHE", &self.cache)
             .current_dir(&root);
+        for (src, dest) in &self.files {
+            c.arg("--file").arg(format!("{}:{dest}", src.display()));
+        }
         for e in std::fs::read_dir(rwdir).expect("results dir").flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.ends_with(".sh") {

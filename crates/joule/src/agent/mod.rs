@@ -199,12 +199,17 @@ pub(crate) fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
     // it resolves to is root's (`private_fs::trusted_dir`).
     let real = std::fs::canonicalize(path).with_context(|| format!("while reading {}", path.display()))?;
     for dir in [path.parent(), real.parent()].into_iter().flatten().filter(|d| !d.as_os_str().is_empty()) {
-        joule_core::private_fs::trusted_dir(dir).map_err(|e| crate::UsageError(format!("refusing the config {}: {e}", path.display())))?;
+        joule_core::private_fs::trusted_dir(dir).map_err(|e| crate::UsageError(format!("refusing the config {}: {e}; {}", path.display(), copy_hint(path))))?;
     }
     let md = std::fs::metadata(&real).with_context(|| format!("while reading {}", path.display()))?;
     let me = nix::unistd::geteuid().as_raw();
     if md.uid() != 0 && md.uid() != me {
-        anyhow::bail!(crate::UsageError(format!("refusing {}: it is owned by uid {}, who would choose what this root agent does", path.display(), md.uid())));
+        anyhow::bail!(crate::UsageError(format!(
+            "refusing {}: it is owned by uid {}, who would choose what this root agent does; {}",
+            path.display(),
+            md.uid(),
+            copy_hint(path)
+        )));
     }
     if md.mode() & 0o022 != 0 {
         anyhow::bail!(crate::UsageError(format!(
@@ -214,6 +219,12 @@ pub(crate) fn trusted_config(path: &std::path::Path) -> anyhow::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The fix for a file refused for where it lies or whom it belongs to (a user's checkout run
+/// with sudo): a copy root owns, in the place read without --config.
+fn copy_hint(path: &std::path::Path) -> String {
+    format!("copy it where only root writes, e.g. `sudo install -D -m 0644 {} {}`, and run without --config", path.display(), crate::DEFAULT_CONFIG)
 }
 
 /// Tests: the control loop panics after this many samples (the panic path's undo is tested by

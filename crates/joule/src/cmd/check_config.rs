@@ -1,4 +1,4 @@
-//! `joule check-config FILE`: validates a config and explains every problem with its line —
+//! `joule check-config [FILE]`: validates a config and explains every problem with its line —
 //! the parser's, validation's, and the class admission the agent runs on this machine, so a
 //! file it calls valid is one the agent starts with (issue 17).
 
@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct CheckConfigArgs {
-    /// The config file to check.
-    pub file: PathBuf,
+    /// The config file to check. Default: /etc/joule/joule.toml when it exists, else joule's
+    /// built-in defaults.
+    pub file: Option<PathBuf>,
     /// Print the result as JSON: {"valid": bool, "problems": [{line, key, message, hint}]}.
     #[arg(long)]
     pub json: bool,
@@ -29,15 +30,17 @@ fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
 }
 
 pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
-    let loaded = joule_core::fsread::read_file_capped(&a.file, joule_core::config::MAX_CONFIG_BYTES)
-        .map_err(|source| ConfigError::Read { path: a.file.clone(), source })
-        .and_then(|text| Config::parse(&text).map(|cfg| (cfg, text)).map_err(|problems| ConfigError::Invalid { path: a.file.clone(), problems }))
+    let file = crate::ConfigArg { config: a.file.clone() }.path();
+    let Some(file) = file else { return check_defaults(a.json) };
+    let loaded = joule_core::fsread::read_file_capped(&file, joule_core::config::MAX_CONFIG_BYTES)
+        .map_err(|source| ConfigError::Read { path: file.clone(), source })
+        .and_then(|text| Config::parse(&text).map(|cfg| (cfg, text)).map_err(|problems| ConfigError::Invalid { path: file.clone(), problems }))
         .and_then(|(cfg, text)| {
             let problems = admission_problems(&cfg, &text);
             if problems.is_empty() {
                 Ok(cfg)
             } else {
-                Err(ConfigError::Invalid { path: a.file.clone(), problems })
+                Err(ConfigError::Invalid { path: file.clone(), problems })
             }
         });
     let problems = match loaded {
@@ -47,7 +50,7 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
             } else {
                 println!(
                     "{}: valid ({} class(es), period {} ms, metrics on {})",
-                    a.file.display(),
+                    file.display(),
                     cfg.classes.len(),
                     cfg.agent.period_ms,
                     cfg.agent.metrics_addr
@@ -62,8 +65,31 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::json!({ "valid": false, "problems": problems }));
     } else {
         for p in &problems {
-            println!("{}", p.display_with(&a.file));
+            println!("{}", p.display_with(&file));
         }
     }
-    Err(crate::UsageError(format!("{} has {} problem(s)", a.file.display(), problems.len())).into())
+    Err(crate::UsageError(format!("{} has {} problem(s)", file.display(), problems.len())).into())
+}
+
+/// No file given and no /etc/joule/joule.toml: what the agent would run with, the built-in
+/// defaults, checked against this machine as a file would be.
+fn check_defaults(json: bool) -> anyhow::Result<()> {
+    let cfg = Config::default();
+    let refusals = crate::agent::acting::refusals(&cfg);
+    let what = crate::ConfigArg { config: None }.describe();
+    if json {
+        let problems: Vec<_> = refusals.iter().map(|(key, message)| serde_json::json!({ "key": key, "message": message })).collect();
+        println!("{}", serde_json::json!({ "valid": refusals.is_empty(), "problems": problems, "classes": 0, "file": null }));
+    } else if refusals.is_empty() {
+        println!("{what}: valid (period {} ms, metrics on {})", cfg.agent.period_ms, cfg.agent.metrics_addr);
+    } else {
+        for (key, message) in &refusals {
+            println!("{what}: {key}: {message}");
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::UsageError(format!("{what} have {} problem(s)", refusals.len())).into())
+    }
 }

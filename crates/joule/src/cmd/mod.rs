@@ -1,7 +1,8 @@
-//! Small subcommands (check-config, restore, scx, elevate) and the glue to `joule qos`.
+//! Small subcommands (check-config, restore, scx, elevate, generate) and the glue to `joule qos`.
 
 pub mod check_config;
 pub mod elevate;
+pub mod generate;
 pub mod nap;
 pub mod qos;
 pub mod restore;

@@ -25,13 +25,17 @@ use std::path::PathBuf;
 /// Examples:
 ///   joule doctor
 ///   joule doctor --json | jq '.backends[] | select(.warning)'
-///   joule doctor --config /etc/joule/joule.toml
+///   joule doctor --config ./joule.toml
+///
+/// Without --config it reads /etc/joule/joule.toml when it exists, else joule's built-in
+/// defaults; the report's first line says which.
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: crate::ConfigArg,
-    /// Print one JSON document (`facts`, `backends` and `coexistence`) instead of the table.
+    /// Print one JSON document (`config`, `facts`, `backends` and `coexistence`) instead of the
+    /// table.
     #[arg(long)]
     pub json: bool,
     /// Where sysfs is (a fixture tree in tests).
@@ -54,10 +58,12 @@ pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
     let others = coexist::Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), etc: a.etc_root.clone(), var_lib: a.var_lib_root.clone() };
     let coexistence = coexist::read(&others, &facts, &cfg, &backends);
     coexistence.warn(&mut backends);
+    let config = a.config.describe();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "facts": facts, "backends": backends, "coexistence": coexistence.rows }))?);
+        let doc = serde_json::json!({ "config": config, "facts": facts, "backends": backends, "coexistence": coexistence.rows });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}{}", render(&facts, &backends), coexistence.render());
+        print!("config: {config}\n\n{}{}", render(&facts, &backends), coexistence.render());
     }
     Ok(())
 }

@@ -1,0 +1,136 @@
+//! Tier 3, the Debian package in the systemd guest (docs/deploy.md): `make deb`'s
+//! `target/deb/joule_<version>_amd64.deb` installed, used, started and purged as an operator
+//! does, with systemd as PID 1 (`scripts/vm/deb-package.sh`). One boot of its own (about 4 min
+//! under TCG), so the package never meets the repo binary the other systemd checks install.
+//! Run `make deb` first (`make test-vm` does), then
+//! `cargo test -p joule --test vm_deb -- --ignored vm_ --test-threads=1`.
+
+use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const BOOT_TIMEOUT_S: u64 = 900;
+
+/// The newest `target/deb/joule_*_amd64.deb`, if `make deb` made one.
+fn package() -> Option<PathBuf> {
+    let dir = repo_root().join("target/deb");
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("joule_") && n.ends_with("_amd64.deb")))
+        .collect();
+    debs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    debs.pop()
+}
+
+fn vm() -> Option<Vm> {
+    let deb = package();
+    if !joule_core::testing::require(deb.is_some(), "target/deb/joule_*_amd64.deb (make deb)") {
+        return None;
+    }
+    Vm::new().systemd_guest().with_file(&deb.unwrap(), "/joule/joule.deb").ready()
+}
+
+/// The check's `key=value` lines, and its whole output for a failing assertion.
+struct Deb {
+    out: &'static VmOutput,
+    kv: BTreeMap<&'static str, &'static str>,
+}
+
+impl Deb {
+    fn get(&self, k: &str) -> &'static str {
+        self.kv.get(k).copied().unwrap_or_else(|| panic!("no {k}= in\n{}", self.out.describe()))
+    }
+}
+
+fn deb() -> Option<Deb> {
+    static RESULTS: OnceLock<BTreeMap<String, VmOutput>> = OnceLock::new();
+    let vm = vm()?;
+    let results = RESULTS.get_or_init(|| vm.batch(&[("deb", include_str!("../../../scripts/vm/deb-package.sh"))], BOOT_TIMEOUT_S));
+    let out = shown(results, "deb");
+    Some(Deb { out, kv: out.stdout.lines().filter_map(|l| l.split_once('=')).collect() })
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_deb_installs_enabling_nothing_and_reads_etc_joule() {
+    let Some(d) = deb() else { return };
+    let out = d.out;
+    assert_eq!(d.get("install_status"), "0", "{}", out.describe());
+    assert_eq!(d.get("joule_path"), "/usr/bin/joule");
+    assert_eq!((d.get("enabled_after_install"), d.get("active_after_install")), ("disabled", "inactive"), "installing must start nothing");
+    assert_eq!(d.get("procs_after_install"), "0");
+    assert_eq!(d.get("run_joule_after_install"), "absent");
+    assert_eq!(d.get("doctor_config"), "config: /etc/joule/joule.toml", "{}", out.describe());
+    assert_eq!(d.get("doctor_json_config"), "/etc/joule/joule.toml");
+    assert_eq!(d.get("check_config_status"), "0", "{}", out.describe());
+    assert!(d.get("check_config").starts_with("/etc/joule/joule.toml: valid"), "{}", d.get("check_config"));
+    assert!(d.get("conffiles").trim().starts_with("/etc/joule/joule.toml "), "{}", d.get("conffiles"));
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_deb_ships_man_pages_and_completions() {
+    let Some(d) = deb() else { return };
+    for page in ["joule", "joule-agent"] {
+        let v = d.get(&format!("man_{page}"));
+        assert!(v.starts_with("gzip ok, .TH lines 1, name: "), "{page}: {v}");
+        assert!(v.contains(&page.replace('-', "\\-")), "{page}: {v}");
+        // The minimal guest has no man, groff or mandoc: then only the page's form is checked.
+        let renderer = d.get(&format!("man_{page}_renderer"));
+        println!("{page}(1): {v}; rendered by: {renderer}");
+        if renderer != "none" {
+            assert!(d.get(&format!("man_{page}_rendered_lines")).parse::<u32>().unwrap() > 5, "{}", d.out.describe());
+        }
+    }
+    for f in ["joule", "_joule", "joule.fish"] {
+        assert_eq!(d.get(&format!("completion_{f}")), "present", "{f}");
+    }
+    assert!(d.get("bash_complete").contains("joule"), "{}", d.get("bash_complete"));
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_deb_enable_now_starts_the_agent_and_metrics_answer() {
+    let Some(d) = deb() else { return };
+    let out = d.out;
+    assert_eq!((d.get("enable_status"), d.get("enabled"), d.get("active")), ("0", "enabled", "active"), "{}", out.describe());
+    assert_eq!(d.get("main_pid_comm"), "joule");
+    assert_eq!(d.get("cgroup"), "/system.slice/joule.service");
+    assert!(d.get("metrics_lines").parse::<u32>().unwrap() > 10, "/metrics did not answer:\n{}", out.describe());
+    assert_eq!(d.get("active_again"), "active", "{}", out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_deb_unit_does_not_restart_loop_on_a_config_error() {
+    let Some(d) = deb() else { return };
+    // The agent refuses a config others can write (exit 2): RestartPreventExitStatus=2.
+    let refused = d.get("refused_state");
+    println!("agent refused its config: {refused}\ncheck-config refused it: {}", d.get("invalid_state"));
+    assert!(refused.contains("ActiveState=failed") && refused.contains("NRestarts=0") && refused.contains("ExecMainStatus=2"), "{}", d.out.describe());
+    // check-config (ExecStartPre) refuses it: StartLimitBurst=3 starts in StartLimitIntervalSec,
+    // then failed for good (40 s of RestartSec=5 would have been 8 starts).
+    let invalid = d.get("invalid_state");
+    println!("starts with an invalid config: {}", d.get("invalid_starts"));
+    assert!(invalid.contains("ActiveState=failed"), "{}", d.out.describe());
+    assert!(d.get("invalid_starts").parse::<u32>().unwrap() <= 3, "{}", d.out.describe());
+}
+
+#[test]
+#[ignore = "tier 3: vm"]
+fn vm_deb_purge_stops_the_agent_and_leaves_nothing() {
+    let Some(d) = deb() else { return };
+    let out = d.out;
+    assert_eq!(d.get("purge_status"), "0", "{}", out.describe());
+    println!("{} package files, left after purge: {}", d.get("package_files_total"), d.get("package_files_left"));
+    assert_eq!(d.get("package_files_left"), "none", "{}", out.describe());
+    assert_eq!(d.get("unit_left"), "0 ", "{}", out.describe());
+    assert_eq!(d.get("unit_state"), "LoadState=not-found ActiveState=inactive", "{}", out.describe());
+    assert_eq!(d.get("cgroups_left"), "", "{}", out.describe());
+    assert_eq!((d.get("run_joule"), d.get("etc_joule")), ("absent", "absent"), "{}", out.describe());
+    assert_eq!(d.get("procs_left"), "0");
+    assert_eq!(d.get("dsh_state_left"), "", "{}", out.describe());
+}
