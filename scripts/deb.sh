@@ -15,7 +15,7 @@
 # each overridden tag is fine).
 # Usage: deb.sh [BINARY]   (default $CARGO_TARGET_DIR/release/joule, else target/release/joule)
 # Environment: DEB_ARCH (default: dpkg's), DEB_REVISION (1), DEB_MAINTAINER ("Name <email>";
-# default git's committer), JOULE_GEN (a joule this machine runs, when BINARY is for another
+# default the project's placeholder: a distributor sets its own), JOULE_GEN (a joule this machine runs, when BINARY is for another
 # architecture).
 set -euo pipefail
 
@@ -26,7 +26,7 @@ BIN=${1:-${CARGO_TARGET_DIR:-target}/release/joule}
 ARCH=${DEB_ARCH:-$(dpkg --print-architecture)}
 UPSTREAM=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 VERSION=$UPSTREAM-${DEB_REVISION:-1}
-MAINT=${DEB_MAINTAINER:-$(git var GIT_COMMITTER_IDENT | sed 's/ [0-9]* [-+][0-9]*$//')}
+MAINT=${DEB_MAINTAINER:-joule maintainers <maintainers@joule.example>}
 # Reproducible: every date is the last commit's.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 OUT=$REPO/target/deb
