@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand)]
 pub enum GenerateCmd {
-    /// Man pages (section 1): joule.1 and one per subcommand, joule-agent.1, joule-qos-plan.1...
+    /// Man pages (section 1): joule.1 and one per subcommand.
+    ///
+    /// A subcommand's page is named by its path, e.g. joule-agent.1 and joule-qos-plan.1.
     Man {
         /// The directory to write them into (created if missing).
         #[arg(long, value_name = "DIR")]

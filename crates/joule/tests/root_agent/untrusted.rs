@@ -423,8 +423,9 @@ fn root_untrusted_a_users_fork_storm_does_not_stretch_the_loop_past_its_period()
     let (overruns, longest) = (value("joule_agent_loop_overruns_total"), value("joule_agent_loop_duration_max_seconds"));
     println!("fork storm: {:.0} forks/s by uid {USER}; overruns {overruns}, longest iteration {:.1} ms", forks / 5.0, longest * 1e3);
     // The storm must be one (this VM forks 1,950-2,450 times a second from one python process,
-    // with or without an agent); the property is the loop's.
-    assert!(forks / 5.0 > 1500.0, "the storm forked only {forks} times in 5 s");
+    // with or without an agent, and 1,398 once while a build ran beside it); the property is
+    // the loop's.
+    assert!(forks / 5.0 > 1000.0, "the storm forked only {forks} times in 5 s");
     assert_eq!(overruns, 0.0, "the loop overran its period {overruns} time(s); longest {longest} s");
 }
 
