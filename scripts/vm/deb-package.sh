@@ -5,8 +5,8 @@
 #   install: dpkg -i succeeds, the unit is installed but neither enabled nor started, no
 #            joule process runs;
 #   config:  `joule doctor` and `joule check-config` without --config use /etc/joule/joule.toml;
-#   man:     joule(1) and joule-agent(1) are gzip'd troff pages that render (man, groff or
-#            mandoc when the guest has one; the minimal guest has none, then the page is only
+#   man:     joule(1) and joule-agent(1) are gzip'd troff pages that `man joule` and
+#            `man joule-agent` render (the guest has man-db; groff or mandoc elsewhere; with none, the page is only
 #            checked to be a valid gzip'd troff page: its .TH and .SH NAME);
 #   completions at their paths; bash loads its completion function;
 #   start:   `systemctl enable --now joule` starts the agent, /metrics answers;
@@ -53,7 +53,8 @@ for page in joule joule-agent; do
   th=$(zcat "$f" | grep -c '^\.TH ')
   name=$(zcat "$f" | grep -A1 '^\.SH NAME' | tail -n 1)
   if command -v man >/dev/null; then
-    how=man; text=$(MANWIDTH=80 man -l "$f" 2>&1 | col -b 2>/dev/null || MANWIDTH=80 man -l "$f" 2>&1)
+    # By name, as an operator types it: man finds the page the package installed.
+    how=man; text=$(MANWIDTH=80 MANPAGER=cat man "$page" 2>&1)
   elif command -v groff >/dev/null; then
     how=groff; text=$(zcat "$f" | groff -man -Tutf8 2>&1)
   elif command -v mandoc >/dev/null; then
@@ -64,6 +65,7 @@ for page in joule joule-agent; do
   kv "man_$page" "gzip ok, .TH lines $th, name: $name"
   kv "man_${page}_renderer" "$how"
   [ "$how" = none ] || kv "man_${page}_rendered_lines" "$(printf '%s\n' "$text" | grep -c .)"
+  [ "$how" = none ] || kv "man_${page}_rendered_name" "$(printf '%s\n' "$text" | grep -A1 '^NAME' | tail -n 1 | sed 's/^ *//')"
 done
 
 # Completions.

@@ -4,7 +4,8 @@
 # kernel under qemu/TCG.
 #
 #   systemd-guest.sh setup
-#       debootstraps the root into $JOULE_VM_CACHE/debian-root once (quiet when it is there).
+#       debootstraps the root into $JOULE_VM_CACHE/debian-root once and adds man-db (quiet when
+#       it is there).
 #   systemd-guest.sh run --out DIR [--timeout S] [--file SRC:DEST ...] -- COMMAND
 #       boots a throwaway copy of that root (the cache's stays pristine), runs COMMAND as root
 #       in the guest from a oneshot unit once multi-user.target (nginx with it) is up, with
@@ -32,6 +33,25 @@ die() { echo "systemd-guest: $*" >&2; exit 1; }
 source "$HERE/mirror.sh"
 
 setup() {
+  base
+  extras
+}
+
+# man-db, so the package check renders `man joule` as an operator would. Installed into the
+# root from its own apt sources (the mirror debootstrap was given), also into a root made before
+# this step existed; its daily timer is masked (the guest stays quiet).
+extras() {
+  [ -x "$ROOT/usr/bin/man" ] && return 0
+  [ "$(id -u)" = 0 ] || die "need root to install man-db into $ROOT"
+  say "installing man-db into $ROOT (once; log: $CACHE/debian-root.log)"
+  if ! chroot "$ROOT" sh -c 'apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq install -y --no-install-recommends man-db && apt-get clean && rm -rf /var/lib/apt/lists/*' >>"$CACHE/debian-root.log" 2>&1; then
+    tail -n 20 "$CACHE/debian-root.log" >&2
+    die "installing man-db into $ROOT failed"
+  fi
+  ln -sf /dev/null "$ROOT/etc/systemd/system/man-db.timer"
+}
+
+base() {
   [ -f "$ROOT/.joule-ready" ] && return 0
   [ "$(id -u)" = 0 ] || die "need root to debootstrap $ROOT"
   command -v debootstrap >/dev/null || die "no debootstrap: run make vm-deps (setup.sh installs it)"
