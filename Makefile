@@ -29,7 +29,7 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 INSTALL_DIRS = DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) BINDIR=$(BINDIR) UNITDIR=$(UNITDIR) MANDIR=$(MANDIR) \
 	BASHCOMPDIR=$(BASHCOMPDIR) ZSHCOMPDIR=$(ZSHCOMPDIR) FISHCOMPDIR=$(FISHCOMPDIR)
 
-.PHONY: all deps test-deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz deb install uninstall
+.PHONY: all deps test-deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz deb deb-arm64 install uninstall
 
 all: build
 
@@ -57,6 +57,11 @@ run: build
 # from the release binary (scripts/deb.sh; lintian checks them).
 deb: build
 	@bash scripts/deb.sh $(JOULE)
+
+# The arm64 package, from the cross build (man pages and completions written by this machine's
+# joule from the same clap definitions): target/deb/joule_<version>_arm64.deb.
+deb-arm64: build build-arm64
+	@DEB_ARCH=arm64 JOULE_GEN=$(JOULE) bash scripts/deb.sh target/aarch64-unknown-linux-gnu/release/joule
 
 install: build
 	@$(INSTALL_DIRS) bash scripts/install-files.sh $(JOULE)
@@ -92,7 +97,7 @@ build-arm64: deps
 TIER_SUMMARY ?= target/tier-summary.txt
 export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
 
-test: build build-arm64 vm-deps
+test: build build-arm64 vm-deps deb-arm64
 	@mkdir -p target && rm -f $(TIER_SUMMARY)
 	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
 	@# Every tier runs even when one fails (-k), so one run says all that is wrong; then the

@@ -45,13 +45,20 @@ DESTDIR=$pkg PREFIX=/usr UNITDIR=/usr/lib/systemd/system ZSHCOMPDIR=/usr/share/z
 
 # dh_strip: the debug info into the dbgsym package under its build id, the binary stripped
 # with a debuglink to it.
-id=$(readelf -n "$BIN" | sed -n 's/^ *Build ID: *//p')
+# A binary for another architecture (make deb-arm64) goes through that architecture's binutils.
+case $ARCH in
+  "$(dpkg --print-architecture)") TOOLS="" ;;
+  arm64) TOOLS=aarch64-linux-gnu- ;;
+  *) echo "deb: no binutils known for $ARCH" >&2; exit 1 ;;
+esac
+command -v "${TOOLS}objcopy" >/dev/null || { echo "deb: no ${TOOLS}objcopy (make build-arm64 installs the cross binutils)" >&2; exit 1; }
+id=$("${TOOLS}readelf" -n "$BIN" | sed -n 's/^ *Build ID: *//p')
 [ -n "$id" ] || { echo "deb: $BIN has no build id (the linker's --build-id)" >&2; exit 1; }
 debug=$dbg/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
 install -d "$(dirname "$debug")"
-objcopy --only-keep-debug --compress-debug-sections "$BIN" "$debug"
+"${TOOLS}objcopy" --only-keep-debug --compress-debug-sections "$BIN" "$debug"
 chmod 0644 "$debug"
-objcopy --strip-all --remove-section=.comment --remove-section=.note --add-gnu-debuglink="$debug" "$BIN" "$pkg/usr/bin/joule"
+"${TOOLS}objcopy" --strip-all --remove-section=.comment --remove-section=.note --add-gnu-debuglink="$debug" "$BIN" "$pkg/usr/bin/joule"
 chmod 0755 "$pkg/usr/bin/joule"
 
 # dh_installdocs, dh_installchangelogs, lintian overrides.
@@ -69,7 +76,13 @@ install -m 0644 deploy/debian/lintian-overrides "$pkg/usr/share/lintian/override
 # dh_shlibdeps: the libraries the binary links, with the versions it needs.
 mkdir -p "$work/src/debian"
 printf 'Source: joule\n\nPackage: joule\nArchitecture: any\n' >"$work/src/debian/control"
-depends=$(cd "$work/src" && dpkg-shlibdeps -O -e"$pkg/usr/bin/joule" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+# dpkg-shlibdeps needs the libraries installed through dpkg, which a cross sysroot's are not.
+# A cross-built binary links the same libraries as the native one (the arm64 guest test checks
+# its NEEDED list and that its glibc symbols are at most 2.34), so the native build's (JOULE_GEN)
+# minimal versions stand for it; a build on the board computes its own.
+shlib_bin=$pkg/usr/bin/joule
+[ -z "$TOOLS" ] || shlib_bin=$(realpath "${JOULE_GEN:?a cross-built package needs JOULE_GEN, the native joule}")
+depends=$(cd "$work/src" && dpkg-shlibdeps -O -e"$shlib_bin" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$depends" ] || { echo "deb: dpkg-shlibdeps found no dependency for $pkg/usr/bin/joule" >&2; exit 1; }
 
 # DEBIAN/: control, conffiles, maintainer scripts, md5sums.

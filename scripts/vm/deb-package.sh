@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# In the systemd guest (scripts/vm/systemd-guest.sh; tests/vm_deb.rs runs it): the Debian
+# In the systemd guest (scripts/vm/systemd-guest.sh; tests/vm_systemd.rs runs it first): the Debian
 # package `make deb` built, as an operator installs and removes it. The package is at
 # /joule/joule.deb. Prints key=value lines the test asserts on:
 #   install: dpkg -i succeeds, the unit is installed but neither enabled nor started, no
@@ -18,8 +18,12 @@
 set -u
 deb=/joule/joule.deb
 # The guest harness puts the repo's binary at /usr/local/bin/joule, earlier in PATH than the
-# package's /usr/bin/joule: this check is about the package's alone.
-rm -f /usr/local/bin/joule
+# package's /usr/bin/joule: this check is about the package's alone, so the repo's is put
+# aside and back at the end for the checks after this one.
+if [ -e /usr/local/bin/joule ]; then
+  mv /usr/local/bin/joule /joule/repo-joule
+  trap 'mv /joule/repo-joule /usr/local/bin/joule' EXIT
+fi
 hash -r
 
 kv() { printf '%s=%s\n' "$1" "$2"; }

@@ -3,14 +3,20 @@
 //! share one boot (about 8 min under TCG with every round), made by the first test that runs. Run with
 //! `cargo test -p joule --test vm_systemd -- --ignored vm_ --test-threads=1`.
 
-use joule_testkit::vm::{shown, Vm, VmOutput};
+use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-const BOOT_TIMEOUT_S: u64 = 1200;
+const BOOT_TIMEOUT_S: u64 = 1500;
+
+#[path = "vm_systemd/deb.rs"]
+mod deb;
 
 /// The checks, in order; the joule binary is /usr/local/bin/joule in the guest.
 const CHECKS: &[(&str, &str)] = &[
+    // First: the Debian package, installed, used and purged before the repo binary is used.
+    ("deb", include_str!("../../../scripts/vm/deb-package.sh")),
     ("doctor", "joule doctor --json"),
     ("nginx", "systemctl is-active nginx.service; systemctl show -p ControlGroup,FreezerState,CPUQuotaPerSecUSec,AllowedCPUs nginx.service"),
     // The shipped unit, as `make install` installs it (docs/deploy.md): the binary here is
@@ -27,8 +33,25 @@ const CHECKS: &[(&str, &str)] = &[
     ("units", include_str!("../../../scripts/vm/systemd-units.sh")),
 ];
 
+/// The newest `target/deb/joule_*_amd64.deb`, if `make deb` made one.
+fn package() -> Option<PathBuf> {
+    let dir = repo_root().join("target/deb");
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("joule_") && n.ends_with("_amd64.deb")))
+        .collect();
+    debs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    debs.pop()
+}
+
 fn vm() -> Option<Vm> {
-    Vm::new().systemd_guest().ready()
+    let deb = package();
+    if !joule_core::testing::require(deb.is_some(), "target/deb/joule_*_amd64.deb (make deb)") {
+        return None;
+    }
+    Vm::new().systemd_guest().with_file(&deb.unwrap(), "/joule/joule.deb").ready()
 }
 
 fn results() -> &'static BTreeMap<String, VmOutput> {

@@ -1,37 +1,12 @@
 //! Tier 3, the Debian package in the systemd guest (docs/deploy.md): `make deb`'s
 //! `target/deb/joule_<version>_amd64.deb` installed, used, started and purged as an operator
-//! does, with systemd as PID 1 (`scripts/vm/deb-package.sh`). One boot of its own (about 4 min
-//! under TCG), so the package never meets the repo binary the other systemd checks install.
-//! Run `make deb` first (`make test-vm` does), then
-//! `cargo test -p joule --test vm_deb -- --ignored vm_ --test-threads=1`.
+//! does, with systemd as PID 1 (`scripts/vm/deb-package.sh`). The first check of the systemd
+//! guest's one boot: it runs before the repo binary is used, finds the package's /usr/bin/joule
+//! first on its PATH, and its purge leaves nothing for the checks after it. Run `make deb`
+//! first (`make test-vm` does).
 
-use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
+use joule_testkit::vm::VmOutput;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
-const BOOT_TIMEOUT_S: u64 = 900;
-
-/// The newest `target/deb/joule_*_amd64.deb`, if `make deb` made one.
-fn package() -> Option<PathBuf> {
-    let dir = repo_root().join("target/deb");
-    let mut debs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("joule_") && n.ends_with("_amd64.deb")))
-        .collect();
-    debs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    debs.pop()
-}
-
-fn vm() -> Option<Vm> {
-    let deb = package();
-    if !joule_core::testing::require(deb.is_some(), "target/deb/joule_*_amd64.deb (make deb)") {
-        return None;
-    }
-    Vm::new().systemd_guest().with_file(&deb.unwrap(), "/joule/joule.deb").ready()
-}
 
 /// The check's `key=value` lines, and its whole output for a failing assertion.
 struct Deb {
@@ -46,10 +21,7 @@ impl Deb {
 }
 
 fn deb() -> Option<Deb> {
-    static RESULTS: OnceLock<BTreeMap<String, VmOutput>> = OnceLock::new();
-    let vm = vm()?;
-    let results = RESULTS.get_or_init(|| vm.batch(&[("deb", include_str!("../../../scripts/vm/deb-package.sh"))], BOOT_TIMEOUT_S));
-    let out = shown(results, "deb");
+    let out = super::check("deb")?;
     Some(Deb { out, kv: out.stdout.lines().filter_map(|l| l.split_once('=')).collect() })
 }
 
