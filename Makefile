@@ -98,7 +98,7 @@ TIER_SUMMARY ?= target/tier-summary.txt
 export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
 
 test: build build-arm64 vm-deps deb-arm64
-	@mkdir -p target && rm -f $(TIER_SUMMARY)
+	@mkdir -p target && rm -f $(TIER_SUMMARY) $(TIER_SUMMARY).failures
 	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
 	@# Every tier runs even when one fails (-k), so one run says all that is wrong; then the
 	@# leftovers check and the totals, and the first failure's status.

@@ -5,6 +5,10 @@
 set -euo pipefail
 file=$1
 [ -s "$file" ] || { echo "test-summary: no tier recorded a result in $file" >&2; exit 1; }
+if [ -s "$file.failures" ]; then
+  echo "why tests failed (each panic, as the tier printed it):"
+  cat "$file.failures"
+fi
 awk '
   { printf "  %-5s %4d ran  %4d passed  %3d failed  %3d skipped\n", $1, $2, $3, $4, $5; r += $2; p += $3; f += $4; s += $5; n++ }
   END {

@@ -24,6 +24,17 @@ verdict="passed"
 if [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ]; then verdict="FAILED"
 elif [ "$skipped" -gt 0 ]; then verdict="INCOMPLETE ($skipped skipped: not a pass)"; fi
 echo "tier $name: $ran ran, $((passed - skipped)) passed, $failed failed, $skipped skipped: $verdict"
-# One line per tier for .ci/run's closing totals.
-[ -n "${JOULE_TIER_SUMMARY:-}" ] && echo "$name $ran $((passed - skipped)) $failed $skipped" >> "$JOULE_TIER_SUMMARY"
+# One line per tier for .ci/run's closing totals, and each failed test's panic (its location and
+# the assertion's message, at most 6 lines) so the last screen of a run says why it failed. libtest
+# names a test's thread after the test; a 'main' thread's panic is a child process's (the agents
+# that tests make panic on purpose), not a failure.
+if [ -n "${JOULE_TIER_SUMMARY:-}" ]; then
+  echo "$name $ran $((passed - skipped)) $failed $skipped" >> "$JOULE_TIER_SUMMARY"
+  if [ "$failed" -gt 0 ]; then
+    awk -v tier="$name" '
+      /^thread \047[^\047]*\047 .*panicked at / && !/^thread \047main\047/ { n = 6; print "[" tier "] " $0; next }
+      n > 0 && /^(note: |stack backtrace:)/ { n = 0; next }
+      n > 0 { print "[" tier "]   " $0; n-- }' "$log" >> "$JOULE_TIER_SUMMARY.failures"
+  fi
+fi
 exit "$rc"
