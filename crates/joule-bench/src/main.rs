@@ -33,12 +33,13 @@ struct Cli {
 
 #[derive(clap::Subcommand)]
 enum BenchCmd {
-    /// The agent's CPU cost, idle and beside many sleeping or fast-waking threads.
+    /// The agent's CPU cost and wake-ups, idle and beside many sleeping or fast-waking threads.
     ///
-    /// Agent CPU cost at 10 Hz with every mechanism on (classes, thermal stages, flow monitor,
-    /// nap armed; elevate off) on an idle machine (the baseline), with many extra sleeping
-    /// threads (target <1% of one CPU) and with threads that wake thousands of times a second,
-    /// plus the in-kernel cost of its eBPF programs per program.
+    /// Agent CPU cost and wake-ups a second (all its threads' context switches) with every
+    /// mechanism on (classes, thermal stages, flow monitor, nap armed; elevate off) on an idle
+    /// machine (the baseline; at rest: goal ≤ 1 wake-up/s and ≤ 0.1 % of one CPU), with many
+    /// extra sleeping threads (target <1% of one CPU) and with threads that wake thousands of
+    /// times a second, plus the in-kernel cost of its eBPF programs per program.
     Overhead(overhead::OverheadArgs),
     /// Expected vs achieved CPU share of RT-bandwidth classes, and small periods' cost.
     ///

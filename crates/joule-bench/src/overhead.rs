@@ -53,6 +53,14 @@ pub struct OverheadArgs {
     /// Agent period (100 ms = 10 Hz).
     #[arg(long, default_value_t = 100)]
     pub period_ms: u64,
+    /// The agent's `rest_period_ms` (its period while nothing is in motion). Default: the
+    /// agent's own (1000 ms). Equal to --period-ms: a loop that never rests, as before issue 36.
+    #[arg(long, value_name = "MS")]
+    pub rest_period_ms: Option<u64>,
+    /// Measure the idle machine alone (nothing changing: issue 36's goal of ≤ 1 agent wake-up
+    /// a second and ≤ 0.1 % of one CPU at rest), without the sleeping and waking loads.
+    #[arg(long)]
+    pub idle: bool,
     /// Scale mode: idle processes to measure at, e.g. 100,2000,10000 (copies of `sleep`, all
     /// in one class of the bench's config). With --flows and --churn-per-s, one level each.
     #[arg(long, value_delimiter = ',', value_name = "N,...")]
@@ -106,6 +114,22 @@ fn bpf_mode(a: &OverheadArgs, root: bool) -> BpfMode {
     }
 }
 
+/// Context switches of every thread of `pid`, voluntary and not (/proc/PID/task/*/status): a
+/// voluntary one ends in a wake-up, an involuntary one gives the CPU back to the agent later.
+fn ctxt_switches(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("agent {pid} is gone"))? {
+        if let Ok(s) = std::fs::read_to_string(t?.path().join("status")) {
+            total += s
+                .lines()
+                .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    Ok(total)
+}
+
 /// CPU time of every thread of `pid`, in ns (sum of the first schedstat field).
 fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
     let mut total = 0;
@@ -155,6 +179,7 @@ impl Drop for AgentProc {
 struct Reading {
     at: Instant,
     agent_ns: u64,
+    agent_switches: u64,
     progs: Vec<joule_bpf::run_stats::ProgRunStats>,
     load: Option<load::Switches>,
     machine_ctxt: Option<u64>,
@@ -163,6 +188,7 @@ struct Reading {
 fn read(pid: u32, prog_ids: &[u32], load: Option<&LoadThreads>) -> anyhow::Result<Reading> {
     Ok(Reading {
         agent_ns: cpu_ns(pid)?,
+        agent_switches: ctxt_switches(pid)?,
         progs: if prog_ids.is_empty() { Vec::new() } else { joule_bpf::run_stats::prog_run_stats(prog_ids) },
         load: load.map(LoadThreads::switches),
         machine_ctxt: load::machine_ctxt(),
@@ -185,6 +211,7 @@ fn sample(r0: &Reading, r1: &Reading, bpf: bool) -> Sample {
     });
     Sample {
         agent_cpu_pct: per_s(r0.agent_ns, r1.agent_ns) / 1e9 * 100.0,
+        agent_wakeups_per_s: per_s(r0.agent_switches, r1.agent_switches),
         bpf: bpf.then(|| progs.collect()),
         load_wakeups_per_s: r0.load.zip(r1.load).map(|(a, b)| per_s(a.voluntary, b.voluntary)),
         load_preemptions_per_s: r0.load.zip(r1.load).map(|(a, b)| per_s(a.nonvoluntary, b.nonvoluntary)),
@@ -282,7 +309,12 @@ pub fn run(a: OverheadArgs) -> anyhow::Result<()> {
         println!();
         report::print_table(&Summary::PROG_COLUMNS, &s.prog_rows());
     }
-    println!("target (< {}% of one CPU with {} sleeping threads): {}", summary::TARGET_PCT, a.threads, if s.target_met() { "met" } else { "NOT met" });
+    if let Some(met) = s.target_met() {
+        println!("target (< {}% of one CPU with {} sleeping threads): {}", summary::TARGET_PCT, a.threads, if met { "met" } else { "NOT met" });
+    }
+    for (line, _) in s.rest_goals() {
+        println!("{line}");
+    }
     println!("load average before / after: {} / {}", s.loadavg_before.as_deref().unwrap_or("?"), s.loadavg_after.as_deref().unwrap_or("?"));
     if let Some(p) = &a.json {
         report::write_json(p, &s.json())?;

@@ -61,6 +61,9 @@ fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
         "7",
         "--wakers",
         "2",
+        // A loop that never rests: in half a second an agent at rest may not run at all.
+        "--rest-period-ms",
+        "100",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -75,6 +78,7 @@ fn bench_overhead_without_bpf_reports_counts_as_given_and_no_ebpf_cost() {
     for s in sc {
         assert!(s["bpf_cpu_pct_median"].is_null() && s["bpf_programs"].is_null(), "{s}");
         assert!(s["agent_cpu_pct_median"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["agent_wakeups_per_s_median"].as_f64().unwrap() > 0.0, "{s}");
     }
     assert_eq!(sc[1]["load_wakeups_per_s_median"], 0.0, "sleeping threads woke: {}", sc[1]);
     // 2 threads sleeping 1 ms each: ~1,800/s on an idle machine; far fewer only if starved.

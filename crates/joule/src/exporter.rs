@@ -1,7 +1,9 @@
 //! Serves what the agent published last: `/metrics` in the format the scraper asks for
 //! (exposition.rs, both rendered from the table in metrics.rs), the snapshot at
 //! `/snapshot.json`, and the plan with the actuators' state at `/plan.json`. The agent
-//! publishes; scrapes never block the control loop for longer than building the table.
+//! publishes; scrapes never block the control loop for longer than building the table. A
+//! scrape of a reading older than the loop's full period (a loop at rest) first asks the loop
+//! for a new one and waits for it, briefly (freshen.rs).
 //!
 //! Anyone who can reach the address is a client, so the server is bounded (issue 17,
 //! docs/security.md): hyper's HTTP/1 on a one-thread tokio runtime, at most
@@ -19,6 +21,7 @@
 use crate::auth_budget::AuthBudget;
 use crate::conn_slots::Slots;
 use crate::exposition::{self, Format};
+use crate::freshen::Freshen;
 use crate::metrics::{self, AgentStats};
 use crate::webconfig::{Auth, WebConfig};
 use http_body_util::Full;
@@ -39,6 +42,10 @@ pub struct Published {
     pub plan: Plan,
     pub actuators: Vec<ActuatorStatus>,
     pub agent: AgentStats,
+    /// When the loop published this (None: nothing yet), and a number that grows with each
+    /// publication: a scrape that refreshed a stale reading waits for it to change (freshen.rs).
+    pub published_at: Option<std::time::Instant>,
+    pub generation: u64,
 }
 
 pub type Shared = Arc<RwLock<Published>>;
@@ -182,7 +189,7 @@ fn answer(shared: &Shared, req: &Request<Incoming>, procs: Processes) -> (String
         }
         "/plan.json" => {
             let p = shared.read().unwrap_or_else(|e| e.into_inner());
-            let mut body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators });
+            let mut body = serde_json::json!({ "plan": p.plan, "actuators": p.actuators, "pace": p.agent.pace });
             if procs == Processes::Hidden {
                 scrub_processes(&mut body);
             }
@@ -210,16 +217,25 @@ struct Server {
     limits: Limits,
     web: Option<Arc<WebConfig>>,
     budget: Arc<AuthBudget>,
+    freshen: Option<Freshen>,
 }
 
 /// Starts the HTTP server on its own thread (one tokio worker, one blocking thread for
-/// bcrypt). Returns the bound address (useful with port 0).
-pub fn serve(addr: &str, shared: Shared, procs: Processes, limits: Limits, web: Option<Arc<WebConfig>>) -> anyhow::Result<std::net::SocketAddr> {
+/// bcrypt). Returns the bound address (useful with port 0). With `freshen`, a scrape of a
+/// reading older than the loop's full period refreshes it first (freshen.rs).
+pub fn serve(
+    addr: &str,
+    shared: Shared,
+    procs: Processes,
+    limits: Limits,
+    web: Option<Arc<WebConfig>>,
+    freshen: Option<Freshen>,
+) -> anyhow::Result<std::net::SocketAddr> {
     let listener = std::net::TcpListener::bind(addr).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().max_blocking_threads(1).build()?;
-    let server = Server { shared, procs, limits, web, budget: Arc::default() };
+    let server = Server { shared, procs, limits, web, budget: Arc::default(), freshen };
     std::thread::Builder::new().name("joule-metrics".into()).spawn(move || {
         rt.block_on(async move {
             match tokio::net::TcpListener::from_std(listener) {
@@ -321,6 +337,11 @@ where
         let (server, served) = (server.clone(), served.clone());
         async move {
             let verdict = authorised(&server, peer, &req).await;
+            if let (Verdict::Allowed, Some(f)) = (verdict, &server.freshen) {
+                if matches!(req.uri().path(), "/metrics" | "/snapshot.json" | "/plan.json") {
+                    f.fresh(&server.shared).await;
+                }
+            }
             let (body, ctype, code) = match verdict {
                 Verdict::Allowed => answer(&server.shared, &req, server.procs),
                 Verdict::Denied => ("unauthorized\n".to_string(), "text/plain", StatusCode::UNAUTHORIZED),

@@ -8,6 +8,7 @@ mod conn_slots;
 mod doctor;
 mod exporter;
 mod exposition;
+mod freshen;
 #[cfg(test)]
 mod help_tests;
 mod metrics;

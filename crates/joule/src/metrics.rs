@@ -19,6 +19,10 @@ pub struct AgentStats {
     pub conflicts_total: u64,
     /// Iterations whose wall time exceeded the period.
     pub loop_overruns_total: u64,
+    /// The sleep the loop chose after its last iteration, and why (issue 36).
+    pub pace: joule_core::control::pace::Pace,
+    /// Rests an event ended before their time (a stage change, a process event, a signal).
+    pub rests_ended_total: u64,
 }
 
 /// The `source` label every measured or estimated value carries.
@@ -250,6 +254,26 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(vec![(vec![], a.conflicts_total as f64)]),
     );
     push(
+        def!(
+            "joule_agent_period_seconds",
+            Gauge,
+            None,
+            "",
+            "The sleep the control loop chose after its last iteration: agent.period_ms while something is in motion, agent.rest_period_ms when nothing is; `why` says which (rest, stage, near_threshold, busy, power_budget, class_change, plan_change, following_threads)."
+        ),
+        num(vec![(l(&[("why", a.pace.why.as_str())]), a.pace.period_ms as f64 / 1e3)]),
+    );
+    push(
+        def!(
+            "joule_agent_rests_ended",
+            Counter,
+            None,
+            "",
+            "Rests of the control loop that an event ended early (an in-kernel stage change, a process event, a signal)."
+        ),
+        num(vec![(vec![], a.rests_ended_total as f64)]),
+    );
+    push(
         def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
         num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
@@ -396,8 +420,10 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 8] = [
+    const NO_SOURCE: [(&str, &str); 10] = [
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
+        ("joule_agent_period_seconds", "the agent's own bookkeeping"),
+        ("joule_agent_rests_ended", "the agent's own bookkeeping"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
@@ -462,6 +488,7 @@ mod tests {
             "joule_agent_samples",
             "joule_agent_conflicts",
             "joule_agent_loop_overruns",
+            "joule_agent_rests_ended",
             "joule_bpf_enabled",
             "joule_net_flow_retransmits",
             "joule_net_cgroup_packets",

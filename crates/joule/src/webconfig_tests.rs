@@ -112,7 +112,7 @@ fn the_endpoint_speaks_tls_and_asks_for_the_password() {
     std::fs::write(&yml, format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prom: '{hash}'\n")).unwrap();
     let web = Arc::new(WebConfig::load(&yml).unwrap());
     let shared = crate::exporter::Shared::default();
-    let addr = crate::exporter::serve("127.0.0.1:0", shared, crate::exporter::Processes::Shown, crate::exporter::Limits::default(), Some(web)).unwrap();
+    let addr = crate::exporter::serve("127.0.0.1:0", shared, crate::exporter::Processes::Shown, crate::exporter::Limits::default(), Some(web), None).unwrap();
 
     let none = https_get(addr, &cert, None);
     assert!(none.starts_with("HTTP/1.1 401") && none.to_ascii_lowercase().contains("www-authenticate: basic"), "{none}");

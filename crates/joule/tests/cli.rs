@@ -55,6 +55,21 @@ fn check_config_reports_each_problem_with_its_line_and_exits_2() {
     assert_eq!(v["problems"].as_array().unwrap().len(), 2);
 }
 
+/// Issue 36: the rest period is checked against the full one, and a valid one is accepted.
+#[test]
+fn check_config_refuses_a_rest_period_shorter_than_the_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("rest.toml");
+    std::fs::write(&p, "[agent]\nperiod_ms = 200\nrest_period_ms = 100\n").unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(":3:") && text.contains("rest_period_ms = 100") && text.contains("period_ms..=60000"), "{text}");
+    std::fs::write(&p, "[agent]\nperiod_ms = 100\nrest_period_ms = 2000\n").unwrap();
+    let out = joule(&["check-config", p.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
 #[test]
 fn check_config_names_an_unknown_key() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,9 +35,14 @@ impl Agent {
     }
 
     fn start_pinning_at(pin_dir: PathBuf, extra_cfg: &str) -> Agent {
+        Agent::start_with(pin_dir, "", extra_cfg)
+    }
+
+    /// An agent with `agent_keys` added to its `[agent]` table.
+    fn start_with(pin_dir: PathBuf, agent_keys: &str, extra_cfg: &str) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let cfg = format!(
-            "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n\n[telemetry]\nbpf_pin_dir = \"{p}\"\n{extra_cfg}",
+            "[agent]\nperiod_ms = 100\nmetrics_addr = \"127.0.0.1:0\"\njournal_dir = \"{j}\"\nevent_log = \"{e}\"\nstatus_interval_ms = 0\n{agent_keys}\n[telemetry]\nbpf_pin_dir = \"{p}\"\n{extra_cfg}",
             j = dir.path().join("journal").display(),
             e = dir.path().join("events.jsonl").display(),
             p = pin_dir.display()

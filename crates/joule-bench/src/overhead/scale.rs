@@ -40,7 +40,7 @@ pub(super) fn write_config(dir: &Path, a: &OverheadArgs, bpf: bool, nap_port: u1
     let cfg = format!(
         r#"[agent]
 period_ms = {period}
-metrics_addr = "127.0.0.1:0"
+{rest}metrics_addr = "127.0.0.1:0"
 journal_dir = "{journal}"
 event_log = "{events}"
 status_interval_ms = 0
@@ -72,6 +72,7 @@ idle_ms = 3600000
 monitors = {{ tcp_ports = [{nap_port}] }}
 "#,
         period = a.period_ms,
+        rest = a.rest_period_ms.map(|ms| format!("rest_period_ms = {ms}\n")).unwrap_or_default(),
         journal = dir.join("journal").display(),
         events = dir.join("events.jsonl").display(),
     );

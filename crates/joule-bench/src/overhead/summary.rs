@@ -23,10 +23,15 @@ pub struct Scenario {
     pub load_threads: usize,
 }
 
-/// Baseline first: ratios are against it.
+/// Baseline first: ratios are against it. With `--idle`, the baseline alone (the machine at
+/// rest, nothing changing: issue 36's goal).
 pub fn scenarios(a: &OverheadArgs) -> Vec<Scenario> {
+    let idle = Scenario { key: "idle", name: "idle machine (baseline)".into(), label: "idle".into(), load_threads: 0 };
+    if a.idle {
+        return vec![idle];
+    }
     vec![
-        Scenario { key: "idle", name: "idle machine (baseline)".into(), label: "idle".into(), load_threads: 0 },
+        idle,
         Scenario { key: "sleeping", name: format!("+{} sleeping threads", a.threads), label: format!("+{} sleeping", a.threads), load_threads: a.threads },
         Scenario {
             key: "waking",
@@ -50,6 +55,9 @@ pub struct ProgRate {
 #[derive(Clone, Debug)]
 pub struct Sample {
     pub agent_cpu_pct: f64,
+    /// Context switches (voluntary + involuntary) of all the agent's threads per second: each
+    /// is a wake-up of the agent or a CPU taken from it.
+    pub agent_wakeups_per_s: f64,
     /// None when eBPF is off.
     pub bpf: Option<Vec<ProgRate>>,
     /// Voluntary context switches of the load's threads per second (each ends in a wake-up);
@@ -81,6 +89,10 @@ pub struct Summary<'a> {
 pub const OFF: &str = "off";
 /// The limit the sleeping scenario is held to, % of one CPU (issue 2).
 pub const TARGET_PCT: f64 = 1.0;
+/// Issue 36's goal for the agent at rest (the idle scenario): wake-ups a second, and % of one
+/// CPU.
+pub const REST_WAKEUPS_PER_S: f64 = 1.0;
+pub const REST_CPU_PCT: f64 = 0.1;
 
 fn fmt(v: Option<f64>, digits: usize) -> String {
     match v {
@@ -100,6 +112,10 @@ impl Summary<'_> {
 
     fn agent(&self, i: usize) -> Option<f64> {
         self.med(i, |s| Some(s.agent_cpu_pct))
+    }
+
+    fn wakeups(&self, i: usize) -> Option<f64> {
+        self.med(i, |s| Some(s.agent_wakeups_per_s))
     }
 
     fn bpf_pct(&self, i: usize) -> Option<f64> {
@@ -136,13 +152,26 @@ impl Summary<'_> {
             BpfMode::Off(why) => format!("eBPF off ({why}): no in-kernel cost to report"),
         };
         format!(
-            "joule-bench overhead: agent at {} ms period with every mechanism on (classes, thermal stages, flow monitor, nap armed; elevate off), {} run(s) × {} s after {} s warm-up, {bpf}",
-            a.period_ms, a.runs, a.seconds, a.warmup_s
+            "joule-bench overhead: agent at {} ms period ({} at rest) with every mechanism on (classes, thermal stages, flow monitor, nap armed; elevate off), {} run(s) × {} s after {} s warm-up, {bpf}",
+            a.period_ms,
+            a.rest_period_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| "its default rest period".into()),
+            a.runs,
+            a.seconds,
+            a.warmup_s
         )
     }
 
-    pub const COLUMNS: [&'static str; 8] =
-        ["scenario", "load wake-ups/s", "machine ctxt/s", "agent CPU % (median)", "agent runs", "agent ratio", "eBPF in-kernel %", "eBPF ratio"];
+    pub const COLUMNS: [&'static str; 9] = [
+        "scenario",
+        "load wake-ups/s",
+        "machine ctxt/s",
+        "agent CPU % (median)",
+        "agent wake-ups/s (median)",
+        "agent runs",
+        "agent ratio",
+        "eBPF in-kernel %",
+        "eBPF ratio",
+    ];
 
     pub fn rows(&self) -> Vec<Vec<String>> {
         let (agent0, bpf0) = (self.agent(0), self.bpf_pct(0));
@@ -156,6 +185,7 @@ impl Summary<'_> {
                     fmt(self.med(i, |s| s.load_wakeups_per_s), 0),
                     fmt(self.med(i, |s| s.machine_ctxt_per_s), 0),
                     fmt(self.agent(i), 3),
+                    fmt(self.wakeups(i), 1),
                     runs.join(" "),
                     fmt(Self::ratio(self.agent(i), agent0), 2),
                     bpf,
@@ -184,9 +214,39 @@ impl Summary<'_> {
         rows
     }
 
-    /// The agent stays under [`TARGET_PCT`] with the sleeping threads.
-    pub fn target_met(&self) -> bool {
-        self.agent(1).is_some_and(|v| v < TARGET_PCT)
+    /// The agent stays under [`TARGET_PCT`] with the sleeping threads (None: not measured,
+    /// `--idle`).
+    pub fn target_met(&self) -> Option<bool> {
+        self.scenarios.iter().position(|s| s.key == "sleeping").map(|i| self.agent(i).is_some_and(|v| v < TARGET_PCT))
+    }
+
+    /// Issue 36's goals at rest, from the idle scenario's medians: (line, met).
+    pub fn rest_goals(&self) -> Vec<(String, bool)> {
+        let runs = |f: fn(&Sample) -> f64, d: usize| self.results[0].iter().map(|s| format!("{:.d$}", f(s))).collect::<Vec<_>>().join(" ");
+        let (w, c) = (self.wakeups(0), self.agent(0));
+        let w_met = w.is_some_and(|v| v <= REST_WAKEUPS_PER_S);
+        let c_met = c.is_some_and(|v| v <= REST_CPU_PCT);
+        let word = |m: bool| if m { "met" } else { "missed" };
+        vec![
+            (
+                format!(
+                    "goal (issue 36), at rest: agent wake-ups ≤ {REST_WAKEUPS_PER_S} per second: {} (median {}/s; runs {})",
+                    word(w_met),
+                    fmt(w, 2),
+                    runs(|s| s.agent_wakeups_per_s, 2)
+                ),
+                w_met,
+            ),
+            (
+                format!(
+                    "goal (issue 36), at rest: agent CPU ≤ {REST_CPU_PCT} % of one CPU: {} (median {} %; runs {})",
+                    word(c_met),
+                    fmt(c, 3),
+                    runs(|s| s.agent_cpu_pct, 3)
+                ),
+                c_met,
+            ),
+        ]
     }
 
     pub fn json(&self) -> Value {
@@ -219,6 +279,8 @@ impl Summary<'_> {
                     "agent_cpu_pct_median": self.agent(i),
                     "agent_cpu_pct_runs": col(&|s| Some(s.agent_cpu_pct)),
                     "agent_ratio_vs_baseline": Self::ratio(self.agent(i), agent0),
+                    "agent_wakeups_per_s_median": self.wakeups(i),
+                    "agent_wakeups_per_s_runs": col(&|s| Some(s.agent_wakeups_per_s)),
                     "bpf_cpu_pct_median": self.bpf_pct(i),
                     "bpf_cpu_pct_runs": on.then(|| col(&Sample::bpf_cpu_pct)),
                     "bpf_ratio_vs_baseline": Self::ratio(self.bpf_pct(i), bpf0),
@@ -240,6 +302,7 @@ impl Summary<'_> {
             "bpf_off_reason": match &self.bpf { BpfMode::On => None, BpfMode::Off(why) => Some(why.clone()) },
             "source": {
                 "agent_cpu": "kernel: /proc/PID/task/*/schedstat (ns on CPU), per wall second",
+                "agent_wakeups": "kernel: voluntary + nonvoluntary_ctxt_switches of every agent thread (/proc/PID/task/*/status), per wall second",
                 "bpf_cpu": if on { "kernel: BPF_ENABLE_STATS run_time_ns / run_cnt per program the agent holds" } else { "absent: eBPF off" },
                 "load_wakeups": "kernel: voluntary_ctxt_switches of the load's threads (/proc/self/task/TID/status)",
                 "machine_ctxt": "kernel: ctxt in /proc/stat",
@@ -249,6 +312,9 @@ impl Summary<'_> {
             "target": format!("agent CPU with {} sleeping threads < {TARGET_PCT}% of one CPU", a.threads),
             "target_pct": TARGET_PCT,
             "target_met": self.target_met(),
+            "rest_period_ms": a.rest_period_ms,
+            "idle_only": a.idle,
+            "rest_goals": self.rest_goals().into_iter().map(|(line, met)| json!({ "goal": line, "met": met })).collect::<Vec<_>>(),
         })
     }
 
@@ -278,6 +344,7 @@ mod tests {
     fn sample(agent: f64, bpf: Option<f64>, wake: Option<f64>) -> Sample {
         Sample {
             agent_cpu_pct: agent,
+            agent_wakeups_per_s: agent * 20.0,
             bpf: bpf.map(|c| vec![ProgRate { name: "joule_sched_switch".into(), cpu_pct: c, runs_per_s: 900.0, ns_per_run: Some(c * 1e7 / 900.0) }]),
             load_wakeups_per_s: wake,
             load_preemptions_per_s: wake.map(|_| 0.0),
@@ -330,7 +397,7 @@ mod tests {
         assert!(s.header().contains("eBPF off (--no-bpf)"), "{}", s.header());
         for r in s.rows() {
             assert_eq!(r.len(), Summary::COLUMNS.len());
-            assert_eq!((r[6].as_str(), r[7].as_str()), (OFF, OFF), "{r:?}");
+            assert_eq!((r[7].as_str(), r[8].as_str()), (OFF, OFF), "{r:?}");
         }
         assert!(s.prog_rows().is_empty());
         let j = s.json();
@@ -350,10 +417,11 @@ mod tests {
         let a = args(&[]);
         let s = summary(&a, BpfMode::On);
         let rows = s.rows();
-        assert_eq!(rows[0][5], "1.00");
+        assert_eq!(rows[0][6], "1.00");
         assert_eq!(rows[2][3], "0.700"); // median of 0.6 and 0.8
-        assert_eq!(rows[2][6], "0.300");
-        assert_eq!(rows[2][7], "12.00"); // 0.3 / 0.025
+        assert_eq!(rows[2][4], "14.0"); // agent wake-ups/s, beside its CPU
+        assert_eq!(rows[2][7], "0.300");
+        assert_eq!(rows[2][8], "12.00"); // 0.3 / 0.025
         assert_eq!(rows[2][1], "7100");
         assert_eq!(rows[0][1], "—"); // no load threads in the baseline
         let j = s.json();
@@ -361,6 +429,30 @@ mod tests {
         assert!((j["scenarios"][2]["bpf_ratio_vs_baseline"].as_f64().unwrap() - 12.0).abs() < 1e-9);
         assert_eq!(s.prog_rows().len(), 3);
         assert_eq!(s.plot_groups().len(), 6);
-        assert!(s.target_met());
+        assert_eq!(s.target_met(), Some(true));
+    }
+
+    #[test]
+    fn idle_measures_the_baseline_alone_and_says_whether_the_rest_goals_are_met() {
+        let a = args(&["--idle"]);
+        assert_eq!(scenarios(&a).len(), 1);
+        let s = Summary {
+            args: &a,
+            bpf: BpfMode::On,
+            scenarios: scenarios(&a),
+            results: vec![vec![sample(0.04, Some(0.01), None), sample(0.08, Some(0.01), None), sample(0.05, Some(0.01), None)]],
+            command: "joule-bench overhead --idle".into(),
+            loadavg_before: None,
+            loadavg_after: None,
+        };
+        assert_eq!(s.target_met(), None, "no sleeping scenario: nothing to say about issue 2's target");
+        let goals = s.rest_goals();
+        assert_eq!(goals.len(), 2);
+        // 0.05 % median: CPU met; 1.0 wake-ups/s median (0.05 × 20): met, at the limit.
+        assert!(goals.iter().all(|(_, met)| *met), "{goals:?}");
+        assert!(goals[0].0.contains("median 1.00/s") && goals[1].0.contains("median 0.050 %"), "{goals:?}");
+        assert_eq!(s.json()["rest_goals"][1]["met"], true);
+        let busy = Summary { results: vec![vec![sample(0.6, Some(0.01), None)]], ..s };
+        assert!(busy.rest_goals().iter().all(|(l, met)| !met && l.contains("missed")));
     }
 }

@@ -153,6 +153,13 @@ impl ProcMonitor {
         Ok(std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner())))
     }
 
+    /// A descriptor of the ring buffer that `poll` reports readable while an event waits to
+    /// be drained: a loop sleeps on it instead of polling on a timer (issue 36).
+    pub fn ready_fd(&self) -> Result<std::os::fd::OwnedFd, BpfError> {
+        let h = bpf("opening proc_events", MapHandle::try_from(&self.skel.maps.proc_events))?;
+        std::os::fd::AsFd::as_fd(&h).try_clone_to_owned().map_err(|source| BpfError::Io { path: "proc_events".into(), source })
+    }
+
     /// Events that did not fit in the ring buffer since load.
     pub fn lost(&self) -> u64 {
         match self.lost.lookup(&0u32.to_ne_bytes(), MapFlags::ANY) {

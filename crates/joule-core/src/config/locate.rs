@@ -125,6 +125,17 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_period_defaults_to_two_seconds_and_is_never_shorter_than_the_period() {
+        assert_eq!(Config::parse("").unwrap().agent.rest_period_ms(), 2000);
+        assert_eq!(Config::parse("[agent]\nperiod_ms = 3000\n").unwrap().agent.rest_period_ms(), 3000, "unset: the period when longer");
+        assert_eq!(Config::parse("[agent]\nrest_period_ms = 1500\n").unwrap().agent.rest_period_ms(), 1500);
+        for bad in ["[agent]\nrest_period_ms = 50\n", "[agent]\nrest_period_ms = 60001\n"] {
+            let e = Config::parse(bad).unwrap_err();
+            assert!(e.iter().any(|p| p.key.as_deref() == Some("agent.rest_period_ms") && p.line == Some(2)), "{e:#?}");
+        }
+    }
+
+    #[test]
     fn semantic_errors_carry_the_line_of_their_key() {
         let text = "[agent]\nperiod_ms = 5\n\n[thermal]\nstage_thresholds_celsius = [80.0, 70.0]\n";
         let e = Config::parse(text).unwrap_err();

@@ -44,6 +44,10 @@ pub struct Config {
 /// The event log's default cap: 8 MiB, weeks of a busy agent's events.
 pub const DEFAULT_EVENT_LOG_MAX_BYTES: u64 = 8 << 20;
 
+/// The control loop's period at rest (issue 36): half a wake-up a second, so the events that
+/// end a rest (an unrelated exec, a scrape) still leave the agent under one wake-up a second.
+pub const DEFAULT_REST_PERIOD_MS: u64 = 2000;
+
 /// The status line's period where the config leaves it unset and no service manager runs us.
 pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 2000;
 
@@ -52,6 +56,14 @@ pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 2000;
 pub struct AgentConfig {
     /// Control-loop period. Shorter reacts faster and costs more CPU.
     pub period_ms: u64,
+    /// The loop's period while nothing is in motion (stage 0, temperatures well below the first
+    /// threshold, no class or plan change, no power budget): events — the in-kernel stage
+    /// changing, a process event, a nap's wake — end it at once, so reactions still come
+    /// within `period_ms`; a scrape of a reading older than two periods gets a new one. Longer
+    /// lets an idle machine's CPUs stay in deep idle states longer. Equal to `period_ms`: never
+    /// rest. Unset: 2000,
+    /// or `period_ms` when that is longer.
+    pub rest_period_ms: Option<u64>,
     /// Where the Prometheus text endpoint listens; loopback by default.
     pub metrics_addr: String,
     /// Show other users' pids and process names (`joule_task_cpu_wait_ratio`, `/snapshot.json`)
@@ -77,6 +89,11 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// The loop's period at rest: the configured one, else [`DEFAULT_REST_PERIOD_MS`] or the
+    /// full period when that is longer.
+    pub fn rest_period_ms(&self) -> u64 {
+        self.rest_period_ms.unwrap_or(DEFAULT_REST_PERIOD_MS.max(self.period_ms))
+    }
     /// The status line's period (0: none): the configured one, else off under systemd (which
     /// sets `INVOCATION_ID` for every unit it starts) and every 2 s otherwise.
     pub fn status_interval_ms(&self, under_systemd: bool) -> u64 {
@@ -88,6 +105,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         Self {
             period_ms: 100,
+            rest_period_ms: None,
             metrics_addr: "127.0.0.1:9977".into(),
             metrics_show_processes: false,
             metrics_web_config: PathBuf::new(),

@@ -21,6 +21,13 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     if !(10..=60_000).contains(&a.period_ms) {
         bad("agent.period_ms", format!("period_ms = {} is outside 10..=60000", a.period_ms), "100 (10 Hz) is the default");
     }
+    if let Some(ms) = a.rest_period_ms.filter(|ms| !(a.period_ms..=60_000).contains(ms)) {
+        bad(
+            "agent.rest_period_ms",
+            format!("rest_period_ms = {ms} is outside period_ms..=60000 ({}..=60000): the loop never runs faster at rest than in motion", a.period_ms),
+            "1000 (one wake-up a second at rest) is the default; equal to period_ms never rests",
+        );
+    }
     if a.metrics_addr.parse::<std::net::SocketAddr>().is_err() {
         bad("agent.metrics_addr", format!("metrics_addr = {:?} is not an IP:port", a.metrics_addr), "e.g. \"127.0.0.1:9977\"");
     }

@@ -6,6 +6,7 @@
 pub mod knob;
 mod lifecycle;
 mod merge;
+pub mod pace;
 mod plan;
 
 pub use knob::{owner, Conflict, Held, Knob, Request, Rule, Setting};

@@ -16,6 +16,7 @@ pub(crate) mod acting;
 mod events;
 pub(crate) mod guardian;
 mod status;
+mod wake;
 
 use crate::exporter::{self, Published, Shared};
 use crate::metrics::AgentStats;
@@ -25,7 +26,8 @@ use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
 use joule_core::config::Config;
-use joule_core::control::{self, ActCx, Actuators, Conflict, Facts, Policy};
+use joule_core::control::pace::{self, Motion, Pace};
+use joule_core::control::{self, ActCx, Actuators, Conflict, Facts, Plan, Policy, Want};
 use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
 use joule_core::nap::NapCounters;
@@ -260,11 +262,17 @@ fn run_loop(
         let monitors = joule_telemetry::nap::monitors(&cfg.nap.monitors, &t.procfs_root, &t.sysfs_root, &nap_counters);
         sense.push_source(Box::new(joule_telemetry::nap::NapSource::new(monitors, nap_counters.clone())));
     }
-    // A napped loop sleeps a whole napping period; a change of the in-kernel stage (a thermal
-    // tracepoint, or a fed reading) ends that sleep at once, so heat is handled while napped.
-    let stage_wake = match (cfg.nap.enabled, sense.take_stage_waker()) {
-        (true, Some(w)) => Some(StageWake::start(w, nap_counters.clone())?),
-        _ => None,
+    // The loop rests when nothing is in motion (and sleeps a whole napping period while
+    // napped); a change of the in-kernel stage (a thermal tracepoint, or a fed reading), a
+    // process event and SIGINT/SIGTERM end that sleep at once, so nothing waits for a rest to
+    // run out.
+    let mut wake = wake::LoopWake::new().context("while creating the loop's wake socket")?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        wake.on_signal(sig).context("while installing signal handlers")?;
+    }
+    let stage_wake = match sense.take_stage_waker() {
+        Some(w) => Some(StageWake::start(w, nap_counters.clone(), wake.poker()?)?),
+        None => None,
     };
     let ctl = acting::class_controller(cfg, root)?;
     let places = ctl.as_ref().map(|c| c.places()).unwrap_or_default();
@@ -279,14 +287,17 @@ fn run_loop(
     // class lives, from after the classes were applied: the moves of their start are not
     // events to read.
     if let Some(m) = crate::sense::membership::source(cfg, places, sense.bpf_status().enabled)? {
-        sense.push_source(m);
+        sense.push_source(m.source);
+        wake.watch_ring(m.ready);
     }
 
     let shared: Shared = Arc::new(RwLock::new(Published::default()));
     let loopback = cfg.agent.metrics_addr.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().is_loopback());
     let procs = exporter::Processes::policy(exporter::proc_hides_pids(&cfg.telemetry.procfs_root), loopback, cfg.agent.metrics_show_processes);
     let (tls, auth) = web.as_ref().map(|w| (w.tls.is_some(), w.needs_auth())).unwrap_or_default();
-    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default(), web)?;
+    let scrape_poker = wake.poker()?;
+    let freshen = crate::freshen::Freshen::for_period(Duration::from_millis(cfg.agent.period_ms), move || scrape_poker.poke());
+    let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default(), web, Some(freshen))?;
     let url = format!("{}://{addr}/metrics", if tls { "https" } else { "http" });
     tracing::info!("metrics on {url} (per-process data {procs:?}, basic auth {})", if auth { "on" } else { "off" });
     if !(loopback || (tls && auth)) {
@@ -305,6 +316,9 @@ fn run_loop(
     (cx.events)("listening", serde_json::json!({ "metrics": url, "tls": tls, "basic_auth": auth }));
 
     let period = Duration::from_millis(cfg.agent.period_ms);
+    let rest = Duration::from_millis(cfg.agent.rest_period_ms());
+    let first_threshold = sense.sensor_choice().thresholds_celsius.iter().copied().reduce(f64::min);
+    let mut last_plan = Plan::default();
     let status_every = Duration::from_millis(cfg.agent.status_interval_ms(std::env::var_os("INVOCATION_ID").is_some()));
     let deadline = duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut stats = AgentStats::default();
@@ -312,7 +326,6 @@ fn run_loop(
     let mut last_stage = None;
     let mut last_actions: Option<ThermalActions> = None;
     let mut last_conflicts: Vec<Conflict> = Vec::new();
-    let mut next = Instant::now();
     let mut compacted_bytes = journal.size_bytes();
     let panic_after: Option<u64> = std::env::var(PANIC_ENV).ok().and_then(|v| v.parse().ok());
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
@@ -320,6 +333,10 @@ fn run_loop(
         let snap = sense.sample();
         let plan = control::decide(&mut policies, &facts, &snap);
         actuators.reconcile_all(&plan, &mut cx);
+        let motion = motion(cfg, &snap, &plan, &last_plan, first_threshold);
+        let (sleep, why) = pace::next_sleep(&motion, period, rest);
+        stats.pace = Pace { period_ms: sleep.as_millis() as u64, why };
+
         for c in plan.conflicts.iter().filter(|c| !last_conflicts.contains(c)) {
             tracing::warn!("{}: {} won over {}: {}", c.knob, c.won, c.lost, c.why);
             (cx.events)("conflict", serde_json::to_value(c).unwrap_or_default());
@@ -371,7 +388,19 @@ fn run_loop(
             eprintln!("{}", status::status_line(&snap, last_actions.as_ref(), &addr));
             last_status = Instant::now();
         }
-        *shared.write().unwrap_or_else(|e| e.into_inner()) = Published { snapshot: snap, plan, actuators: actuators.status().to_vec(), agent: stats.clone() };
+        last_plan = plan.clone();
+        {
+            let mut p = shared.write().unwrap_or_else(|e| e.into_inner());
+            let generation = p.generation + 1;
+            *p = Published {
+                snapshot: snap,
+                plan,
+                actuators: actuators.status().to_vec(),
+                agent: stats.clone(),
+                published_at: Some(Instant::now()),
+                generation,
+            };
+        }
 
         // Compaction follows the churn: only once the journal has doubled since the last one
         // (a machine of steady processes never pays for a pass over its members' records).
@@ -390,7 +419,6 @@ fn run_loop(
             }
         }
 
-        next += period;
         let now = Instant::now();
         if nap_counters.napping() {
             // Napping: the loop's own wake-ups count too, so it wakes once per napping period
@@ -400,12 +428,17 @@ fn run_loop(
             if nap_counters.sleep_napping(Duration::from_millis(cfg.nap.napping_period_ms)) {
                 std::thread::sleep(period);
             }
-            next = Instant::now() + period;
-        } else if next > now {
-            std::thread::sleep(next - now);
-        } else {
-            next = now; // overran: do not try to catch up with a burst
-        }
+        } else if let Some(left) = (t0 + sleep).min(deadline.unwrap_or(t0 + sleep)).checked_duration_since(now) {
+            // An event ends the sleep, but the next period never starts sooner than one full
+            // period after this one: acted on within a period, at most one period's rate.
+            if let Some(e) = wake.sleep(left) {
+                let at = pace::wake_after(sleep, Some(now.duration_since(t0) + e), period);
+                stats.rests_ended_total += u64::from(why == pace::Why::Rest);
+                if let Some(more) = (t0 + at).checked_duration_since(Instant::now()) {
+                    std::thread::sleep(more);
+                }
+            }
+        } // else overran: the next period starts now, no burst to catch up
     }
     for (name, e) in actuators.shutdown_all(&mut cx) {
         tracing::warn!("stopping the {name} actuator: {e} (the journal replay that follows retries)");
@@ -413,6 +446,26 @@ fn run_loop(
     drop(stage_wake);
     drop(sense); // detaches BPF programs and removes the pins
     Ok(())
+}
+
+/// What is in motion after this period's plan: the inputs of the loop's pace.
+fn motion(cfg: &Config, snap: &joule_core::Snapshot, plan: &Plan, last: &Plan, first_threshold: Option<f64>) -> Motion {
+    let st = &snap.stage;
+    let m = &snap.membership;
+    let temp_known = st.computed_by != joule_core::snapshot::StageEngine::None;
+    let thermal = temp_known && first_threshold.is_some();
+    Motion {
+        stage: st.value,
+        busy: thermal && snap.cpu.total_utilization >= pace::BUSY_UTILIZATION,
+        temp_celsius: temp_known.then_some(st.temp_celsius),
+        first_threshold_celsius: first_threshold,
+        power_budget: !cfg.thermal.power_thresholds_watts.is_empty(),
+        // A new reading (a source without eBPF repeats one between its walks) in which a
+        // process joined, left or moved, or a class's size changed.
+        class_change: m.generation != last.members.generation && (!m.changed.is_empty() || m.sizes != last.members.sizes),
+        plan_change: pace::plan_moved(last, plan),
+        following_threads: plan.decisions.iter().any(|d| matches!(d.want, Want::Affinity { .. } | Want::Elevate { .. })),
+    }
 }
 
 /// Says once, at start, which sensors the stage follows and where its thresholds come from, or
@@ -436,21 +489,22 @@ fn say_sensor_choice(cfg: &Config, choice: &joule_core::thermal_sensors::SensorC
     events.emit("thermal_sensors", serde_json::json!({ "sensors": choice.sensors, "thresholds_celsius": choice.thresholds_celsius, "thresholds_from": choice.thresholds_from, "act_on_model": cfg.thermal.act_on_model }));
 }
 
-/// The thread that ends a napped loop's sleep when the in-kernel stage changes; stopped and
-/// joined on drop (before the stage's programs are).
+/// The thread that ends the loop's sleep (a rest, or a whole napping period) when the
+/// in-kernel stage changes; stopped and joined on drop (before the stage's programs are).
 struct StageWake {
     stop: joule_bpf::RingStop,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StageWake {
-    fn start(waker: joule_bpf::StageWaker, counters: Arc<NapCounters>) -> anyhow::Result<StageWake> {
+    fn start(waker: joule_bpf::StageWaker, counters: Arc<NapCounters>, poker: wake::Poker) -> anyhow::Result<StageWake> {
         let stop = joule_bpf::RingStop::new()?;
         let st = stop.clone();
         let thread = std::thread::Builder::new().name("joule-stage-wake".into()).spawn(move || {
             let r = waker.run(&st, |e| {
                 tracing::debug!("in-kernel stage {} -> {} ({} m°C, zone {})", e.old_stage, e.stage, e.temp_mc, e.zone);
                 counters.poke();
+                poker.poke();
             });
             if let Err(e) = r {
                 tracing::error!("the thermal stage's change events stopped: {e}");

@@ -14,6 +14,7 @@ use joule_core::membership::{ClassPlace, ProcChange, ProcessCache};
 use joule_core::snapshot::{ClassMembers, ProcessEvents};
 use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,18 +27,29 @@ pub const MIN_RESYNC_GAP: Duration = Duration::from_secs(5);
 /// The agent's membership source, when the config has classes: kept from process events with
 /// eBPF; else a walk of /proc every period when placement or the user-space scheduler follow a
 /// class's threads, and once a second otherwise.
-pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Result<Option<Box<dyn Source + Send>>> {
+/// The membership source, and with eBPF a descriptor `poll` reports readable while a
+/// process event waits to be read.
+pub struct Reading {
+    pub source: Box<dyn Source + Send>,
+    pub ready: Option<OwnedFd>,
+}
+
+/// With eBPF it comes with the process monitor's ring buffer, readable while an event waits:
+/// the loop's rest ends on it.
+pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Result<Option<Reading>> {
     let t = &cfg.telemetry;
     if cfg.classes.is_empty() {
         return Ok(None);
     }
     if bpf {
         let creds = watch_creds(cfg);
-        return Ok(Some(Box::new(EventMembership::new(&t.procfs_root, &cfg.classes, places, creds)?)));
+        let m = EventMembership::new(&t.procfs_root, &cfg.classes, places, creds)?;
+        let ready = m.monitor.ready_fd().context("while opening the process monitor's events for the loop's wake")?;
+        return Ok(Some(Reading { source: Box::new(m), ready: Some(ready) }));
     }
     let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
     let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
-    Ok(Some(Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every))))
+    Ok(Some(Reading { source: Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every)), ready: None }))
 }
 
 /// Whether membership needs to see uid changes: a class matches by uid, or a class grants (a
