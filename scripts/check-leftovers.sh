@@ -9,6 +9,10 @@ state() {
   echo "sysctl kernel.sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
   awk '$3 ~ /^(bpf|tracefs|debugfs)$/ { print "mount " $3 " " $2 }' /proc/self/mounts | sort
   find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d -name 'joule*' 2>/dev/null | sed 's/^/cgroup /' | sort
+  # The Kubernetes root tests' containerd (joule-testkit's harness, state in /tmp/joule-cri.*),
+  # its shims and the kubepods cgroups runc makes.
+  find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sed 's/^/cgroup /' | sort
+  pgrep -a -f 'joule-cri\.' 2>/dev/null | awk '{ print "process " $2 }' | sort
   if [ -d /sys/fs/bpf ]; then find /sys/fs/bpf -maxdepth 1 -name 'joule*' | sed 's/^/pin /' | sort; fi
   if command -v bpftool >/dev/null; then
     bpftool prog show 2>/dev/null | awk '/ name joule/ { for (i = 1; i <= NF; i++) if ($i == "name") print "bpf-prog " $(i + 1) }' | sort

@@ -11,7 +11,8 @@ WHAT=${1:-build}
 #   clang-16       compiles src/bpf/*.bpf.c (-target bpf); bookworm's default clang-14 is older
 #   libclang1-16   bindgen (joule-bpf's build.rs) loads it to turn src/bpf/intf.h into Rust
 #   libelf-dev zlib1g-dev pkg-config   libbpf-sys builds its vendored libbpf against them
-BUILD_PKGS=(clang-16 llvm-16 libclang1-16 libelf-dev zlib1g-dev pkg-config make)
+#   protobuf-compiler   protoc: joule-kube's CRI client is generated from the CRI protobufs
+BUILD_PKGS=(clang-16 llvm-16 libclang1-16 libelf-dev zlib1g-dev pkg-config make protobuf-compiler)
 # ...and the test tiers:
 #   bpftool        scripts/check-leftovers.sh lists loaded joule programs with `bpftool prog
 #                  show` after the test tiers; scripts/gen-vmlinux.sh dumps the VM kernel's BTF
@@ -22,7 +23,8 @@ BUILD_PKGS=(clang-16 llvm-16 libclang1-16 libelf-dev zlib1g-dev pkg-config make)
 #                  (the guest shares the host's root filesystem, so installing here serves both)
 #   python3        /usr/bin/python3 with its standard library (socket, resource): processes that
 #                  rename themselves, fork storms and a connection flood in the root tests
-TEST_PKGS=(bpftool iproute2 procps fio stress-ng iperf3 python3)
+#   gcc libc6-dev  a static /pause for the Kubernetes root tests' image (scripts/kube/test-image.sh)
+TEST_PKGS=(bpftool iproute2 procps fio stress-ng iperf3 python3 gcc libc6-dev)
 # ...and packaging (scripts/deb.sh): dpkg-shlibdeps, lintian, objcopy/readelf.
 DEB_PKGS=(dpkg-dev lintian binutils)
 
@@ -89,4 +91,18 @@ fi
 if [ ! -x "$TOOLS/bin/nginx" ] && [ "$(id -u)" = 0 ]; then
   echo "install-deps: unpacking nginx into $TOOLS/bin (from Debian's nginx package, not installed)"
   work=$(mktemp -d); ( cd "$work" && { apt-get download -qq nginx 2>/dev/null || { apt-get update -qq && apt-get download -qq nginx; }; } ) && dpkg -x "$work"/nginx_*.deb "$work/root" && mkdir -p "$TOOLS/bin" && install -m 0755 "$work/root/usr/sbin/nginx" "$TOOLS/bin/nginx"; rm -rf "$work"
+fi
+
+# containerd and runc (the Kubernetes root tests' container runtime, joule-testkit's
+# containerd harness): Debian's packages would install and enable a system containerd, so as for
+# nginx only their binaries are unpacked into the cache; the tests run containerd with a config,
+# state and socket of their own.
+if [ ! -x "$TOOLS/bin/runc" ] && [ "$(id -u)" = 0 ]; then
+  echo "install-deps: unpacking containerd and runc into $TOOLS/bin (from Debian's packages, not installed)"
+  work=$(mktemp -d)
+  ( cd "$work" && { apt-get download -qq containerd runc 2>/dev/null || { apt-get update -qq && apt-get download -qq containerd runc; }; } )
+  for deb in "$work"/containerd_*.deb "$work"/runc_*.deb; do dpkg -x "$deb" "$work/root"; done
+  mkdir -p "$TOOLS/bin"
+  for b in bin/containerd bin/containerd-shim-runc-v2 bin/ctr sbin/runc; do install -m 0755 "$work/root/usr/$b" "$TOOLS/bin/"; done
+  rm -rf "$work"
 fi

@@ -14,6 +14,7 @@ pub mod effects;
 pub mod energy;
 pub mod fsread;
 pub mod journal;
+pub mod kubepods;
 pub mod membership;
 pub mod metric;
 pub mod mountinfo;

@@ -87,6 +87,9 @@ pub struct MatchRules {
     pub unit: Vec<String>,
     /// systemd slices (`batch.slice`): as `unit`, for every unit below the slice too.
     pub slice: Vec<String>,
+    /// Kubernetes pods (docs/kubernetes.md): by QoS class from the kubelet's cgroups, and by
+    /// namespace, name, labels, annotations and container from the node's runtime.
+    pub pod: super::pod::PodRules,
 }
 
 impl ClassConfig {
@@ -138,25 +141,35 @@ pub const DEFAULT_WEIGHT: u64 = 100;
 
 impl MatchRules {
     /// Whether a task matches: every kind of rule that is given matches (any one value within
-    /// a kind). `cgroups` are the task's cgroup paths in every hierarchy.
-    pub fn matches(&self, pid: i32, comm: &str, exe: Option<&std::path::Path>, uid: Option<u32>, cgroups: impl IntoIterator<Item = impl AsRef<str>>) -> bool {
+    /// a kind). `cgroups` are the task's cgroup paths in every hierarchy; `pods` what the
+    /// node's runtime said about its pods (empty without one).
+    pub fn matches(
+        &self,
+        pid: i32,
+        comm: &str,
+        exe: Option<&std::path::Path>,
+        uid: Option<u32>,
+        cgroups: impl IntoIterator<Item = impl AsRef<str>>,
+        pods: &super::PodIndex,
+    ) -> bool {
+        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
         !self.is_empty()
             && (self.pid.is_empty() || self.pid.contains(&pid))
             && (self.comm.is_empty() || self.comm.iter().any(|c| c == comm))
             && (self.exe.is_empty() || exe.is_some_and(|e| self.exe.iter().any(|x| std::path::Path::new(x) == e)))
             && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)))
-            && self.cgroups_match(cgroups)
+            && self.cgroups_match(&paths)
+            && self.pod.matches(paths.iter().map(String::as_str), pods)
     }
 
     /// The `cgroup`, `unit` and `slice` rules against a task's cgroup paths (each kind given
     /// must hold for one of them). A unit or slice is matched only where systemd puts it
     /// ([`systemd_unit_at`]), outside every delegated subtree: a user's own manager, a delegated
     /// service's or a container's processes may name a cgroup `nginx.service` too.
-    fn cgroups_match(&self, cgroups: impl IntoIterator<Item = impl AsRef<str>>) -> bool {
+    fn cgroups_match(&self, paths: &[String]) -> bool {
         if self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() {
             return true;
         }
-        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
         let has = |names: &[String]| names.is_empty() || paths.iter().any(|p| !delegated(p) && names.iter().any(|n| systemd_unit_at(p, n)));
         (self.cgroup.is_empty() || paths.iter().any(|p| self.cgroup_matches(p))) && has(&self.unit) && has(&self.slice)
     }
@@ -169,6 +182,7 @@ impl MatchRules {
             && self.exe.is_empty()
             && self.pid.is_empty()
             && self.uid.is_empty()
+            && self.pod.is_empty()
     }
 
     /// Every unit and slice named, units first.
@@ -177,12 +191,18 @@ impl MatchRules {
     }
 
     /// Whether the rules hold something no unprivileged user can choose for a process: a uid,
-    /// a system unit or slice (matched outside delegated subtrees only), or a cgroup outside
+    /// a system unit or slice (matched outside delegated subtrees only), a cgroup outside
     /// every delegated subtree (systemd's `user@UID.service`, where a user
-    /// creates cgroups). `comm` and `exe` are claims: anyone can name a process or exec a copy
-    /// of a binary; a pid can be won by forking until it comes round.
+    /// creates cgroups), or a pod namespace (who may create pods there is the cluster's RBAC;
+    /// the kubepods cgroups only the kubelet makes). `comm` and `exe` are claims: anyone can
+    /// name a process or exec a copy of a binary; a pid can be won by forking until it comes
+    /// round; a pod's labels, annotations and names are its author's.
     pub fn unforgeable(&self) -> bool {
-        !self.uid.is_empty() || !self.unit.is_empty() || !self.slice.is_empty() || (!self.cgroup.is_empty() && self.cgroup.iter().all(|c| !delegated(c)))
+        !self.uid.is_empty()
+            || !self.unit.is_empty()
+            || !self.slice.is_empty()
+            || (!self.cgroup.is_empty() && self.cgroup.iter().all(|c| !delegated(c)))
+            || !self.pod.namespace.is_empty()
     }
 
     /// The rules that take the whole machine, in words.
@@ -214,6 +234,7 @@ impl MatchRules {
             && self.uid.is_empty()
             && self.unit.is_empty()
             && self.slice.is_empty()
+            && self.pod.is_empty()
     }
 }
 
@@ -315,10 +336,10 @@ mod tests {
         let cfg = Config::parse("[[class]]\nname = \"c\"\nmatch = { comm = [\"a\", \"b\"], uid = [0, 33] }\n").unwrap();
         let m = &cfg.classes[0].matches;
         let none: [&str; 0] = [];
-        assert!(m.matches(1, "b", None, Some(33), none));
-        assert!(!m.matches(1, "b", None, Some(1001), none), "comm alone is not enough");
-        assert!(!m.matches(1, "c", None, Some(0), none), "uid alone is not enough");
-        assert!(!m.matches(1, "a", None, None, none), "an unknown uid matches no uid rule");
+        assert!(m.matches(1, "b", None, Some(33), none, &Default::default()));
+        assert!(!m.matches(1, "b", None, Some(1001), none, &Default::default()), "comm alone is not enough");
+        assert!(!m.matches(1, "c", None, Some(0), none, &Default::default()), "uid alone is not enough");
+        assert!(!m.matches(1, "a", None, None, none, &Default::default()), "an unknown uid matches no uid rule");
     }
 
     /// Issue 33, item 1: a unit or slice is where systemd puts it, not any path segment of its
@@ -349,7 +370,7 @@ mod tests {
         }
         let cfg = Config::parse("[[class]]\nname = \"c\"\nrt_runtime_us = 50000\nmatch = { unit = [\"audrt.service\"] }\n").unwrap();
         let m = &cfg.classes[0].matches;
-        assert!(m.matches(7, "x", None, Some(0), ["/system.slice/audrt.service"]));
-        assert!(!m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"]), "a delegated directory's audrt.service is not the unit");
+        assert!(m.matches(7, "x", None, Some(0), ["/system.slice/audrt.service"], &Default::default()));
+        assert!(!m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"], &Default::default()), "a delegated directory's audrt.service is not the unit");
     }
 }

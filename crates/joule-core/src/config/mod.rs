@@ -8,6 +8,7 @@ mod energy;
 mod locate;
 mod nap;
 mod net;
+mod pod;
 mod thermal;
 mod validate;
 
@@ -16,6 +17,7 @@ pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use nap::{MachineNap, NapConfig, NapMonitors};
+pub use pod::{PodIndex, PodMeta, PodRules};
 pub use net::{Direction, FlowMatch, NetConfig, NetLimit, MAX_LIMITS_PER_INTERFACE};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 

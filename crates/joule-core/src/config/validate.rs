@@ -201,6 +201,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     let mut bad = |key: &str, msg: String, hint: &str| out.push((key.to_string(), msg, hint.to_string()));
 
     let mut seen = std::collections::HashSet::new();
+    let mut pod_problems = Vec::new();
     for (i, c) in cfg.classes.iter().enumerate() {
         let key = format!("class[{i}].name");
         if c.name.is_empty() || !c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_') {
@@ -228,6 +229,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
                 );
             }
         }
+        super::pod::validate(i, &c.name, &c.matches.pod, &mut pod_problems);
         let grants = cfg.grants(c);
         if !grants.is_empty() && !c.matches.is_empty() && !c.matches.unforgeable() {
             bad(
@@ -258,6 +260,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
             }
         }
     }
+    out.extend(pod_problems);
     let names: Vec<String> = cfg.classes.iter().map(|c| c.name.clone()).collect();
     out.extend(super::energy::problems(&cfg.energy, &names));
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
