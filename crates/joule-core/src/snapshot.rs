@@ -61,6 +61,10 @@ pub struct ProcessEvents {
     /// much staler meanwhile; one walk then covered them all).
     #[serde(default)]
     pub resyncs_deferred_total: u64,
+    /// Events were lost and their walk of /proc is still to come: the membership is stale until
+    /// then, so the control loop keeps its full period (it must not rest past the walk).
+    #[serde(default)]
+    pub resync_pending: bool,
     /// Processes the cache knows.
     pub processes: usize,
     pub source: Origin,

@@ -37,8 +37,15 @@ pub struct Motion {
     pub power_budget: bool,
     /// Processes joined, left or moved between classes since the last period.
     pub class_change: bool,
+    /// The process monitor lost events and the walk of /proc that recovers them is still to
+    /// come (it waits for a minimum gap after the last walk): resting would put it off further.
+    pub resync_pending: bool,
     /// The plan's knobs or wants differ from the last period's (a cap, limit or nap moving).
     pub plan_change: bool,
+    /// A nap is armed and the machine is awake: idleness is sampled (the monitors other than
+    /// the watched ports' eBPF counters are read, not signalled), so the nap starts within a
+    /// full period of `[nap] idle_ms`, not a rest period late. Napping has its own period.
+    pub nap_armed: bool,
     /// Placement or the user-space scheduler follow a class's threads (their decisions hold).
     pub following_threads: bool,
 }
@@ -56,7 +63,9 @@ pub enum Why {
     Busy,
     PowerBudget,
     ClassChange,
+    ResyncPending,
     PlanChange,
+    NapArmed,
     FollowingThreads,
 }
 
@@ -69,7 +78,9 @@ impl Why {
             Why::Busy => "busy",
             Why::PowerBudget => "power_budget",
             Why::ClassChange => "class_change",
+            Why::ResyncPending => "resync_pending",
             Why::PlanChange => "plan_change",
+            Why::NapArmed => "nap_armed",
             Why::FollowingThreads => "following_threads",
         }
     }
@@ -99,8 +110,12 @@ pub fn next_sleep(m: &Motion, full: Duration, rest: Duration) -> (Duration, Why)
         Why::PowerBudget
     } else if m.class_change {
         Why::ClassChange
+    } else if m.resync_pending {
+        Why::ResyncPending
     } else if m.plan_change {
         Why::PlanChange
+    } else if m.nap_armed {
+        Why::NapArmed
     } else if m.following_threads {
         Why::FollowingThreads
     } else {
@@ -156,7 +171,9 @@ mod tests {
             (Motion { busy: true, ..far }, Why::Busy),
             (Motion { power_budget: true, ..far }, Why::PowerBudget),
             (Motion { class_change: true, ..far }, Why::ClassChange),
+            (Motion { resync_pending: true, ..far }, Why::ResyncPending),
             (Motion { plan_change: true, ..far }, Why::PlanChange),
+            (Motion { nap_armed: true, ..far }, Why::NapArmed),
             (Motion { following_threads: true, ..far }, Why::FollowingThreads),
         ];
         for (m, why) in cases {

@@ -463,7 +463,9 @@ fn motion(cfg: &Config, snap: &joule_core::Snapshot, plan: &Plan, last: &Plan, f
         // A new reading (a source without eBPF repeats one between its walks) in which a
         // process joined, left or moved, or a class's size changed.
         class_change: m.generation != last.members.generation && (!m.changed.is_empty() || m.sizes != last.members.sizes),
+        resync_pending: snap.process_events.as_ref().is_some_and(|p| p.resync_pending),
         plan_change: pace::plan_moved(last, plan),
+        nap_armed: plan.decisions.iter().any(|d| matches!(d.want, Want::Nap { nap: false, .. })),
         following_threads: plan.decisions.iter().any(|d| matches!(d.want, Want::Affinity { .. } | Want::Elevate { .. })),
     }
 }

@@ -153,6 +153,7 @@ impl Source for EventMembership {
                 MIN_RESYNC_GAP.as_secs()
             );
         }
+        self.stats.resync_pending = self.pending;
         self.stats.processes = self.cache.processes();
         let m = self.cache.reading(&RealEffects);
         snap.classes = m
