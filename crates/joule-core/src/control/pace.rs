@@ -42,10 +42,11 @@ pub struct Motion {
     pub resync_pending: bool,
     /// The plan's knobs or wants differ from the last period's (a cap, limit or nap moving).
     pub plan_change: bool,
-    /// A nap is armed and the machine is awake: idleness is sampled (the monitors other than
-    /// the watched ports' eBPF counters are read, not signalled), so the nap starts within a
-    /// full period of `[nap] idle_ms`, not a rest period late. Napping has its own period.
-    pub nap_armed: bool,
+    /// A nap is armed and the machine is awake: how long until it has been idle for `[nap]
+    /// idle_ms`. Idleness is sampled (the monitors other than the watched ports' eBPF counters
+    /// are read, not signalled), so a rest ends then and the nap starts on time, not up to a rest
+    /// period late. Napping has its own period.
+    pub nap_due_in: Option<Duration>,
     /// Placement or the user-space scheduler follow a class's threads (their decisions hold).
     pub following_threads: bool,
 }
@@ -65,8 +66,9 @@ pub enum Why {
     ClassChange,
     ResyncPending,
     PlanChange,
-    NapArmed,
     FollowingThreads,
+    /// A rest cut short to sample when an armed nap falls due.
+    NapDue,
 }
 
 impl Why {
@@ -80,7 +82,7 @@ impl Why {
             Why::ClassChange => "class_change",
             Why::ResyncPending => "resync_pending",
             Why::PlanChange => "plan_change",
-            Why::NapArmed => "nap_armed",
+            Why::NapDue => "nap_due",
             Why::FollowingThreads => "following_threads",
         }
     }
@@ -94,7 +96,8 @@ pub struct Pace {
 }
 
 /// The sleep after this period: the full period while anything is in motion (the first
-/// reason found, in the order of [`Why`]), else the rest period.
+/// reason found, in the order of [`Why`]), else the rest period, or less when an armed nap
+/// falls due sooner (never less than the full period).
 pub fn next_sleep(m: &Motion, full: Duration, rest: Duration) -> (Duration, Why) {
     let near = match (m.temp_celsius, m.first_threshold_celsius) {
         (Some(t), Some(first)) => t >= first - NEAR_THRESHOLD_CELSIUS,
@@ -114,12 +117,14 @@ pub fn next_sleep(m: &Motion, full: Duration, rest: Duration) -> (Duration, Why)
         Why::ResyncPending
     } else if m.plan_change {
         Why::PlanChange
-    } else if m.nap_armed {
-        Why::NapArmed
     } else if m.following_threads {
         Why::FollowingThreads
     } else {
-        return (rest.max(full), Why::Rest);
+        let rest = rest.max(full);
+        return match m.nap_due_in {
+            Some(due) if due < rest => (due.max(full), Why::NapDue),
+            _ => (rest, Why::Rest),
+        };
     };
     (full, why)
 }
@@ -173,12 +178,17 @@ mod tests {
             (Motion { class_change: true, ..far }, Why::ClassChange),
             (Motion { resync_pending: true, ..far }, Why::ResyncPending),
             (Motion { plan_change: true, ..far }, Why::PlanChange),
-            (Motion { nap_armed: true, ..far }, Why::NapArmed),
             (Motion { following_threads: true, ..far }, Why::FollowingThreads),
         ];
         for (m, why) in cases {
             assert_eq!(next_sleep(&m, FULL, REST), (FULL, why), "{m:?}");
         }
+        // An armed nap cuts a rest short to sample when it falls due, never below the full period.
+        let nap = |ms| Motion { nap_due_in: Some(Duration::from_millis(ms)), ..far };
+        assert_eq!(next_sleep(&nap(300), FULL, REST), (Duration::from_millis(300), Why::NapDue));
+        assert_eq!(next_sleep(&nap(10), FULL, REST), (FULL, Why::NapDue));
+        assert_eq!(next_sleep(&nap(3_600_000), FULL, REST), (REST, Why::Rest), "an hour away: rest");
+        assert_eq!(next_sleep(&Motion { stage: 1, ..nap(300) }, FULL, REST), (FULL, Why::Stage));
         // A temperature with no threshold (no stages) is never near.
         assert_eq!(next_sleep(&Motion { temp_celsius: Some(99.0), ..Default::default() }, FULL, REST).1, Why::Rest);
         // A rest period shorter than the full one never makes the loop faster.

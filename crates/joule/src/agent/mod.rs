@@ -465,7 +465,10 @@ fn motion(cfg: &Config, snap: &joule_core::Snapshot, plan: &Plan, last: &Plan, f
         class_change: m.generation != last.members.generation && (!m.changed.is_empty() || m.sizes != last.members.sizes),
         resync_pending: snap.process_events.as_ref().is_some_and(|p| p.resync_pending),
         plan_change: pace::plan_moved(last, plan),
-        nap_armed: plan.decisions.iter().any(|d| matches!(d.want, Want::Nap { nap: false, .. })),
+        nap_due_in: plan.decisions.iter().find_map(|d| match d.want {
+            Want::Nap { nap: false, idle_for_ms } => Some(Duration::from_millis(cfg.nap.idle_ms.saturating_sub(idle_for_ms))),
+            _ => None,
+        }),
         following_threads: plan.decisions.iter().any(|d| matches!(d.want, Want::Affinity { .. } | Want::Elevate { .. })),
     }
 }
