@@ -1,7 +1,7 @@
 //! The CRI's lists as a `PodIndex`: pod UID → namespace, name, labels, annotations, its
 //! sandboxes' ids and its containers' names. Pure, so the mapping is tested without a runtime.
 
-use joule_core::config::{PodIndex, PodMeta};
+use joule_core::config::PodIndex;
 use k8s_cri::v1::{Container, PodSandbox, PodSandboxState};
 
 /// Builds the index from a `ListPodSandbox` and a `ListContainers` answer. A pod whose sandbox

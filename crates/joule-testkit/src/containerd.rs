@@ -163,7 +163,7 @@ oom_score = 0
             .spawn()
             .map_err(|e| format!("containerd: {e}"))?;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-        let mut c = Containerd { dir, child: Some(child), socket, rt, pods: Vec::new(), shims_before, made_run_containerd };
+        let c = Containerd { dir, child: Some(child), socket, rt, pods: Vec::new(), shims_before, made_run_containerd };
         let t0 = Instant::now();
         while c.ctr(&["version"]).is_err() {
             if t0.elapsed() > Duration::from_secs(20) {
@@ -224,7 +224,7 @@ oom_score = 0
             annotations: p.annotations.iter().cloned().collect(),
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: cgroup_parent.clone(),
-                security_context: Some(LinuxSandboxSecurityContext { namespace_options: Some(ns), ..Default::default() }),
+                security_context: Some(LinuxSandboxSecurityContext { namespace_options: Some(ns.clone()), ..Default::default() }),
                 ..Default::default()
             }),
             ..Default::default()
