@@ -448,6 +448,7 @@ mod tests {
             resyncs_total: 1,
             resync_seconds_total: 0.02,
             resyncs_deferred_total: 2,
+            resync_pending: false,
             processes: 80,
             source: Origin::Ebpf,
         });
