@@ -146,7 +146,12 @@ fn pod_uid(seg: &str, stem: Option<&str>, qos: Qos) -> Option<String> {
                 Qos::Guaranteed => format!("{kp}-pod"),
                 q => format!("{kp}-{}-pod", q.as_str().to_ascii_lowercase()),
             };
-            seg.strip_prefix(level.as_str())?.strip_suffix(".slice")?.replace('_', "-")
+            // systemd's unit names spell the UID's dashes as underscores (a dash nests slices).
+            let raw = seg.strip_prefix(level.as_str())?.strip_suffix(".slice")?;
+            if raw.contains('-') {
+                return None;
+            }
+            raw.replace('_', "-")
         }
         None => seg.strip_prefix("pod")?.to_string(),
     };

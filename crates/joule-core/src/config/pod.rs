@@ -201,7 +201,7 @@ mod tests {
             ..Default::default()
         };
         validate(3, "c", &r, &mut out);
-        let text = format!("{out:?}");
+        let text: String = out.iter().map(|(k, m, _)| format!("{k}: {m}\n")).collect();
         assert_eq!(out.len(), 4, "{text}");
         assert!(text.contains("match.pod is not acted on by this version"), "{text}");
         let mut out = Vec::new();
