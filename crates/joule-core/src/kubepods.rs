@@ -161,8 +161,7 @@ fn pod_uid(seg: &str, stem: Option<&str>, qos: Qos) -> Option<String> {
 /// A UID as the API server makes them: 8-4-4-4-12 hex digits.
 fn is_uid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
-    parts.len() == 5
-        && parts.iter().zip([8, 4, 4, 4, 12]).all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
+    parts.len() == 5 && parts.iter().zip([8, 4, 4, 4, 12]).all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 fn container(seg: &str, systemd: bool) -> Option<ContainerCgroup> {
@@ -214,9 +213,7 @@ mod tests {
     #[test]
     fn systemd_driver_paths_with_both_runtimes_and_crio_conmon() {
         let u = UID.replace('-', "_");
-        let c = pod(&format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"
-        ));
+        let c = pod(&format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"));
         assert_eq!((c.qos, c.pod_uid.as_str()), (Qos::Burstable, UID));
         assert_eq!(c.container.unwrap().runtime, Runtime::Containerd);
         let g = pod(&format!("/kubepods.slice/kubepods-pod{u}.slice/crio-{ID}.scope"));
@@ -224,10 +221,7 @@ mod tests {
         assert_eq!(g.container.unwrap(), ContainerCgroup { runtime: Runtime::Crio, id: ID.into(), conmon: false });
         let m = pod(&format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/crio-conmon-{ID}.scope"));
         assert!(m.container.unwrap().conmon);
-        assert_eq!(
-            parse("/kubepods.slice/kubepods-besteffort.slice"),
-            Some(KubeCgroup::QosLevel(Some(Qos::BestEffort)))
-        );
+        assert_eq!(parse("/kubepods.slice/kubepods-besteffort.slice"), Some(KubeCgroup::QosLevel(Some(Qos::BestEffort))));
         // Below a kubelet cgroup root (kind, kubeadm): the levels above kubepods are ignored.
         let k = pod(&format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice"));
         assert_eq!(k.qos, Qos::BestEffort, "{k:?}");

@@ -43,10 +43,7 @@ impl Cri {
     /// The first of [`DEFAULT_SOCKETS`] under `root` ("/" on a node) that is a socket.
     pub fn find_socket(root: &Path) -> Option<PathBuf> {
         use std::os::unix::fs::FileTypeExt;
-        DEFAULT_SOCKETS
-            .iter()
-            .map(|s| root.join(s.trim_start_matches('/')))
-            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket()))
+        DEFAULT_SOCKETS.iter().map(|s| root.join(s.trim_start_matches('/'))).find(|p| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket()))
     }
 
     pub fn socket(&self) -> &Path {
@@ -56,9 +53,7 @@ impl Cri {
     /// Every pod sandbox and container the runtime knows, as a `PodIndex`.
     pub fn pods(&self) -> Result<PodIndex, CriError> {
         let timeout = self.timeout;
-        self.rt.block_on(async {
-            tokio::time::timeout(timeout, self.list()).await.map_err(|_| CriError::Timeout { socket: self.socket.clone(), timeout })?
-        })
+        self.rt.block_on(async { tokio::time::timeout(timeout, self.list()).await.map_err(|_| CriError::Timeout { socket: self.socket.clone(), timeout })? })
     }
 
     async fn list(&self) -> Result<PodIndex, CriError> {

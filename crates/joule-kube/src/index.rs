@@ -61,11 +61,16 @@ mod tests {
 
     #[test]
     fn a_recreated_sandbox_keeps_the_ready_ones_metadata_and_every_id() {
-        let sb = [sandbox("old", "u1", "web", false, 20, "stale"), sandbox("new", "u1", "web", true, 10, "frontend"), sandbox("b", "u2", "batch", true, 5, "batch")];
+        let sb =
+            [sandbox("old", "u1", "web", false, 20, "stale"), sandbox("new", "u1", "web", true, 10, "frontend"), sandbox("b", "u2", "batch", true, 5, "batch")];
         let cs = [container("c1", "new", "nginx"), container("c0", "old", "nginx"), container("c9", "gone", "x"), container("c2", "b", "job")];
         let ix = index(&sb, &cs);
         let web = &ix["u1"];
-        assert_eq!((web.namespace.as_str(), web.name.as_str(), web.labels["tier"].as_str()), ("shop", "web", "frontend"), "the ready sandbox wins over a newer dead one");
+        assert_eq!(
+            (web.namespace.as_str(), web.name.as_str(), web.labels["tier"].as_str()),
+            ("shop", "web", "frontend"),
+            "the ready sandbox wins over a newer dead one"
+        );
         assert_eq!(web.sandbox_ids.iter().map(String::as_str).collect::<Vec<_>>(), ["new", "old"]);
         assert_eq!(web.containers.len(), 2, "{web:?}");
         assert_eq!(ix["u2"].containers["c2"], "job");

@@ -31,7 +31,9 @@ fn spec(name: &str, uid: &str, qos: &'static str, tier: &str) -> PodSpec {
 /// The cgroup path of `pid` in its first v1 hierarchy (the same path in all of them).
 fn cgroup_of(pid: i32) -> String {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    text.lines().find_map(|l| l.splitn(3, ':').nth(2).filter(|p| p.contains("kubepods")).map(str::to_string)).unwrap_or_else(|| panic!("{pid} in no pod: {text}"))
+    text.lines()
+        .find_map(|l| l.splitn(3, ':').nth(2).filter(|p| p.contains("kubepods")).map(str::to_string))
+        .unwrap_or_else(|| panic!("{pid} in no pod: {text}"))
 }
 
 #[test]

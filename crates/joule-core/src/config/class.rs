@@ -371,6 +371,9 @@ mod tests {
         let cfg = Config::parse("[[class]]\nname = \"c\"\nrt_runtime_us = 50000\nmatch = { unit = [\"audrt.service\"] }\n").unwrap();
         let m = &cfg.classes[0].matches;
         assert!(m.matches(7, "x", None, Some(0), ["/system.slice/audrt.service"], &Default::default()));
-        assert!(!m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"], &Default::default()), "a delegated directory's audrt.service is not the unit");
+        assert!(
+            !m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"], &Default::default()),
+            "a delegated directory's audrt.service is not the unit"
+        );
     }
 }

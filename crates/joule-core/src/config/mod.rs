@@ -17,8 +17,8 @@ pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use nap::{MachineNap, NapConfig, NapMonitors};
-pub use pod::{PodIndex, PodMeta, PodRules};
 pub use net::{Direction, FlowMatch, NetConfig, NetLimit, MAX_LIMITS_PER_INTERFACE};
+pub use pod::{PodIndex, PodMeta, PodRules};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};

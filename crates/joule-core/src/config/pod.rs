@@ -207,7 +207,12 @@ mod tests {
         let mut out = Vec::new();
         validate(0, "c", &PodRules::default(), &mut out);
         assert!(out.is_empty(), "{out:?}");
-        for want in ["\"guaranteed\" is not a QoS class", "\"-bad\" is not a Kubernetes labels key", "\"Example.com/x\" is not a Kubernetes annotations key", "class[3].match.pod.qos"] {
+        for want in [
+            "\"guaranteed\" is not a QoS class",
+            "\"-bad\" is not a Kubernetes labels key",
+            "\"Example.com/x\" is not a Kubernetes annotations key",
+            "class[3].match.pod.qos",
+        ] {
             assert!(text.contains(want), "{want}: {text}");
         }
         assert!(label_key("joule.io/cap") && label_key("tier") && !label_key("") && !label_key(&"a".repeat(64)));
