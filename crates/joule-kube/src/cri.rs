@@ -57,19 +57,23 @@ impl Cri {
     }
 
     async fn list(&self) -> Result<PodIndex, CriError> {
-        let path = self.socket.clone();
-        // The URI is a placeholder: the connector below always dials the socket.
-        let channel = tonic::transport::Endpoint::from_static("http://[::]:50051")
-            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .map_err(|source| CriError::Connect { socket: self.socket.clone(), source })?;
+        let channel = channel(&self.socket).await.map_err(|source| CriError::Connect { socket: self.socket.clone(), source })?;
         let mut client = RuntimeServiceClient::new(channel);
         let call = |call: &'static str| move |status| CriError::Call { socket: self.socket.clone(), call, status: Box::new(status) };
         let sandboxes = client.list_pod_sandbox(ListPodSandboxRequest { filter: None }).await.map_err(call("ListPodSandbox"))?.into_inner().items;
         let containers = client.list_containers(ListContainersRequest { filter: None }).await.map_err(call("ListContainers"))?.into_inner().containers;
         Ok(crate::index(&sandboxes, &containers))
     }
+}
+
+/// A gRPC channel to the runtime's CRI socket (the test harness that makes pods uses it too).
+pub async fn channel(socket: &Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = socket.to_path_buf();
+    // The URI is a placeholder: the connector always dials the socket.
+    tonic::transport::Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
 }

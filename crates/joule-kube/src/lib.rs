@@ -8,5 +8,5 @@
 mod cri;
 mod index;
 
-pub use cri::{Cri, CriError, DEFAULT_SOCKETS};
+pub use cri::{channel, Cri, CriError, DEFAULT_SOCKETS};
 pub use index::index;

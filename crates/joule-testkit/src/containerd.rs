@@ -189,16 +189,7 @@ oom_score = 0
     }
 
     fn client(&self) -> Result<RuntimeServiceClient<tonic::transport::Channel>, String> {
-        let path = self.socket.clone();
-        let ch = self
-            .rt
-            .block_on(tonic::transport::Endpoint::from_static("http://[::]:50051").connect_with_connector(tower::service_fn(
-                move |_: tonic::transport::Uri| {
-                    let path = path.clone();
-                    async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-                },
-            )))
-            .map_err(|e| format!("CRI connect: {e}"))?;
+        let ch = self.rt.block_on(joule_kube::channel(&self.socket)).map_err(|e| format!("CRI connect: {e}"))?;
         Ok(RuntimeServiceClient::new(ch))
     }
 

@@ -152,14 +152,17 @@ impl MatchRules {
         cgroups: impl IntoIterator<Item = impl AsRef<str>>,
         pods: &super::PodIndex,
     ) -> bool {
-        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
-        !self.is_empty()
+        let cheap = !self.is_empty()
             && (self.pid.is_empty() || self.pid.contains(&pid))
             && (self.comm.is_empty() || self.comm.iter().any(|c| c == comm))
             && (self.exe.is_empty() || exe.is_some_and(|e| self.exe.iter().any(|x| std::path::Path::new(x) == e)))
-            && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)))
-            && self.cgroups_match(&paths)
-            && self.pod.matches(paths.iter().map(String::as_str), pods)
+            && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)));
+        // The paths are copied only for rules that read them (a walk matches every process).
+        if !cheap || (self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() && self.pod.is_empty()) {
+            return cheap;
+        }
+        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
+        self.cgroups_match(&paths) && self.pod.matches(paths.iter().map(String::as_str), pods)
     }
 
     /// The `cgroup`, `unit` and `slice` rules against a task's cgroup paths (each kind given
