@@ -12,7 +12,7 @@ state() {
   # The Kubernetes root tests' containerd (joule-testkit's harness, state in /tmp/joule-cri.*),
   # its shims and the kubepods cgroups runc makes.
   find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d -name 'kubepods*' 2>/dev/null | sed 's/^/cgroup /' | sort
-  pgrep -a -f 'joule-cri\.' 2>/dev/null | awk '{ print "process " $2 }' | sort
+  { pgrep -a -f 'joule-cri\.' 2>/dev/null || true; } | awk '{ print "process " $2 }' | sort
   if [ -d /sys/fs/bpf ]; then find /sys/fs/bpf -maxdepth 1 -name 'joule*' | sed 's/^/pin /' | sort; fi
   if command -v bpftool >/dev/null; then
     bpftool prog show 2>/dev/null | awk '/ name joule/ { for (i = 1; i <= NF; i++) if ($i == "name") print "bpf-prog " $(i + 1) }' | sort
@@ -34,6 +34,6 @@ case "${1:-}" in
       exit 1
     fi
     rm -f "$now.diff"
-    echo "check-leftovers: nothing left behind (sysctl, mounts, cgroups, pins, BPF programs, netns, qdiscs, guest roots)" ;;
+    echo "check-leftovers: nothing left behind (sysctl, mounts, cgroups, pins, BPF programs, netns, qdiscs, guest roots, test containerd)" ;;
   *) echo "usage: $0 save|compare FILE" >&2; exit 2 ;;
 esac
