@@ -54,7 +54,7 @@ pub struct OverheadArgs {
     #[arg(long, default_value_t = 100)]
     pub period_ms: u64,
     /// The agent's `rest_period_ms` (its period while nothing is in motion). Default: the
-    /// agent's own (1000 ms). Equal to --period-ms: a loop that never rests, as before issue 36.
+    /// agent's own (2000 ms). Equal to --period-ms: a loop that never rests, as before issue 36.
     #[arg(long, value_name = "MS")]
     pub rest_period_ms: Option<u64>,
     /// Measure the idle machine alone (nothing changing: issue 36's goal of ≤ 1 agent wake-up

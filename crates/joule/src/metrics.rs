@@ -259,7 +259,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
             Gauge,
             None,
             "",
-            "The sleep the control loop chose after its last iteration: agent.period_ms while something is in motion, agent.rest_period_ms when nothing is; `why` says which (rest, stage, near_threshold, busy, power_budget, class_change, resync_pending, plan_change, following_threads, nap_due)."
+            "The sleep the control loop chose after its last iteration: agent.period_ms while something is in motion, agent.rest_period_ms when nothing is (less when an armed nap falls due sooner); `why` says which (rest, stage, near_threshold, busy, power_budget, class_change, resync_pending, plan_change, following_threads, nap_due)."
         ),
         num(vec![(l(&[("why", a.pace.why.as_str())]), a.pace.period_ms as f64 / 1e3)]),
     );

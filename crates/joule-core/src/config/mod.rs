@@ -63,8 +63,7 @@ pub struct AgentConfig {
     /// changing, a process event, a nap's wake — end it at once, so reactions still come
     /// within `period_ms`; a scrape of a reading older than two periods gets a new one. Longer
     /// lets an idle machine's CPUs stay in deep idle states longer. Equal to `period_ms`: never
-    /// rest. Unset: 2000,
-    /// or `period_ms` when that is longer.
+    /// rest. Unset: [`DEFAULT_REST_PERIOD_MS`], or `period_ms` when that is longer.
     pub rest_period_ms: Option<u64>,
     /// Where the Prometheus text endpoint listens; loopback by default.
     pub metrics_addr: String,

@@ -25,7 +25,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
         bad(
             "agent.rest_period_ms",
             format!("rest_period_ms = {ms} is outside period_ms..=60000 ({}..=60000): the loop never runs faster at rest than in motion", a.period_ms),
-            "1000 (one wake-up a second at rest) is the default; equal to period_ms never rests",
+            "unset means 2000 (half a wake-up a second at rest); equal to period_ms never rests",
         );
     }
     if a.metrics_addr.parse::<std::net::SocketAddr>().is_err() {

@@ -24,18 +24,16 @@ use std::time::{Duration, Instant};
 /// in between the membership is kept from the events that arrived, staler by what was lost.
 pub const MIN_RESYNC_GAP: Duration = Duration::from_secs(5);
 
-/// The agent's membership source, when the config has classes: kept from process events with
-/// eBPF; else a walk of /proc every period when placement or the user-space scheduler follow a
-/// class's threads, and once a second otherwise.
 /// The membership source, and with eBPF a descriptor `poll` reports readable while a
-/// process event waits to be read.
+/// process event waits to be read: the loop's rest ends on it.
 pub struct Reading {
     pub source: Box<dyn Source + Send>,
     pub ready: Option<OwnedFd>,
 }
 
-/// With eBPF it comes with the process monitor's ring buffer, readable while an event waits:
-/// the loop's rest ends on it.
+/// The agent's membership source, when the config has classes: kept from process events with
+/// eBPF; else a walk of /proc every period when placement or the user-space scheduler follow a
+/// class's threads, and once a second otherwise.
 pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Result<Option<Reading>> {
     let t = &cfg.telemetry;
     if cfg.classes.is_empty() {
