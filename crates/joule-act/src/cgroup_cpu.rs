@@ -33,6 +33,10 @@ pub const METRICS: &[MetricDef] = &[
         "joule_unit_drift",
         "Times a systemd unit property joule set was found changed by someone else (an administrator's systemctl set-property); joule then leaves it to them until the config changes.",
     ),
+    MetricDef::gauge(
+        "joule_class_pods",
+        "Kubernetes pods a pod class holds in their own cgroups, by namespace and pod name (the first 20 per class; the rest counted in pod=\"other\"); capped=\"true\" while joule holds the pod's CPU quota below the kubelet's.",
+    ),
 ];
 
 /// Who writes the classes' cgroups.
@@ -56,6 +60,10 @@ pub trait CpuBackend: Send {
     /// a process of no class that joined a unit a class had to itself.
     fn recheck(&mut self, _journal: &Journal, _fx: &dyn Effects, _members: &Membership) -> Result<ReconcileReport, QosError> {
         Ok(ReconcileReport::default())
+    }
+    /// The pods pod classes hold, where there are pod classes.
+    fn pods(&self) -> Option<crate::pod_cpu::PodsStatus> {
+        None
     }
 }
 
@@ -212,6 +220,9 @@ pub struct CgroupCpuState {
     pub recreated_total: u64,
     /// "unit property" -> times joule found a property it set changed by someone else.
     pub drift_total: BTreeMap<String, u64>,
+    /// Pod classes' pods, held in their own cgroups (issue 37).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pods: Option<crate::pod_cpu::PodsStatus>,
 }
 
 impl ActuatorState for CgroupCpuState {
@@ -231,6 +242,7 @@ impl ActuatorState for CgroupCpuState {
                     })
                     .collect(),
             ),
+            METRICS[3].with(self.pods.as_ref().map(crate::pod_cpu::PodCaps::rows).unwrap_or_default()),
         ]
     }
 }
@@ -326,6 +338,7 @@ impl Actuator for CgroupCpuActuator {
             }
         }
         self.state.caps = self.backend.caps();
+        self.state.pods = self.backend.pods();
         if !changed.is_empty() {
             let caps: serde_json::Map<_, _> = changed.iter().filter_map(|c| Some((c.clone(), serde_json::to_value(self.state.caps.get(c)?).ok()?))).collect();
             tracing::info!("thermal caps changed: {}", serde_json::Value::Object(caps.clone()));

@@ -6,6 +6,7 @@ pub mod cgroup_cpu;
 pub mod cpufreq;
 pub mod freezer;
 pub mod nap;
+pub mod pod_cpu;
 pub mod scx;
 pub mod task_sched;
 pub mod tc;

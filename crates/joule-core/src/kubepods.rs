@@ -65,6 +65,8 @@ pub struct PodCgroup {
     pub pod_uid: String,
     /// The container's cgroup, when the path goes below the pod's.
     pub container: Option<ContainerCgroup>,
+    /// The pod's own cgroup: the path up to and including the pod's level, as given.
+    pub pod_path: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -117,12 +119,13 @@ pub fn parse(path: &str) -> Option<KubeCgroup> {
         None => Qos::Guaranteed,
     };
     let pod_uid = pod_uid(seg, stem, qos)?;
+    let pod_path = format!("/{}", segs[..=at + 1 + usize::from(qos != Qos::Guaranteed)].join("/"));
     let container = match rest.next() {
         Some(c) => Some(container(c, stem.is_some())?),
         None => None,
     };
     // A deeper path is still that container's (a nested cgroup made inside it).
-    Some(KubeCgroup::Pod(PodCgroup { qos, pod_uid, container }))
+    Some(KubeCgroup::Pod(PodCgroup { qos, pod_uid, container, pod_path }))
 }
 
 /// The QoS level's name: `burstable` (cgroupfs) or `<kubepods stem>-burstable.slice`.
@@ -201,6 +204,7 @@ mod tests {
     fn cgroupfs_driver_paths_give_qos_uid_and_container() {
         let p = pod(&format!("/kubepods/burstable/pod{UID}/{ID}"));
         assert_eq!((p.qos, p.pod_uid.as_str()), (Qos::Burstable, UID));
+        assert_eq!(p.pod_path, format!("/kubepods/burstable/pod{UID}"));
         assert_eq!(p.container, Some(ContainerCgroup { runtime: Runtime::Unprefixed, id: ID.into(), conmon: false }));
         let g = pod(&format!("/kubepods/pod{UID}"));
         assert_eq!((g.qos, g.container), (Qos::Guaranteed, None));
@@ -223,8 +227,11 @@ mod tests {
         assert!(m.container.unwrap().conmon);
         assert_eq!(parse("/kubepods.slice/kubepods-besteffort.slice"), Some(KubeCgroup::QosLevel(Some(Qos::BestEffort))));
         // Below a kubelet cgroup root (kind, kubeadm): the levels above kubepods are ignored.
-        let k = pod(&format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice"));
+        let k =
+            pod(&format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice/crio-{ID}.scope"));
         assert_eq!(k.qos, Qos::BestEffort, "{k:?}");
+        assert_eq!(k.pod_path, format!("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice"));
+        assert_eq!(g.pod_path, format!("/kubepods.slice/kubepods-pod{u}.slice"));
     }
 
     #[test]

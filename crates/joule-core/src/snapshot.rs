@@ -39,6 +39,10 @@ pub struct Snapshot {
     /// The process monitor's counts, when membership is kept from kernel events (eBPF on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_events: Option<ProcessEvents>,
+    /// The pod index's refreshes from the container runtime, when a class matches pods by
+    /// name, namespace, labels or annotations (issue 37).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<crate::membership::PodStats>,
     /// Which process belongs to which class and where each class lives: the one membership
     /// reading every policy and actuator uses (not in the JSON: it lists every member).
     #[serde(skip)]

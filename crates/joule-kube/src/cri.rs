@@ -77,3 +77,12 @@ pub async fn channel(socket: &Path) -> Result<tonic::transport::Channel, tonic::
         }))
         .await
 }
+
+impl joule_core::membership::PodSource for Cri {
+    fn pods(&mut self) -> Result<PodIndex, String> {
+        Cri::pods(self).map_err(|e| e.to_string())
+    }
+    fn describe(&self) -> String {
+        format!("cri:{}", self.socket.display())
+    }
+}

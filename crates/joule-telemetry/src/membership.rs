@@ -8,7 +8,7 @@
 use crate::{Source, SourceError};
 use joule_core::config::ClassConfig;
 use joule_core::effects::RealEffects;
-use joule_core::membership::{ClassPlace, Membership};
+use joule_core::membership::{ClassPlace, Membership, PodTracker};
 use joule_core::snapshot::ClassMembers;
 use joule_core::{Origin, Snapshot};
 use std::path::PathBuf;
@@ -21,13 +21,21 @@ pub struct MembershipSource {
     places: Vec<ClassPlace>,
     every: Duration,
     last: Option<(Instant, Arc<Membership>)>,
+    /// Pods' names and labels for `match.pod` rules (asked when a walk finds a pod it lacks).
+    pods: PodTracker,
 }
 
 impl MembershipSource {
     /// `places`: where each class lives (from the class cgroups' layout; empty when joule does
     /// not make class cgroups).
     pub fn new(procfs: impl Into<PathBuf>, classes: &[ClassConfig], places: Vec<ClassPlace>, every: Duration) -> Self {
-        Self { procfs: procfs.into(), classes: classes.to_vec(), places, every, last: None }
+        Self { procfs: procfs.into(), classes: classes.to_vec(), places, every, last: None, pods: PodTracker::default() }
+    }
+
+    /// Where pods' names, labels and annotations come from.
+    pub fn with_pods(mut self, pods: PodTracker) -> Self {
+        self.pods = pods;
+        self
     }
 }
 
@@ -41,7 +49,7 @@ impl Source for MembershipSource {
             Some((at, m)) if at.elapsed() < self.every => m.clone(),
             _ => {
                 let previous = self.last.as_ref().map(|(_, m)| m.as_ref());
-                let m = Arc::new(Membership::scan_after(&self.procfs, &self.classes, &self.places, &RealEffects, previous));
+                let m = Arc::new(Membership::scan_with(&self.procfs, &self.classes, &self.places, &RealEffects, previous, &mut self.pods));
                 self.last = Some((Instant::now(), m.clone()));
                 m
             }

@@ -18,7 +18,7 @@ pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
 pub use locate::Problem;
 pub use nap::{MachineNap, NapConfig, NapMonitors};
 pub use net::{Direction, FlowMatch, NetConfig, NetLimit, MAX_LIMITS_PER_INTERFACE};
-pub use pod::{PodIndex, PodMeta, PodRules};
+pub use pod::{KubernetesConfig, PodIndex, PodMeta, PodRules};
 pub use thermal::{StageActions, ThermalConfig, ThermalScheduler};
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,8 @@ pub struct Config {
     pub energy: EnergyConfig,
     /// The user-space scheduler on one class's threads (off by default).
     pub elevate: ElevateConfig,
+    /// Kubernetes nodes: the container runtime's CRI socket, for `match.pod` rules.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// The event log's default cap: 8 MiB, weeks of a busy agent's events.

@@ -32,6 +32,24 @@ pub struct PodRules {
     pub qos: Vec<String>,
 }
 
+/// `[kubernetes]`: where pods' names and labels come from (only read when a class has
+/// `match.pod` rules other than `qos`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// The container runtime's CRI socket, read-only (ListPodSandbox, ListContainers). Unset:
+    /// containerd's `/run/containerd/containerd.sock`, else CRI-O's `/run/crio/crio.sock`.
+    pub cri_socket: Option<std::path::PathBuf>,
+    /// How long one refresh of the pod list may take before it is given up (the loop waits).
+    pub cri_timeout_ms: u64,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig { cri_socket: None, cri_timeout_ms: 2000 }
+    }
+}
+
 /// What the runtime says about one pod sandbox, keyed in a [`PodIndex`] by the pod's UID.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PodMeta {
@@ -94,18 +112,22 @@ impl PodRules {
     }
 }
 
-/// Problems with `class[i].match.pod`, as (key, message, hint).
-pub fn validate(i: usize, class: &str, r: &PodRules, out: &mut Vec<(String, String, String)>) {
+/// Problems with `class[i].match.pod`, as (key, message, hint). A pod class acts in its pods'
+/// own cgroups (joule moves no pod's process), and only where the kubelet leaves room: this
+/// version holds a `thermal = "best_effort"` pod class's Burstable and BestEffort pods to its
+/// thermal cap (their CFS quota, never above the kubelet's) and does nothing else to pods;
+/// every other action is refused here with the knob it would take from the kubelet.
+pub fn validate(i: usize, c: &super::ClassConfig, cfg: &super::Config, out: &mut Vec<(String, String, String)>) {
+    let (r, class) = (&c.matches.pod, c.name.as_str());
     let key = format!("class[{i}].match.pod");
     if !r.is_empty() {
-        // Until joule acts on a pod's own cgroup (never moving its processes out of the
-        // kubelet's tree) and reads the runtime's names over CRI, a pod rule is refused rather
-        // than accepted: a class member is moved into joule's class cgroup, which a pod's
-        // process must never be. The rules are parsed and checked so the refusal is the only one.
+        pod_class_problems(i, c, cfg, out);
+    }
+    if let Some(p) = c.matches.cgroup.iter().find(|p| crate::kubepods::parse(p).is_some()) {
         out.push((
-            key.clone(),
-            format!("class {class:?}: match.pod is not acted on by this version of joule"),
-            "joule does not manage pods yet (it would move their processes out of the kubelet's cgroups); docs/deploy.md, \"Kubernetes\"".into(),
+            format!("class[{i}].match.cgroup"),
+            format!("class {class:?}: {p:?} is the kubelet's pod tree"),
+            "a class never moves a pod's processes out of the kubelet's cgroups (no class but a pod class matches them): match pods with match.pod (namespace, labels, qos, ...); docs/deploy.md, \"Pods as classes\"".into(),
         ));
     }
     for q in &r.qos {
@@ -125,6 +147,69 @@ pub fn validate(i: usize, class: &str, r: &PodRules, out: &mut Vec<(String, Stri
                 "an optional DNS-subdomain prefix and '/', then a name of up to 63 letters, digits, '-', '_', '.'".into(),
             ));
         }
+    }
+}
+
+/// What a pod class may not ask, with the kubelet's knob it would write or the action this
+/// version does not take on pods.
+fn pod_class_problems(i: usize, c: &super::ClassConfig, cfg: &super::Config, out: &mut Vec<(String, String, String)>) {
+    let class = c.name.as_str();
+    let mut refuse = |key: &str, msg: String, hint: &str| out.push((format!("class[{i}].{key}"), format!("class {class:?}: {msg}"), hint.to_string()));
+    let kubelet = "the kubelet writes it from the pod's resources; joule acts on pods only by a thermal best-effort cap (thermal = \"best_effort\"); docs/deploy.md, \"Pods as classes\"";
+    let owned: [(&str, bool, &str); 5] = [
+        ("cpus", c.cpus.is_some(), "a pod's cpuset belongs to the kubelet's CPU manager"),
+        ("quota_us", c.quota_us.is_some() || c.period_us.is_some() || c.burst_us.is_some(), "a pod's cpu.max / CFS quota is the kubelet's (its CPU limit)"),
+        ("weight", c.weight.is_some(), "a pod's cpu.weight / cpu.shares is the kubelet's (its CPU request)"),
+        ("cpu_idle", c.cpu_idle == Some(true), "cpu.idle on a pod's cgroup would override the weight the kubelet gives it"),
+        (
+            "rt_runtime_us",
+            c.rt_runtime_us.is_some() || c.rt_period_us.is_some() || c.rt_threads.is_some(),
+            "RT bandwidth for a pod's threads is not acted on by this version",
+        ),
+    ];
+    for (key, asked, why) in owned {
+        if asked {
+            refuse(key, format!("a pod class cannot set {key}: {why}"), kubelet);
+        }
+    }
+    if c.latency_slice_us.is_some() || c.thermal == super::ThermalRole::Labelled {
+        refuse(
+            "thermal",
+            "a pod class cannot be labelled or get a latency slice: this version only takes from pods (a best-effort cap), never grants".into(),
+            kubelet,
+        );
+    }
+    if c.parent.is_some() {
+        refuse("parent", "a pod class has no parent: its pods stay in the kubelet's cgroups".into(), kubelet);
+    }
+    if c.thermal == super::ThermalRole::BestEffort && c.matches.pod.qos.iter().any(|q| q == "Guaranteed") {
+        refuse(
+            "match.pod.qos",
+            "a best-effort cap on Guaranteed pods would write their cpu.max, which is the kubelet's (their limits are their requests)".into(),
+            "qos = [\"Burstable\", \"BestEffort\"]: a Guaranteed pod a class matches otherwise is skipped, never capped",
+        );
+    }
+    if cfg.thermal.scheduler == super::ThermalScheduler::Scx && c.thermal == super::ThermalRole::BestEffort {
+        refuse(
+            "thermal",
+            "thermal.scheduler = \"scx\" schedules classes by their joule cgroups, and a pod class has none".into(),
+            "thermal.scheduler = \"cgroup\" (the default) caps pods in their own cgroups",
+        );
+    }
+    let used_by = [
+        ("nap.class", cfg.nap.class.as_deref() == Some(class)),
+        ("elevate.class", cfg.elevate.enabled() && cfg.elevate.class == class),
+        ("energy.target.class", cfg.energy.targets.iter().any(|t| t.class == class)),
+        ("net.limit.class", cfg.net.limits.iter().any(|l| l.class.as_deref() == Some(class))),
+    ];
+    for (what, used) in used_by {
+        if used {
+            refuse("match.pod", format!("{what} names this pod class: this version acts on pods only by a thermal best-effort cap"), kubelet);
+        }
+    }
+    let mixed = !(c.matches.cgroup.is_empty() && c.matches.unit.is_empty() && c.matches.slice.is_empty());
+    if mixed {
+        refuse("match", "a pod class cannot also match cgroups, units or slices (a pod's processes are in the kubelet's cgroups)".into(), kubelet);
     }
 }
 
@@ -191,22 +276,24 @@ mod tests {
         assert!(PodRules::default().matches(["/anything"], &pods), "no pod rule: nothing to hold");
     }
 
+    fn class(toml_text: &str) -> (super::super::ClassConfig, super::super::Config) {
+        let cfg: super::super::Config = toml::from_str(toml_text).unwrap();
+        (cfg.classes[0].clone(), cfg)
+    }
+
+    fn problems(toml_text: &str) -> String {
+        let (c, cfg) = class(toml_text);
+        let mut out = Vec::new();
+        validate(3, &c, &cfg, &mut out);
+        out.iter().map(|(k, m, h)| format!("{k}: {m} ({h})\n")).collect()
+    }
+
     #[test]
     fn bad_qos_and_label_keys_are_named() {
-        let mut out = Vec::new();
-        let r = PodRules {
-            qos: vec!["guaranteed".into()],
-            labels: [("app.kubernetes.io/name".to_string(), "x".to_string()), ("-bad".to_string(), "x".to_string())].into(),
-            annotations: [("Example.com/x".to_string(), "y".to_string())].into(),
-            ..Default::default()
-        };
-        validate(3, "c", &r, &mut out);
-        let text: String = out.iter().map(|(k, m, _)| format!("{k}: {m}\n")).collect();
-        assert_eq!(out.len(), 4, "{text}");
-        assert!(text.contains("match.pod is not acted on by this version"), "{text}");
-        let mut out = Vec::new();
-        validate(0, "c", &PodRules::default(), &mut out);
-        assert!(out.is_empty(), "{out:?}");
+        let text = problems(
+            "[[class]]\nname = \"c\"\nmatch.pod = { qos = [\"guaranteed\"], labels = { \"app.kubernetes.io/name\" = \"x\", \"-bad\" = \"x\" }, annotations = { \"Example.com/x\" = \"y\" } }\n",
+        );
+        assert_eq!(text.lines().count(), 3, "{text}");
         for want in [
             "\"guaranteed\" is not a QoS class",
             "\"-bad\" is not a Kubernetes labels key",
@@ -215,6 +302,29 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }
+        assert_eq!(problems("[[class]]\nname = \"c\"\nmatch.comm = [\"x\"]\n"), "");
         assert!(label_key("joule.io/cap") && label_key("tier") && !label_key("") && !label_key(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn a_pod_class_that_would_write_a_kubelet_knob_is_refused_with_the_knob() {
+        let ok = "[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch.pod = { namespace = [\"batch\"], qos = [\"Burstable\", \"BestEffort\"] }\n";
+        assert_eq!(problems(ok), "", "a best-effort cap on Burstable/BestEffort pods is what pod classes do");
+        for (extra, want) in [
+            ("cpus = \"2-3\"\n", "cpuset belongs to the kubelet's CPU manager"),
+            ("quota_us = 50000\n", "cpu.max / CFS quota is the kubelet's"),
+            ("weight = 50\n", "cpu.weight / cpu.shares is the kubelet's"),
+            ("rt_runtime_us = 1000\n", "RT bandwidth"),
+            ("latency_slice_us = 300\n", "never grants"),
+        ] {
+            let text = problems(&ok.replace("thermal = ", &format!("{extra}thermal = ")));
+            assert!(text.contains(want), "{extra}: {text}");
+        }
+        let g = problems(&ok.replace("\"Burstable\", \"BestEffort\"", "\"Guaranteed\""));
+        assert!(g.contains("class[3].match.pod.qos") && g.contains("Guaranteed pods would write their cpu.max"), "{g}");
+        let nap = problems(&format!("[nap]\nenabled = true\nclass = \"batch\"\n\n{ok}"));
+        assert!(nap.contains("nap.class names this pod class"), "{nap}");
+        let path = problems("[[class]]\nname = \"k\"\nmatch.cgroup = [\"/kubepods/besteffort\"]\n");
+        assert!(path.contains("class[3].match.cgroup") && path.contains("kubelet's pod tree"), "{path}");
     }
 }

@@ -229,7 +229,7 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
                 );
             }
         }
-        super::pod::validate(i, &c.name, &c.matches.pod, &mut pod_problems);
+        super::pod::validate(i, c, cfg, &mut pod_problems);
         let grants = cfg.grants(c);
         if !grants.is_empty() && !c.matches.is_empty() && !c.matches.unforgeable() {
             bad(

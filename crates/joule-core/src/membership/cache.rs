@@ -9,7 +9,8 @@
 //! and a process whose class changed takes the descendants that follow it along. Membership is
 //! sticky (`super::sticky`): a rename, exec or cgroup move keeps a process in its class.
 
-use super::matching::{assign, direct_match, may_follow, read_proc, ProcInfo};
+use super::matching::{assign, direct_match, fits, in_pod, may_follow, read_proc, ProcInfo};
+use super::pods::{PodStats, PodTracker};
 use super::{next_generation, sticky, with_ids, ClassPlace, Member, Membership};
 use crate::config::ClassConfig;
 use crate::effects::{Files, RealEffects};
@@ -46,6 +47,9 @@ pub struct ProcessCache {
     full: bool,
     /// joule's own process, never a member.
     me: i32,
+    /// Pods' names and labels, for `match.pod` rules; asked only when a class needs them.
+    pods: PodTracker,
+    needs_pods: bool,
 }
 
 impl ProcessCache {
@@ -62,13 +66,53 @@ impl ProcessCache {
             changed: BTreeSet::new(),
             full: true,
             me: std::process::id() as i32,
+            pods: PodTracker::default(),
+            needs_pods: classes.iter().any(|c| c.matches.pod.needs_runtime()),
+        }
+    }
+
+    /// Where pods' names, labels and annotations come from (set before the first walk).
+    pub fn with_pods(mut self, pods: PodTracker) -> ProcessCache {
+        self.pods = pods;
+        self
+    }
+
+    pub fn pod_stats(&self) -> &PodStats {
+        self.pods.stats()
+    }
+
+    /// After an event about `pid`: asks the runtime when the process sits in a pod the index
+    /// does not know (at most once per gap; `reading` retries), and decides every pod process
+    /// again when the index changed.
+    fn follow_pods(&mut self, pid: i32) {
+        if !self.needs_pods {
+            return;
+        }
+        if let Some(p) = self.procs.get(&pid) {
+            self.pods.saw(p.cgroups.paths());
+        }
+        self.refresh_pods();
+    }
+
+    fn refresh_pods(&mut self) {
+        if self.needs_pods && self.pods.refresh_if_wanted() {
+            let in_pods: Vec<i32> = self.procs.values().filter(|p| in_pod(p)).map(|p| p.pid).collect();
+            for pid in in_pods {
+                self.reclassify(pid);
+            }
         }
     }
 
     /// Walks /proc and rebuilds everything (at start, and when events were lost).
     pub fn walk(&mut self) {
         let procs = super::matching::scan(&self.procfs);
-        let mut assigned = assign(&procs, &self.classes, Some(&self.members));
+        if self.needs_pods {
+            for p in &procs {
+                self.pods.saw(p.cgroups.paths());
+            }
+            self.pods.refresh_if_wanted();
+        }
+        let mut assigned = assign(&procs, &self.classes, Some(&self.members), self.pods.index());
         for p in procs.iter().filter(|p| super::is_joule(p, self.me)) {
             assigned.remove(&p.pid);
         }
@@ -104,7 +148,7 @@ impl ProcessCache {
         if p.kthread || super::is_joule(p, self.me) {
             return None;
         }
-        if let Some(c) = direct_match(p, &self.classes) {
+        if let Some(c) = direct_match(p, &self.classes, self.pods.index()) {
             return Some(c.to_string());
         }
         let parent = self.procs.get(&p.ppid).filter(|q| p.ppid > 1 && may_follow(p, q))?;
@@ -122,7 +166,7 @@ impl ProcessCache {
     fn kept(&self, before: Option<&Member>, now: Option<Member>, pid: i32) -> Option<Member> {
         let p = self.procs.get(&pid)?;
         match before {
-            Some(b) if sticky(b, now.as_ref().map(|m| m.class.as_str()), p.started, p.uid) => {
+            Some(b) if self.classes.iter().any(|c| c.name == b.class && fits(p, c)) && sticky(b, now.as_ref().map(|m| m.class.as_str()), p.started, p.uid) => {
                 Some(Member { class: b.class.clone(), pid, started: p.started, cgroups: p.cgroups.clone(), uid: p.uid })
             }
             _ => now,
@@ -199,7 +243,9 @@ impl ProcessCache {
             ProcChange::Fork { pid, ppid, started, comm } => {
                 self.forget(*pid);
                 // A child starts with its parent's exe, uids and cgroups: nothing to read.
-                let p = match self.procs.get(ppid) {
+                // A parent whose cgroups could not be read (it moved and exited before the
+                // move was read) gives none: the child's own are read.
+                let p = match self.procs.get(ppid).filter(|parent| parent.cgroups.paths().next().is_some()) {
                     Some(parent) => ProcInfo { pid: *pid, ppid: *ppid, comm: comm.clone(), started: Some(*started), ..parent.clone() },
                     None => match read_proc(&self.procfs, *pid) {
                         Some(p) => p,
@@ -208,6 +254,7 @@ impl ProcessCache {
                 };
                 self.children.entry(p.ppid).or_default().insert(*pid);
                 self.procs.insert(*pid, p);
+                self.follow_pods(*pid);
                 self.reclassify(*pid);
             }
             ProcChange::Exec { pid, started, comm } => {
@@ -215,10 +262,18 @@ impl ProcessCache {
                     return;
                 }
                 let exe = std::fs::read_link(task_dir(&self.procfs, *pid).join("exe")).ok();
+                // The cgroups too: a process moved by a parent that exited before its move was
+                // read (a container runtime's short-lived init stages) inherited stale ones,
+                // and a container's first exec is when its class matters.
+                let cgroups = TaskCgroups::read(fx, &self.procfs, *pid);
                 if let Some(p) = self.procs.get_mut(pid) {
                     p.comm.clone_from(comm);
                     p.exe = exe;
+                    if let Some(c) = cgroups {
+                        p.cgroups = c;
+                    }
                 }
+                self.follow_pods(*pid);
                 self.reclassify(*pid);
             }
             ProcChange::Rename { pid, started, comm } => {
@@ -238,6 +293,7 @@ impl ProcessCache {
                 if let Some(p) = self.procs.get_mut(pid) {
                     p.cgroups = cgroups;
                 }
+                self.follow_pods(*pid);
                 self.reclassify(*pid);
             }
             ProcChange::Creds { pid, started } => {
@@ -275,6 +331,7 @@ impl ProcessCache {
     /// The reading for this period: the members (an O(1) copy), what changed since the last
     /// reading, the places with their cgroup ids read through `fx`.
     pub fn reading(&mut self, fx: &dyn Files) -> Membership {
+        self.refresh_pods();
         Membership {
             members: self.members.clone(),
             changed: std::mem::take(&mut self.changed).into_iter().collect(),
@@ -283,6 +340,7 @@ impl ProcessCache {
             places: with_ids(&self.places, fx),
             procfs: self.procfs.clone(),
             generation: next_generation(),
+            pods: self.pods.shared(),
         }
     }
 

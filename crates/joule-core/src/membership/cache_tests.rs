@@ -256,3 +256,29 @@ fn a_uid_0_class_never_catches_joules_own_guardian() {
     let scanned: Vec<i32> = Membership::scan(d.path(), &cs, &[], &FakeEffects::default()).members.keys().copied().collect();
     assert_eq!(scanned, vec![51, 52], "nor in a scan");
 }
+
+/// A container runtime's init stages: a process is moved into a cgroup and exits before the
+/// move is read; its child (forked after the move) inherits the new cgroup, and execs the
+/// container's program. The cache must not take the child for one outside the cgroup: its
+/// exec reads the cgroups again. Here the cgroup is a pod's and the class a pod class.
+#[test]
+fn a_child_of_a_moved_and_exited_parent_gets_its_own_cgroups_at_exec() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    proc(d, 10, 1, "runtime", 0, "/system.slice/containerd.service", 1010);
+    let classes = Config::parse("[[class]]\nname = \"besteffort\"\nthermal = \"best_effort\"\nmatch.pod = { qos = [\"BestEffort\"] }\n").unwrap().classes;
+    let mut c = ProcessCache::new(d, &classes, Vec::new());
+    c.walk();
+    let pod = "/kubepods/besteffort/pod0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c/4a5f0e3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f";
+    // 20 forks, is moved into the pod and exits before the cache reads /proc/20/cgroup.
+    c.apply(&ProcChange::Fork { pid: 20, ppid: 10, started: 1020, comm: "runc:[0:PARENT]".into() });
+    c.apply(&ProcChange::Cgroup { pid: 20, started: 1020 });
+    proc(d, 21, 20, "runc:[1:CHILD]", 0, pod, 1021);
+    c.apply(&ProcChange::Fork { pid: 21, ppid: 20, started: 1021, comm: "runc:[1:CHILD]".into() });
+    c.apply(&ProcChange::Exit { pid: 20, started: 1020 });
+    proc(d, 21, 1, "pause", 0, pod, 1021);
+    c.apply(&ProcChange::Exec { pid: 21, started: 1021, comm: "pause".into() });
+    let r = c.reading(&FakeEffects::default());
+    assert_eq!(r.members.get(&21).map(|m| m.class.as_str()), Some("besteffort"), "{:?}", r.members);
+    assert!(!r.members.contains_key(&10), "the runtime is in no pod: a pod class never takes it");
+}

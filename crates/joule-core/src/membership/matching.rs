@@ -5,7 +5,7 @@
 //! parameter so tests run on fixture trees.
 
 use super::Member;
-use crate::config::ClassConfig;
+use crate::config::{ClassConfig, PodIndex};
 use crate::effects::RealEffects;
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
 use std::collections::{BTreeMap, HashMap};
@@ -54,42 +54,60 @@ pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
 }
 
 /// The first class (by config order) whose rules the process matches directly (every kind of
-/// rule given, see `MatchRules::matches`).
-pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig]) -> Option<&'a str> {
+/// rule given, see `MatchRules::matches`). A process in a Kubernetes pod's cgroup belongs only
+/// to a class with `match.pod` rules (acted on in the pod's own cgroup), never to one whose
+/// members joule moves into its class cgroup: a `comm = ["nginx"]` class must not take a pod's
+/// nginx out of the kubelet's tree. `pods`: what the node's runtime said (empty without one).
+pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig], pods: &PodIndex) -> Option<&'a str> {
     if p.kthread {
         return None;
     }
-    // No pod index yet: the config refuses `match.pod` until joule acts on pods in place
-    // (docs/deploy.md, "Pods as classes"), so no rule here needs one.
-    let no_pods = crate::config::PodIndex::new();
-    classes.iter().find(|c| c.matches.matches(p.pid, &p.comm, p.exe.as_deref(), p.uid, p.cgroups.paths(), &no_pods)).map(|c| c.name.as_str())
+    let in_pod = in_pod(p);
+    classes
+        .iter()
+        .filter(|c| c.matches.pod.is_empty() != in_pod)
+        .find(|c| c.matches.matches(p.pid, &p.comm, p.exe.as_deref(), p.uid, p.cgroups.paths(), pods))
+        .map(|c| c.name.as_str())
+}
+
+/// Whether `class` may hold `p` at all: pod classes hold the processes in pods, every other
+/// class those outside (a sticky membership ends where this no longer holds).
+pub fn fits(p: &ProcInfo, class: &ClassConfig) -> bool {
+    class.matches.pod.is_empty() != in_pod(p)
+}
+
+/// Whether the process lives in a pod's cgroup (in any hierarchy).
+pub fn in_pod(p: &ProcInfo) -> bool {
+    p.cgroups.paths().any(|c| c.contains("kubepods") && matches!(crate::kubepods::parse(c), Some(crate::kubepods::KubeCgroup::Pod(_))))
 }
 
 /// Whether `child` may follow `parent` into its class: only a child of the same real uid. A
 /// root daemon's child that switched to a user (a login, a worker that dropped privileges)
 /// runs that user's code and earns nothing from its parent's class.
+/// A child in a pod whose parent is not (a container's first process, forked by the runtime's
+/// shim) follows nobody either: a pod's processes belong only to pod classes.
 pub fn may_follow(child: &ProcInfo, parent: &ProcInfo) -> bool {
-    child.uid == parent.uid
+    child.uid == parent.uid && in_pod(child) == in_pod(parent)
 }
 
 /// pid → class for every process that belongs to a class: its own match, else its parent's
 /// class when the parent has the same uid (so a whole tree of one user follows its root). A
 /// member of `previous` keeps its class where it is sticky (`super::sticky`). Processes are
 /// decided in start order, so a parent's class is known before its children's.
-pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig], previous: Option<&imbl::OrdMap<i32, Member>>) -> BTreeMap<i32, String> {
+pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig], previous: Option<&imbl::OrdMap<i32, Member>>, pods: &PodIndex) -> BTreeMap<i32, String> {
     let by_pid: HashMap<i32, &ProcInfo> = procs.iter().map(|p| (p.pid, p)).collect();
     let mut order: Vec<&ProcInfo> = procs.iter().filter(|p| !p.kthread).collect();
     order.sort_unstable_by_key(|p| (p.started, p.pid));
-    let exists = |c: &str| classes.iter().any(|k| k.name == c);
+    let may_keep = |c: &str, p: &ProcInfo| classes.iter().any(|k| k.name == c && fits(p, k));
     let mut out: BTreeMap<i32, String> = BTreeMap::new();
     for p in order {
-        let own = direct_match(p, classes).map(str::to_string);
+        let own = direct_match(p, classes, pods).map(str::to_string);
         let followed = || {
             let parent = by_pid.get(&p.ppid).filter(|q| p.ppid > 1 && may_follow(p, q))?;
             out.get(&parent.pid).cloned()
         };
         let now = own.or_else(followed);
-        let kept = previous.and_then(|m| m.get(&p.pid)).filter(|b| exists(&b.class) && super::sticky(b, now.as_deref(), p.started, p.uid));
+        let kept = previous.and_then(|m| m.get(&p.pid)).filter(|b| may_keep(&b.class, p) && super::sticky(b, now.as_deref(), p.started, p.uid));
         if let Some(class) = kept.map(|b| b.class.clone()).or(now) {
             out.insert(p.pid, class);
         }
@@ -141,7 +159,7 @@ mod tests {
         let procs = scan(p);
         assert_eq!(procs.len(), 8);
         assert_eq!(procs.iter().find(|x| x.pid == 102).unwrap().comm, "helper (x)");
-        let a = assign(&procs, &cs, None);
+        let a = assign(&procs, &cs, None, &PodIndex::new());
         let want: BTreeMap<i32, String> =
             [(100, "main"), (101, "main"), (102, "main"), (200, "apps"), (400, "tools")].into_iter().map(|(k, v)| (k, v.to_string())).collect();
         assert_eq!(a, want, "kthread 2 never matches even by pid; /apps/storefront is not under /apps/store");
@@ -157,8 +175,42 @@ mod tests {
             class("a", MatchRules { comm: vec!["shell".into()], ..Default::default() }),
             class("b", MatchRules { comm: vec!["game".into()], ..Default::default() }),
         ];
-        let a = assign(&scan(t.path()), &cs, None);
+        let a = assign(&scan(t.path()), &cs, None, &PodIndex::new());
         assert_eq!(a.get(&11).map(String::as_str), Some("b"));
         assert_eq!(a.len(), 2);
+    }
+
+    /// A node with the systemd cgroup driver on cgroup v2, CRI-O and containerd naming: a pod
+    /// class takes the pod's processes by namespace, CRI-O's conmon is not the container, a
+    /// `comm` class listed first never takes a pod's process, and a child forked into a pod
+    /// by a process outside it does not follow its parent's class.
+    #[test]
+    fn pods_on_a_systemd_driver_v2_tree_with_crio_and_containerd_names_belong_only_to_pod_classes() {
+        use crate::config::{PodMeta, PodRules};
+        let (shop, batch) = ("0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c", "2d3a7e4c-6b5f-4a0c-9e3d-4f5a6b7c8d9e");
+        let (id, id2) =
+            ("4a5f0e3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f", "5b6f0e3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f");
+        let pod = |uid: &str, qos: &str| format!("/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{}.slice", uid.replace('-', "_"));
+        let t = tempfile::tempdir().unwrap();
+        fixture(t.path(), 100, 1, "nginx", 0, &format!("{}/crio-{id}.scope", pod(shop, "burstable")), 0);
+        fixture(t.path(), 101, 1, "nginx", 0, "/system.slice/nginx.service", 0);
+        fixture(t.path(), 102, 1, "conmon", 0, &format!("{}/crio-conmon-{id}.scope", pod(shop, "burstable")), 0);
+        fixture(t.path(), 103, 1, "nginx", 0, &format!("{}/cri-containerd-{id2}.scope", pod(batch, "besteffort")), 0);
+        fixture(t.path(), 104, 101, "nginx", 0, &format!("{}/cri-containerd-{id2}.scope", pod(batch, "besteffort")), 0);
+        let meta = |ns: &str, cid: &str| PodMeta { namespace: ns.into(), containers: [(cid.to_string(), "app".to_string())].into(), ..Default::default() };
+        let pods: PodIndex = [(shop.to_string(), meta("shop", id)), (batch.to_string(), meta("batch", id2))].into();
+        let cs = vec![
+            class("byname", MatchRules { comm: vec!["nginx".into()], ..Default::default() }),
+            class("web", MatchRules { pod: PodRules { namespace: vec!["shop".into()], ..Default::default() }, ..Default::default() }),
+            class(
+                "besteffort",
+                MatchRules { pod: PodRules { qos: vec!["BestEffort".into()], container: vec!["none".into()], ..Default::default() }, ..Default::default() },
+            ),
+        ];
+        let a = assign(&scan(t.path()), &cs, None, &pods);
+        let want: BTreeMap<i32, String> = [(100, "web"), (101, "byname")].into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        assert_eq!(a, want, "102 is conmon; 103/104 are in batch with container app, not none; 104 does not follow 101 into a pod");
+        let without_runtime = assign(&scan(t.path()), &cs, None, &PodIndex::new());
+        assert_eq!(without_runtime.get(&100), None, "no runtime's word: a namespace rule matches nothing");
     }
 }

@@ -11,8 +11,10 @@
 
 mod cache;
 pub mod matching;
+pub mod pods;
 
 pub use cache::{ProcChange, ProcessCache};
+pub use pods::{PodSource, PodStats, PodTracker};
 
 use crate::cgroupfs::Hier;
 use crate::config::ClassConfig;
@@ -82,6 +84,9 @@ pub struct Membership {
     /// Which reading this is (process-wide, increasing; 0: none): an actuator that acts once
     /// per reading (the class mover) skips one it has already acted on.
     pub generation: u64,
+    /// What the node's container runtime said about its pods when this reading was made
+    /// (empty without one): the pod classes' actuator names the pods it acts on from it.
+    pub pods: std::sync::Arc<crate::config::PodIndex>,
 }
 
 /// The generation of the last reading in this process.
@@ -117,8 +122,28 @@ impl Membership {
     /// Like [`scan`](Self::scan), keeping the classes of `previous`'s members where they are
     /// [`sticky`] (a walk each period must not let a rename escape a class either).
     pub fn scan_after(procfs: &Path, classes: &[ClassConfig], places: &[ClassPlace], fx: &dyn Files, previous: Option<&Membership>) -> Membership {
+        Self::scan_with(procfs, classes, places, fx, previous, &mut PodTracker::default())
+    }
+
+    /// Like [`scan_after`](Self::scan_after), with pods' names and labels from `pods`, which
+    /// is asked once more first when a process sits in a pod it does not know.
+    pub fn scan_with(
+        procfs: &Path,
+        classes: &[ClassConfig],
+        places: &[ClassPlace],
+        fx: &dyn Files,
+        previous: Option<&Membership>,
+        pods: &mut PodTracker,
+    ) -> Membership {
         let procs = matching::scan(procfs);
-        let assigned = matching::assign(&procs, classes, previous.map(|m| &m.members));
+        if classes.iter().any(|c| c.matches.pod.needs_runtime()) {
+            for p in &procs {
+                pods.saw(p.cgroups.paths());
+            }
+            pods.refresh_if_wanted();
+        }
+        let assigned = matching::assign(&procs, classes, previous.map(|m| &m.members), pods.index());
+        let pod_index = pods.shared();
         let me = std::process::id() as i32;
         let members: imbl::OrdMap<i32, Member> = procs
             .into_iter()
@@ -137,6 +162,7 @@ impl Membership {
             places: with_ids(places, fx),
             procfs: procfs.to_path_buf(),
             generation: next_generation(),
+            pods: pod_index,
         }
     }
 

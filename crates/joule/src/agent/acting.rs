@@ -8,6 +8,7 @@ use joule_act::cgroup_cpu::{CgroupCpuActuator, CpuBackend, WithUnits};
 use joule_act::cpufreq::CpufreqActuator;
 use joule_act::freezer::{CgroupfsFreezer, FreezerActuator, FreezerBackend, SystemdFreezer};
 use joule_act::nap::NapActuator;
+use joule_act::pod_cpu::{PodCaps, WithPods};
 use joule_act::scx::ScxActuator;
 use joule_act::task_sched::TaskSchedActuator;
 use joule_act::tc::TcActuator;
@@ -68,7 +69,13 @@ fn cgroupfs_classes(cfg: &Config) -> Vec<joule_core::config::ClassConfig> {
     if systemd_host(cfg) {
         return Vec::new();
     }
-    cfg.classes.iter().filter(|c| !c.matches.only_units()).cloned().collect()
+    cfg.classes.iter().filter(|c| !c.matches.only_units() && c.matches.pod.is_empty()).cloned().collect()
+}
+
+/// The pod classes (`match.pod`): acted on in their pods' own cgroups (joule-act's
+/// `pod_cpu`), never given a cgroup of joule's or a unit.
+pub fn pod_classes(cfg: &Config) -> Vec<String> {
+    cfg.classes.iter().filter(|c| !c.matches.pod.is_empty()).map(|c| c.name.clone()).collect()
 }
 
 /// The classes that are systemd units (`match = { unit = [...] }` and nothing else), acted on
@@ -87,7 +94,8 @@ pub fn unit_classes(cfg: &Config, root: bool) -> anyhow::Result<Option<UnitClass
 /// that name units.
 fn unit_classes_of(cfg: &Config, env: &joule_qos::AdmissionEnv) -> Result<UnitClasses, joule_qos::QosError> {
     if systemd_host(cfg) {
-        UnitClasses::for_systemd(&cfg.classes, env, &cfg.telemetry.cgroup_root)
+        let not_pods: Vec<_> = cfg.classes.iter().filter(|c| c.matches.pod.is_empty()).cloned().collect();
+        UnitClasses::for_systemd(&not_pods, env, &cfg.telemetry.cgroup_root)
     } else {
         UnitClasses::new(&cfg.classes, env)
     }
@@ -211,10 +219,24 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
     let fx: Arc<dyn Effects + Send + Sync> = Arc::new(RealEffects);
     let root = i.root;
     let mut a: Vec<Box<dyn Actuator>> = Vec::new();
-    match (i.units, i.ctl) {
-        (Some(units), ctl) => a.push(Box::new(CgroupCpuActuator::new(Box::new(WithUnits { units, fs: ctl.map(|c| Box::new(c) as Box<dyn CpuBackend>) })))),
-        (None, Some(ctl)) => a.push(Box::new(CgroupCpuActuator::new(Box::new(ctl)))),
-        (None, None) => {}
+    let cpu: Option<Box<dyn CpuBackend>> = match (i.units, i.ctl) {
+        (Some(units), ctl) => Some(Box::new(WithUnits { units, fs: ctl.map(|c| Box::new(c) as Box<dyn CpuBackend>) })),
+        (None, Some(ctl)) => Some(Box::new(ctl)),
+        (None, None) => None,
+    };
+    let pods = pod_classes(cfg);
+    let cpu = match (root && cfg.agent.apply_classes && !pods.is_empty(), cpu) {
+        (true, inner) => {
+            let hier = PodCaps::detect(&cfg.telemetry.cgroup_root, fx.as_ref()).ok_or_else(|| {
+                anyhow::anyhow!("pod classes {} need a cgroup cpu controller (v1 or v2) under {}", pods.join(", "), cfg.telemetry.cgroup_root.display())
+            })?;
+            let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Some(Box::new(WithPods { pods: PodCaps::new(pods, hier, ncpus), inner }) as Box<dyn CpuBackend>)
+        }
+        (false, cpu) => cpu,
+    };
+    if let Some(cpu) = cpu {
+        a.push(Box::new(CgroupCpuActuator::new(cpu)));
     }
     let mut freezing = None;
     // A napped class of systemd units is frozen by systemd (FreezeUnit), and a job queued on

@@ -118,18 +118,21 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
     // Classes that are systemd units are the agent's to set through systemd (docs/systemd.md):
     // this command would make cgroups for them and move their units' processes, so it leaves
     // them out and says so.
-    let units: Vec<&str> = cfg.classes.iter().filter(|c| c.matches.only_units()).map(|c| c.name.as_str()).collect();
+    // Pod classes act in their pods' own cgroups, through the agent only: this command would
+    // move pods' processes into joule's cgroups.
+    let units: Vec<&str> = cfg.classes.iter().filter(|c| c.matches.only_units() || !c.matches.pod.is_empty()).map(|c| c.name.as_str()).collect();
     if !units.is_empty() {
         eprintln!(
-            "joule qos: class(es) {} name systemd units; the agent sets them through systemd, `joule qos` leaves them out (docs/systemd.md)",
+            "joule qos: class(es) {} name systemd units or pods; the agent acts on them in place (through systemd, or in the pods' own cgroups), `joule qos` leaves them out (docs/systemd.md, docs/deploy.md)",
             units.join(", ")
         );
         let mut rest = cfg.clone();
-        rest.classes.retain(|c| !c.matches.only_units());
+        rest.classes.retain(|c| !c.matches.only_units() && c.matches.pod.is_empty());
         if rest.classes.is_empty() && matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {
-            return Err(
-                crate::UsageError("every [[class]] names systemd units: run the agent, which sets them through systemd (docs/systemd.md)".into()).into()
-            );
+            return Err(crate::UsageError(
+                "every [[class]] names systemd units or pods: run the agent, which acts on them in place (docs/systemd.md, docs/deploy.md)".into(),
+            )
+            .into());
         }
         return run(args, &rest);
     }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
 use joule_core::config::{ClassConfig, Config};
 use joule_core::effects::RealEffects;
-use joule_core::membership::{ClassPlace, ProcChange, ProcessCache};
+use joule_core::membership::{ClassPlace, PodTracker, ProcChange, ProcessCache};
 use joule_core::snapshot::{ClassMembers, ProcessEvents};
 use joule_core::{Origin, Snapshot};
 use joule_telemetry::{Source, SourceError};
@@ -41,13 +41,38 @@ pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Resul
     }
     if bpf {
         let creds = watch_creds(cfg);
-        let m = EventMembership::new(&t.procfs_root, &cfg.classes, places, creds)?;
+        let m = EventMembership::new(&t.procfs_root, &cfg.classes, places, creds, pod_tracker(cfg))?;
         let ready = m.monitor.ready_fd().context("while opening the process monitor's events for the loop's wake")?;
         return Ok(Some(Reading { source: Box::new(m), ready: Some(ready) }));
     }
     let follow = cfg.energy.enabled && !cfg.energy.targets.is_empty() || cfg.elevate.enabled();
     let every = if follow { Duration::from_millis(cfg.agent.period_ms) } else { Duration::from_secs(1) };
-    Ok(Some(Reading { source: Box::new(joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every)), ready: None }))
+    let walk = joule_telemetry::MembershipSource::new(&t.procfs_root, &cfg.classes, places, every).with_pods(pod_tracker(cfg));
+    Ok(Some(Reading { source: Box::new(walk), ready: None }))
+}
+
+/// Where pods' names and labels come from: the node's container runtime over CRI, when a class
+/// matches pods by anything but their QoS class; nothing otherwise. A missing socket is said
+/// once and leaves such classes matching nothing (no runtime's word: no match).
+pub fn pod_tracker(cfg: &Config) -> PodTracker {
+    if !cfg.classes.iter().any(|c| c.matches.pod.needs_runtime()) {
+        return PodTracker::default();
+    }
+    let k = &cfg.kubernetes;
+    let Some(socket) = k.cri_socket.clone().or_else(|| joule_kube::Cri::find_socket(Path::new("/"))) else {
+        tracing::warn!(
+            "classes match pods by name, namespace, labels or annotations, but no container runtime's CRI socket was found ({}): set kubernetes.cri_socket; until then they match no pod",
+            joule_kube::DEFAULT_SOCKETS.join(", ")
+        );
+        return PodTracker::default();
+    };
+    match joule_kube::Cri::new(&socket, Duration::from_millis(k.cri_timeout_ms)) {
+        Ok(cri) => PodTracker::new(Some(Box::new(cri))),
+        Err(e) => {
+            tracing::warn!("{e}: classes that match pods by name or labels match no pod");
+            PodTracker::default()
+        }
+    }
 }
 
 /// Whether membership needs to see uid changes: a class matches by uid, or a class grants (a
@@ -77,11 +102,11 @@ impl EventMembership {
     /// Loads the process monitor (its setuid hook when `creds`: see [`watch_creds`]), then walks
     /// /proc once: an event sent during the walk is applied after it, so none is missed.
     /// [`RINGBUF_ENV`] sizes the ring buffer (tests make it tiny to force losses).
-    pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>, creds: bool) -> anyhow::Result<EventMembership> {
+    pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>, creds: bool, pods: PodTracker) -> anyhow::Result<EventMembership> {
         let ringbuf_bytes = std::env::var(RINGBUF_ENV).ok().and_then(|v| v.parse().ok());
         let opts = ProcMonitorOpts { creds, ringbuf_bytes };
         let monitor = ProcMonitor::load(&opts).context("while loading the process monitor")?;
-        let mut cache = ProcessCache::new(procfs, classes, places);
+        let mut cache = ProcessCache::new(procfs, classes, places).with_pods(pods);
         cache.walk();
         let stats = ProcessEvents { processes: cache.processes(), source: Origin::Ebpf, ..Default::default() };
         Ok(EventMembership { lost_seen: monitor.lost(), cache, monitor, classes: classes.to_vec(), stats, walked_at: Instant::now(), pending: false })
@@ -160,6 +185,9 @@ impl Source for EventMembership {
             .map(|(class, processes)| ClassMembers { cgroup2_id: m.cgroup2_id(&class), class, processes, source: Origin::Ebpf })
             .collect();
         snap.process_events = Some(self.stats.clone());
+        if self.classes.iter().any(|c| c.matches.pod.needs_runtime()) {
+            snap.pods = Some(self.cache.pod_stats().clone());
+        }
         snap.membership = Arc::new(m);
         Ok(())
     }

@@ -1,0 +1,99 @@
+//! Pod classes on a fake cgroupfs (v1 and v2 kubelet trees, cgroupfs driver): a best-effort
+//! pod class's cap goes into each Burstable/BestEffort pod's own quota, never above the
+//! kubelet's, v1 containers above it first; a Guaranteed pod is never written; a pod that leaves
+//! and a lifted cap give the kubelet's values back, the kubelet's own change since stays.
+
+use super::*;
+use joule_core::effects::{FakeEffects, Files};
+use joule_core::membership::Member;
+use joule_core::procfs::TaskCgroups;
+
+const BURST: &str = "0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c";
+const GUAR: &str = "1c2f6d3b-5a4e-4f9b-8d2c-3e4f5a6b7c8d";
+const ID: &str = "4a5f0e3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f";
+
+fn member(pid: i32, line: &str) -> (i32, Member) {
+    (pid, Member { pid, class: "batch".into(), started: Some(1), cgroups: TaskCgroups::parse(line), uid: Some(0) })
+}
+
+fn reading(members: Vec<(i32, Member)>) -> Membership {
+    Membership { members: members.into_iter().collect(), full: true, generation: 1, ..Default::default() }
+}
+
+fn file(fx: &FakeEffects, p: &str) -> String {
+    fx.file(p).unwrap_or_default()
+}
+
+#[test]
+fn v1_caps_the_burstable_pod_below_its_containers_and_never_the_guaranteed_one() {
+    let b = format!("/cg/cpu/kubepods/burstable/pod{BURST}");
+    let g = format!("/cg/cpu/kubepods/pod{GUAR}");
+    let fx = FakeEffects::default()
+        .with_dir(&b)
+        .with_dir(format!("{b}/{ID}"))
+        .with_file(format!("{b}/cpu.cfs_quota_us"), "-1")
+        .with_file(format!("{b}/cpu.cfs_period_us"), "100000")
+        .with_file(format!("{b}/{ID}/cpu.cfs_quota_us"), "50000")
+        .with_file(format!("{b}/{ID}/cpu.cfs_period_us"), "100000")
+        .with_file(format!("{g}/cpu.cfs_quota_us"), "20000")
+        .with_file(format!("{g}/cpu.cfs_period_us"), "100000")
+        .with_file(format!("{g}/{ID}/cpu.cfs_quota_us"), "20000");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut pods = PodCaps::new(["batch".to_string()], CpuHier::V1("/cg/cpu".into()), 4);
+    let m = reading(vec![
+        member(10, &format!("4:cpu,cpuacct:/kubepods/burstable/pod{BURST}/{ID}\n")),
+        member(11, &format!("4:cpu,cpuacct:/kubepods/pod{GUAR}/{ID}\n")),
+    ]);
+    let r = pods.hold(&journal, &fx, &m).unwrap();
+    assert!(r.notes.iter().any(|n| n.contains("joined")), "{:?}", r.notes);
+    assert_eq!(pods.status().skipped_guaranteed, 1);
+    // 15 % of 4 CPUs for its one pod: 60 ms per 100 ms; the container's own 50 ms is lower.
+    assert!(pods.set_cap(&journal, &fx, "batch", 15.0).unwrap());
+    assert_eq!((file(&fx, &format!("{b}/cpu.cfs_quota_us")), file(&fx, &format!("{b}/{ID}/cpu.cfs_quota_us"))), ("60000".into(), "50000".into()));
+    // 5 %: 20 ms; v1 wants the container at or below its pod first.
+    assert!(pods.set_cap(&journal, &fx, "batch", 5.0).unwrap());
+    assert_eq!((file(&fx, &format!("{b}/cpu.cfs_quota_us")), file(&fx, &format!("{b}/{ID}/cpu.cfs_quota_us"))), ("20000".into(), "20000".into()));
+    let undo: Vec<_> = joule_core::journal::entries(jd.path()).unwrap().into_iter().map(|e| (e.owner, e.undo)).collect();
+    assert_eq!(undo.len(), 2, "{undo:?}");
+    assert!(
+        matches!(&undo[1].1, Undo::Write { path, old } if path.ends_with(format!("pod{BURST}/cpu.cfs_quota_us")) && old == "-1"),
+        "the pod's record is the newest (replayed first): {undo:?}"
+    );
+    assert!(undo.iter().all(|(o, _)| o == OWNER));
+    let rows = PodCaps::rows(&pods.status());
+    assert_eq!(rows.len(), 1, "the Guaranteed pod is not held: {rows:?}");
+    assert!(rows[0].0.contains(&("capped".into(), "true".into())), "{rows:?}");
+    // Never the Guaranteed pod, nor the QoS levels.
+    assert_eq!((file(&fx, &format!("{g}/cpu.cfs_quota_us")), file(&fx, &format!("{g}/{ID}/cpu.cfs_quota_us"))), ("20000".into(), "20000".into()));
+    // The stage cools: the kubelet's values come back, pod first, and the journal empties.
+    assert!(pods.set_cap(&journal, &fx, "batch", 100.0).unwrap());
+    assert_eq!((file(&fx, &format!("{b}/cpu.cfs_quota_us")), file(&fx, &format!("{b}/{ID}/cpu.cfs_quota_us"))), ("-1".into(), "50000".into()));
+    assert!(joule_core::journal::entries(jd.path()).unwrap().is_empty());
+}
+
+#[test]
+fn v2_caps_each_pod_with_a_share_and_gives_back_a_pod_that_left_unless_the_kubelet_changed_it() {
+    let other = "2d3a7e4c-6b5f-4a0c-9e3d-4f5a6b7c8d9e";
+    let b = format!("/cg/kubepods/burstable/pod{BURST}");
+    let e = format!("/cg/kubepods/besteffort/pod{other}");
+    let fx = FakeEffects::default().with_file(format!("{b}/cpu.max"), "max 100000").with_file(format!("{e}/cpu.max"), "max 100000");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut pods = PodCaps::new(["batch".to_string()], CpuHier::V2("/cg".into()), 4);
+    let both =
+        reading(vec![member(10, &format!("0::/kubepods/burstable/pod{BURST}/{ID}\n")), member(12, &format!("0::/kubepods/besteffort/pod{other}/crio-{ID}\n"))]);
+    pods.hold(&journal, &fx, &both).unwrap();
+    pods.set_cap(&journal, &fx, "batch", 15.0).unwrap();
+    // 15 % of 4 CPUs split between two pods.
+    assert_eq!((file(&fx, &format!("{b}/cpu.max")), file(&fx, &format!("{e}/cpu.max"))), ("30000 100000".into(), "30000 100000".into()));
+    assert_eq!(pods.caps()["batch"].quota_us, Some(60_000));
+    // The BestEffort pod goes: it gets its quota back and the other pod the whole share.
+    pods.hold(&journal, &fx, &reading(vec![member(10, &format!("0::/kubepods/burstable/pod{BURST}/{ID}\n"))])).unwrap();
+    assert_eq!((file(&fx, &format!("{b}/cpu.max")), file(&fx, &format!("{e}/cpu.max"))), ("60000 100000".into(), "max 100000".into()));
+    // The kubelet resizes the pod meanwhile: its value stays when the cap lifts.
+    fx.write(std::path::Path::new(&format!("{b}/cpu.max")), "150000 100000").unwrap();
+    pods.release(&journal, &fx).unwrap();
+    assert_eq!(file(&fx, &format!("{b}/cpu.max")), "150000 100000");
+    assert!(joule_core::journal::entries(jd.path()).unwrap().is_empty());
+}
