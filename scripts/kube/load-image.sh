@@ -3,8 +3,9 @@
 # containerd, in the namespace its CRI plugin serves the kubelet from (k8s.io), unpacked, so a
 # pod with imagePullPolicy: Never finds it. No registry is involved. Run it as root on each node:
 #   scripts/kube/load-image.sh [ARCHIVE]        (target/joule-image.tar)
-# ctr's own CONTAINERD_ADDRESS chooses the socket (/run/containerd/containerd.sock); CTR the
-# client (ctr on PATH). The image is labelled pinned: containerd 1.7 and later then report it
+# ctr's own CONTAINERD_ADDRESS chooses the socket (/run/containerd/containerd.sock) and
+# CONTAINERD_SNAPSHOTTER the snapshotter to unpack for (overlayfs, the CRI plugin's default);
+# CTR the client (ctr on PATH). The image is labelled pinned: containerd 1.7 and later then report it
 # pinned over CRI, and the kubelet's image garbage collection never removes it.
 set -euo pipefail
 archive=${1:-target/joule-image.tar}
