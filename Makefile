@@ -127,11 +127,12 @@ test-vm: build build-arm64 vm-deps deb # the package's check installs target/deb
 restore: build
 	$(JOULE) restore
 
-# The DaemonSet's image, localhost/joule:<crate version>, built offline from the release binary
-# (deploy/Containerfile, FROM scratch) with buildah, which it installs if missing; also writes
-# the OCI archive target/joule-image.tar. Not part of `make test`.
+# The DaemonSet's image, localhost/joule:<crate version>, as the OCI archive target/joule-image.tar:
+# written offline from the release binary with tar and sha256sum (scripts/image.sh: no builder, no
+# base image); scripts/kube/load-image.sh loads it into a node's containerd (docs/deploy.md). The
+# root tier builds and loads its own from the same scripts (joule-kube/tests/root_image_import.rs).
 image: build
-	@bash scripts/image.sh
+	@bash scripts/image.sh $(JOULE)
 
 clean:
 	$(CARGO) clean

@@ -1,50 +1,37 @@
 #!/usr/bin/env bash
-# `make image`: builds joule's container image offline from target/release/joule, with no
-# container engine and no base image pull. deploy/Containerfile is FROM scratch; this script
-# puts the binary, the shared libraries ldd finds and deploy/joule.toml into its build
-# context. The builder is buildah (daemonless) with the vfs storage driver, which needs
-# neither overlayfs nor a running service; it is installed from Debian's packages when
-# missing (not by scripts/install-deps.sh: `make test` does not need it).
-#
-# Output: the image localhost/joule:VERSION (VERSION from Cargo.toml) in a buildah store
-# inside target/ (see IMAGE_STORE below), and the same image as an OCI archive,
-# target/joule-image.tar, for loading into a node's container runtime. The script then runs
-# `joule --version` and `joule check-config` inside the image to show it works.
+# `make image`: joule's node-agent image (deploy/kubernetes/daemonset.yaml runs it), written
+# offline as an OCI archive with tar and sha256sum alone: no container engine, no builder, no
+# base image to pull. One layer holds the release binary (debug info stripped), every shared
+# library ldd says it loads, at the same paths, and deploy/joule.toml as /etc/joule/joule.toml.
+# The archive is reproducible: the same binary gives the same bytes and the same digest.
+#   scripts/image.sh [BINARY [OUT.tar]]   (target/release/joule, target/joule-image.tar)
+# The image is named localhost/joule:VERSION (VERSION from Cargo.toml); scripts/kube/load-image.sh
+# loads the archive into a node's containerd. The script then runs `joule --version` and
+# `joule check-config` in the image's root filesystem (chroot as root) to show it works.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 [ -n "$version" ] || { echo "image: no version in Cargo.toml" >&2; exit 1; }
 image="localhost/joule:${version}"
-bin=target/release/joule
-ctx=target/image-context
-archive=target/joule-image.tar
-store="${IMAGE_STORE:-target/image-store}"
-case "$store" in /*) ;; *) store="$PWD/$store" ;; esac
-
+bin=${1:-target/release/joule}
+archive=${2:-target/joule-image.tar}
 [ -x "$bin" ] || { echo "image: $bin is missing: run \`make build\` first" >&2; exit 1; }
 
-if ! command -v buildah >/dev/null 2>&1; then
-  echo "image: needs buildah (a daemonless image builder); installing Debian's package"
-  if [ "$(id -u)" != 0 ]; then
-    echo "image: need root to apt-get install buildah; install it yourself, or build deploy/Containerfile with any OCI builder from $ctx after running this script as root" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends buildah >/dev/null 2>&1 \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends buildah >/dev/null; }
-fi
+mkdir -p "$(dirname "$archive")"
+work=$(mktemp -d "$(dirname "$archive")/.image.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root="$work/rootfs"
+mkdir -p "$root"/{proc,sys,dev,tmp,run,etc/joule,usr/local/bin} "$work/oci/blobs/sha256"
 
-# The build context: the binary, every library the dynamic loader will want, the config.
-rm -rf "$ctx"
-mkdir -p "$ctx/rootfs/usr/local/bin" "$ctx/rootfs/etc/joule"
+# The root filesystem: the binary, every library the dynamic loader will want, the config.
 if command -v strip >/dev/null 2>&1; then
-  strip --strip-debug -o "$ctx/rootfs/usr/local/bin/joule" "$bin"
+  strip --strip-debug -o "$root/usr/local/bin/joule" "$bin"
 else
-  cp "$bin" "$ctx/rootfs/usr/local/bin/joule"
+  cp "$bin" "$root/usr/local/bin/joule"
 fi
-chmod 0755 "$ctx/rootfs/usr/local/bin/joule"
-cp deploy/joule.toml "$ctx/rootfs/etc/joule/joule.toml"
+chmod 0755 "$root/usr/local/bin/joule"
+install -m 0644 deploy/joule.toml "$root/etc/joule/joule.toml"
 deps=$(ldd "$bin")
 if grep -q "not found" <<<"$deps"; then
   echo "image: ldd cannot resolve every library of $bin:" >&2
@@ -53,23 +40,38 @@ if grep -q "not found" <<<"$deps"; then
 fi
 # "libx.so => /path (addr)" and the loader's own "/lib64/ld-linux-x86-64.so.2 (addr)".
 for lib in $(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$deps"); do
-  mkdir -p "$ctx/rootfs$(dirname "$lib")"
-  cp -L "$lib" "$ctx/rootfs$lib"
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
 done
-cp deploy/Containerfile "$ctx/Containerfile"
 
-B=(buildah --storage-driver vfs --root "$store/root" --runroot "$store/run")
-echo "image: building $image"
-"${B[@]}" bud --quiet --build-arg "VERSION=$version" -f "$ctx/Containerfile" -t "$image" "$ctx" >/dev/null
-rm -f "$archive"
-"${B[@]}" push --quiet "$image" "oci-archive:$archive:$image"
+# The OCI image layout (image-spec 1.1): a gzipped layer, its config, a manifest, an index.
+reproducible_tar() { tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "$@"; }
+# blob FILE: moves FILE into the layout under its digest; prints "DIGEST SIZE".
+blob() { local d s; d=$(sha256sum "$1" | cut -d' ' -f1); s=$(stat -c %s "$1"); mv "$1" "$work/oci/blobs/sha256/$d"; echo "$d $s"; }
+reproducible_tar -C "$root" -cf "$work/layer.tar" .
+diff_id=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+gzip -n -6 "$work/layer.tar"
+read -r layer layer_size < <(blob "$work/layer.tar.gz")
+arch=$(dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
+printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["/usr/local/bin/joule"],"Cmd":["agent","--config","/etc/joule/joule.toml"],"Labels":{"org.opencontainers.image.title":"joule","org.opencontainers.image.description":"joule node agent: thermal/power budget, latency protection","org.opencontainers.image.version":"%s"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+  "$arch" "$version" "$diff_id" > "$work/config"
+read -r config config_size < <(blob "$work/config")
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
+  "$config" "$config_size" "$layer" "$layer_size" > "$work/manifest"
+read -r manifest manifest_size < <(blob "$work/manifest")
+echo '{"imageLayoutVersion":"1.0.0"}' > "$work/oci/oci-layout"
+# containerd's import reads io.containerd.image.name; podman and skopeo read ref.name.
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+  "$manifest" "$manifest_size" "$arch" "$image" "$image" > "$work/oci/index.json"
+reproducible_tar -C "$work/oci" -cf "$work/image.tar" oci-layout index.json blobs
+mv "$work/image.tar" "$archive"
 
-# Smoke test inside the image. chroot isolation needs no OCI runtime and no cgroup setup
-# (crun refuses this machine's hybrid cgroup layout).
-c=$("${B[@]}" from --quiet "$image")
-trap '"${B[@]}" rm "$c" >/dev/null' EXIT
-"${B[@]}" run --isolation chroot "$c" -- /usr/local/bin/joule --version
-"${B[@]}" run --isolation chroot "$c" -- /usr/local/bin/joule check-config /etc/joule/joule.toml
-
-echo "image: $image is in $store (list it with: ${B[*]} images)"
-echo "image: OCI archive $archive ($(du -h "$archive" | cut -f1)); load it into each node's container runtime"
+# Smoke test in the image's root filesystem: chroot needs root; without it, say so.
+if [ "$(id -u)" = 0 ]; then
+  chroot "$root" /usr/local/bin/joule --version
+  chroot "$root" /usr/local/bin/joule check-config /etc/joule/joule.toml
+else
+  echo "image: not root: skipped running joule --version in the image's root filesystem (chroot)"
+fi
+echo "image: $image ($arch, manifest sha256:$manifest) in $archive ($(du -h "$archive" | cut -f1))"
+echo "image: load it into each node's containerd with scripts/kube/load-image.sh (docs/deploy.md)"

@@ -106,3 +106,20 @@ if [ ! -x "$TOOLS/bin/runc" ] && [ "$(id -u)" = 0 ]; then
   for b in bin/containerd bin/containerd-shim-runc-v2 bin/ctr sbin/runc; do install -m 0755 "$work/root/usr/$b" "$TOOLS/bin/"; done
   rm -rf "$work"
 fi
+
+# The Kubernetes manifest check (scripts/kube/manifest-check.sh, run by the unit tier) is a Go
+# program over k8s.io/api's own types. Its modules go into Go's module cache (`go env
+# GOMODCACHE`: ~/go/pkg/mod unless set, kept between runs) from the module proxy `go env
+# GOPROXY` names, and it is built once here to fill Go's build cache; the check itself then
+# builds offline in about a second. Without a Go toolchain the check skips, naming it.
+GO=$(command -v go || true)
+[ -n "$GO" ] || [ ! -x /usr/local/go/bin/go ] || GO=/usr/local/go/bin/go
+if [ -n "$GO" ]; then
+  mc="$(cd "$(dirname "$0")" && pwd)/kube/manifest-check"
+  if ! (cd "$mc" && GOFLAGS=-mod=readonly GOPROXY=off GOTOOLCHAIN=local "$GO" list -deps . >/dev/null 2>&1); then
+    echo "install-deps: downloading and building the Go modules of scripts/kube/manifest-check"
+    (cd "$mc" && export GOFLAGS=-mod=readonly GOTOOLCHAIN=local && "$GO" mod download && "$GO" build -o /dev/null .)
+  fi
+else
+  echo "install-deps: no Go toolchain: the unit tier's Kubernetes manifest check will skip"
+fi

@@ -22,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// A node handed an image rather than pulling one: CRI's image list, one-shot containers.
+#[path = "containerd_image.rs"]
+mod image;
+pub use image::Exited;
+
 /// The image every pod runs (the sandbox's pause and the workload): `/pause`, or `/pause spin`.
 pub const IMAGE: &str = "localhost/joule-test:1";
 

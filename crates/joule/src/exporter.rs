@@ -16,7 +16,9 @@
 //! With `agent.metrics_web_config` (webconfig.rs) it speaks TLS (the handshake has the same
 //! deadline as the headers) and asks for basic auth; bcrypt runs on the runtime's single
 //! blocking thread, each client address within its budget (auth_budget.rs), so no client's wrong
-//! passwords delay another's login.
+//! passwords delay another's login. One path asks for no credentials: [`HEALTH_PATH`], which a
+//! kubelet's probe can reach (it has none to give) and which tells nothing but whether the loop
+//! has published yet.
 
 use crate::auth_budget::AuthBudget;
 use crate::conn_slots::Slots;
@@ -49,6 +51,12 @@ pub struct Published {
 }
 
 pub type Shared = Arc<RwLock<Published>>;
+
+/// The one path served without credentials (a kubelet's liveness and readiness probes have
+/// none): "ok" once the loop has published a reading, 503 "starting" before. It shows no
+/// reading, never refreshes one (an anonymous client cannot make the loop run) and costs no
+/// bcrypt.
+pub const HEALTH_PATH: &str = "/healthz";
 
 /// How much one client may hold of the server.
 #[derive(Debug, Clone, Copy)]
@@ -195,12 +203,23 @@ fn answer(shared: &Shared, req: &Request<Incoming>, procs: Processes) -> (String
             }
             (body.to_string(), "application/json", StatusCode::OK)
         }
+        HEALTH_PATH => health(shared),
         "/" => (
-            "joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators)\n".to_string(),
+            "joule agent: /metrics (Prometheus text; OpenMetrics on request), /snapshot.json (readings), /plan.json (decisions and actuators), /healthz\n"
+                .to_string(),
             "text/plain",
             StatusCode::OK,
         ),
         _ => ("not found\n".to_string(), "text/plain", StatusCode::NOT_FOUND),
+    }
+}
+
+/// [`HEALTH_PATH`]'s answer: whether the loop has published, and nothing else.
+fn health(shared: &Shared) -> (String, &'static str, StatusCode) {
+    if shared.read().unwrap_or_else(|e| e.into_inner()).published_at.is_some() {
+        ("ok\n".to_string(), "text/plain", StatusCode::OK)
+    } else {
+        ("starting\n".to_string(), "text/plain", StatusCode::SERVICE_UNAVAILABLE)
     }
 }
 
@@ -336,7 +355,7 @@ where
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let (server, served) = (server.clone(), served.clone());
         async move {
-            let verdict = authorised(&server, peer, &req).await;
+            let verdict = if req.uri().path() == HEALTH_PATH { Verdict::Allowed } else { authorised(&server, peer, &req).await };
             if let (Verdict::Allowed, Some(f)) = (verdict, &server.freshen) {
                 if matches!(req.uri().path(), "/metrics" | "/snapshot.json" | "/plan.json") {
                     f.fresh(&server.shared).await;
@@ -370,6 +389,10 @@ where
         .serve_connection(TokioIo::new(stream), service);
     let _ = conn.await;
 }
+
+#[cfg(test)]
+#[path = "exporter_health_tests.rs"]
+mod health_tests;
 
 #[cfg(test)]
 mod tests {

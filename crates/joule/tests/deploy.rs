@@ -1,6 +1,7 @@
 //! Tier 1 (no root): the files in deploy/ agree with what builds and runs them — the DaemonSet
 //! names the image `make image` builds (localhost/joule:<crate version>), and the systemd
-//! unit restores from the journal directory the shipped config writes to.
+//! unit restores from the journal directory the shipped config writes to. The Kubernetes
+//! manifests' own checks are in kube_manifests.rs.
 
 use std::path::PathBuf;
 
@@ -17,7 +18,7 @@ fn value_after<'a>(text: &'a str, key: &str) -> &'a str {
 
 #[test]
 fn daemonset_names_the_image_make_image_builds() {
-    let ds = deploy("daemonset.yaml");
+    let ds = deploy("kubernetes/daemonset.yaml");
     assert_eq!(value_after(&ds, "image:"), format!("localhost/joule:{}", env!("CARGO_PKG_VERSION")));
     // Built locally and loaded into the node's runtime: never pulled.
     assert_eq!(value_after(&ds, "imagePullPolicy:"), "Never");
