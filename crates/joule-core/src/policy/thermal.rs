@@ -12,12 +12,39 @@ use crate::Snapshot;
 pub struct ThermalPolicy {
     cfg: ThermalConfig,
     best_effort: Vec<String>,
+    /// The best-effort classes that are pod classes: a cap's reason names their pods.
+    pod_classes: Vec<String>,
 }
 
 impl ThermalPolicy {
     pub fn from_config(cfg: &Config) -> ThermalPolicy {
         let best_effort = cfg.classes.iter().filter(|c| c.thermal == ThermalRole::BestEffort).map(|c| c.name.clone()).collect();
-        ThermalPolicy { cfg: cfg.thermal.clone(), best_effort }
+        let pod_classes = cfg.classes.iter().filter(|c| c.thermal == ThermalRole::BestEffort && !c.matches.pod.is_empty()).map(|c| c.name.clone()).collect();
+        ThermalPolicy { cfg: cfg.thermal.clone(), best_effort, pod_classes }
+    }
+}
+
+/// The Burstable and BestEffort pods `class`'s members live in, as `namespace/name` (the UID where the runtime did not
+/// name it), the first few and how many more: for a cap's reason.
+fn pods_named(snap: &Snapshot, class: &str) -> String {
+    const SHOWN: usize = 5;
+    let m = &snap.membership;
+    let mut pods = std::collections::BTreeSet::new();
+    for member in m.of(class) {
+        for p in member.cgroups.paths() {
+            // A Guaranteed pod is never capped (joule-act's pod_cpu): not named either.
+            if let Some(crate::kubepods::KubeCgroup::Pod(pc)) =
+                crate::kubepods::parse(p).filter(|k| !matches!(k, crate::kubepods::KubeCgroup::Pod(pc) if pc.qos == crate::kubepods::Qos::Guaranteed))
+            {
+                pods.insert(m.pods.get(&pc.pod_uid).map_or(pc.pod_uid.clone(), |x| format!("{}/{}", x.namespace, x.name)));
+            }
+        }
+    }
+    let shown: Vec<&str> = pods.iter().take(SHOWN).map(String::as_str).collect();
+    match pods.len() {
+        0 => "no pod now".into(),
+        n if n > SHOWN => format!("pods {} and {} more", shown.join(", "), n - SHOWN),
+        _ => format!("pods {}", shown.join(", ")),
     }
 }
 
@@ -58,6 +85,7 @@ impl Policy for ThermalPolicy {
                 }
                 ThermalPath::Scx => (100.0, "the sched_ext scheduler degrades best-effort classes itself".to_string()),
             };
+            let why = if cpu_pct < 100.0 && self.pod_classes.contains(class) { format!("{why} ({})", pods_named(snap, class)) } else { why };
             plan.push(self.name(), Some(owner::CGROUP_CPU), Want::CapClass { class: class.clone(), cpu_pct }, why);
         }
         // The machine's frequency is the kernel's and its other tools' unless the operator let

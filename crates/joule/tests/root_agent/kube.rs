@@ -129,6 +129,8 @@ fn root_kube_pod_classes_cap_pods_in_place_never_a_guaranteed_one_and_restore_gi
         assert!(metrics.lines().any(|l| l == want), "no {want} in:\n{}", metrics.lines().filter(|l| l.contains("pods")).collect::<Vec<_>>().join("\n"));
     }
     assert!(!metrics.contains("pod=\"db\""), "the Guaranteed pod is held by no class");
+    let (_, plan) = http_get(&agent.metrics_addr(), "/plan.json", None);
+    assert!(plan.contains("(pods batch/batch)") && plan.contains("(pods shop/web)"), "the caps' reasons do not name the pods: {plan}");
 
     // web is deleted and web2 created: web2 is found from the process events (its first exec
     // refreshes the pod list) and capped; the class's share stays one pod's.
