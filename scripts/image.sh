@@ -22,7 +22,7 @@ mkdir -p "$(dirname "$archive")"
 work=$(mktemp -d "$(dirname "$archive")/.image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root="$work/rootfs"
-mkdir -p "$root"/{proc,sys,dev,tmp,run,etc/joule,usr/local/bin} "$work/oci/blobs/sha256"
+mkdir -p "$root"/{proc,sys,dev,tmp,run,etc/joule,usr/local/bin}
 
 # The root filesystem: the binary, every library the dynamic loader will want, the config.
 if command -v strip >/dev/null 2>&1; then
@@ -44,27 +44,12 @@ for lib in $(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
   cp -L "$lib" "$root$lib"
 done
 
-# The OCI image layout (image-spec 1.1): a gzipped layer, its config, a manifest, an index.
-reproducible_tar() { tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 "$@"; }
-# blob FILE: moves FILE into the layout under its digest; prints "DIGEST SIZE".
-blob() { local d s; d=$(sha256sum "$1" | cut -d' ' -f1); s=$(stat -c %s "$1"); mv "$1" "$work/oci/blobs/sha256/$d"; echo "$d $s"; }
-reproducible_tar -C "$root" -cf "$work/layer.tar" .
-diff_id=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
-gzip -n -6 "$work/layer.tar"
-read -r layer layer_size < <(blob "$work/layer.tar.gz")
+# The OCI image layout (scripts/kube/oci.sh): a gzipped layer, its config, a manifest, an index.
+. scripts/kube/oci.sh
 arch=$(dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
-printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["/usr/local/bin/joule"],"Cmd":["agent","--config","/etc/joule/joule.toml"],"Labels":{"org.opencontainers.image.title":"joule","org.opencontainers.image.description":"joule node agent: thermal/power budget, latency protection","org.opencontainers.image.version":"%s"}},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-  "$arch" "$version" "$diff_id" > "$work/config"
-read -r config config_size < <(blob "$work/config")
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
-  "$config" "$config_size" "$layer" "$layer_size" > "$work/manifest"
-read -r manifest manifest_size < <(blob "$work/manifest")
-echo '{"imageLayoutVersion":"1.0.0"}' > "$work/oci/oci-layout"
-# containerd's import reads io.containerd.image.name; podman and skopeo read ref.name.
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
-  "$manifest" "$manifest_size" "$arch" "$image" "$image" > "$work/oci/index.json"
-reproducible_tar -C "$work/oci" -cf "$work/image.tar" oci-layout index.json blobs
-mv "$work/image.tar" "$archive"
+config='{"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["/usr/local/bin/joule"],"Cmd":["agent","--config","/etc/joule/joule.toml"],"Labels":{"org.opencontainers.image.title":"joule","org.opencontainers.image.description":"joule node agent: thermal/power budget, latency protection","org.opencontainers.image.version":"'"$version"'"}}'
+oci_archive "$root" "$archive" "$image" "$image" "$arch" "$config" 1
+manifest=$OCI_MANIFEST
 
 # Smoke test in the image's root filesystem: chroot needs root; without it, say so.
 if [ "$(id -u)" = 0 ]; then

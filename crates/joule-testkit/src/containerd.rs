@@ -211,28 +211,16 @@ oom_score = 0
             m.insert("io.kubernetes.pod.uid".into(), p.uid.clone());
             m
         };
-        // Host network and PID namespace of the pod's own, as a kubelet asks for hostNetwork.
-        let ns = NamespaceOption { network: NamespaceMode::Node as i32, pid: NamespaceMode::Pod as i32, ipc: NamespaceMode::Pod as i32, ..Default::default() };
-        let sandbox = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata { name: p.name.clone(), uid: p.uid.clone(), namespace: p.namespace.clone(), attempt: 0 }),
-            log_directory: self.dir.path().join("logs").join(&p.uid).to_string_lossy().into_owned(),
-            labels: kube(&p.labels),
-            annotations: p.annotations.iter().cloned().collect(),
-            linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: cgroup_parent.clone(),
-                security_context: Some(LinuxSandboxSecurityContext { namespace_options: Some(ns.clone()), ..Default::default() }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let log_dir = self.dir.path().join("logs").join(&p.uid);
+        let (sandbox, sandbox_id) = self.start_sandbox(
+            PodSandboxMetadata { name: p.name.clone(), uid: p.uid.clone(), namespace: p.namespace.clone(), attempt: 0 },
+            &cgroup_parent,
+            &log_dir,
+            kube(&p.labels),
+            p.annotations.iter().cloned().collect(),
+        )?;
+        let ns = sandbox.linux.as_ref().and_then(|l| l.security_context.as_ref()).and_then(|s| s.namespace_options.clone());
         let mut c = self.client()?;
-        let sandbox_id = self
-            .rt
-            .block_on(c.run_pod_sandbox(RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }))
-            .map_err(|e| format!("RunPodSandbox: {e}"))?
-            .into_inner()
-            .pod_sandbox_id;
-        self.pods.push(sandbox_id.clone());
         let mut labels = kube(&[]);
         labels.insert("io.kubernetes.container.name".into(), p.container.clone());
         let container = ContainerConfig {
@@ -249,7 +237,7 @@ oom_score = 0
                     cpu_shares: if p.qos == "besteffort" { 2 } else { 102 },
                     ..Default::default()
                 }),
-                security_context: Some(LinuxContainerSecurityContext { namespace_options: Some(ns), ..Default::default() }),
+                security_context: Some(LinuxContainerSecurityContext { namespace_options: ns, ..Default::default() }),
             }),
             ..Default::default()
         };
@@ -261,6 +249,41 @@ oom_score = 0
             .container_id;
         self.rt.block_on(c.start_container(StartContainerRequest { container_id: container_id.clone() })).map_err(|e| format!("StartContainer: {e}"))?;
         Ok(Pod { sandbox_id, container_id, cgroup_parent })
+    }
+
+    /// Runs a pod sandbox (the harness's pause) as a kubelet asks for a hostNetwork pod: the
+    /// host's network, a PID namespace of the pod's own, under `cgroup_parent`. Its config (the
+    /// containers' CreateContainer needs it) and id; the harness removes it when dropped.
+    pub(crate) fn start_sandbox(
+        &mut self,
+        metadata: PodSandboxMetadata,
+        cgroup_parent: &str,
+        log_dir: &Path,
+        labels: std::collections::HashMap<String, String>,
+        annotations: std::collections::HashMap<String, String>,
+    ) -> Result<(PodSandboxConfig, String), String> {
+        let ns = NamespaceOption { network: NamespaceMode::Node as i32, pid: NamespaceMode::Pod as i32, ipc: NamespaceMode::Pod as i32, ..Default::default() };
+        let sandbox = PodSandboxConfig {
+            metadata: Some(metadata),
+            log_directory: log_dir.to_string_lossy().into_owned(),
+            labels,
+            annotations,
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: cgroup_parent.into(),
+                security_context: Some(LinuxSandboxSecurityContext { namespace_options: Some(ns), ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut c = self.client()?;
+        let sandbox_id = self
+            .rt
+            .block_on(c.run_pod_sandbox(RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }))
+            .map_err(|e| format!("RunPodSandbox: {e}"))?
+            .into_inner()
+            .pod_sandbox_id;
+        self.pods.push(sandbox_id.clone());
+        Ok((sandbox, sandbox_id))
     }
 
     /// Stops and removes a pod (as a kubelet does when it is deleted).

@@ -2,12 +2,11 @@
 //! images its CRI plugin lists (what a kubelet sees), and a one-shot container of any image
 //! (its exit code and output), run in a pod of its own as a kubelet runs one.
 
-use super::{run, tools, Containerd, IMAGE};
+use super::{run, tools, Containerd};
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest, CreateContainerRequest, Image, ImageSpec, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, ListImagesRequest, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest,
-    StartContainerRequest,
+    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest, CreateContainerRequest, Image, ImageSpec, ListImagesRequest,
+    PodSandboxMetadata, StartContainerRequest,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,25 +46,9 @@ impl Containerd {
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let uid = format!("0ce0{:04x}-{n:04x}-4000-8000-000000000000", std::process::id() & 0xffff);
         let logs = self.dir.path().join("logs").join(&uid);
-        let ns = NamespaceOption { network: NamespaceMode::Node as i32, pid: NamespaceMode::Pod as i32, ipc: NamespaceMode::Pod as i32, ..Default::default() };
-        let sandbox = PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata { name: "once".into(), uid: uid.clone(), namespace: "kube-system".into(), attempt: 0 }),
-            log_directory: logs.to_string_lossy().into_owned(),
-            linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: format!("/kubepods/besteffort/pod{uid}"),
-                security_context: Some(LinuxSandboxSecurityContext { namespace_options: Some(ns), ..Default::default() }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let metadata = PodSandboxMetadata { name: "once".into(), uid: uid.clone(), namespace: "kube-system".into(), attempt: 0 };
+        let (sandbox, sandbox_id) = self.start_sandbox(metadata, &format!("/kubepods/besteffort/pod{uid}"), &logs, Default::default(), Default::default())?;
         let mut c = self.client()?;
-        let sandbox_id = self
-            .rt
-            .block_on(c.run_pod_sandbox(RunPodSandboxRequest { config: Some(sandbox.clone()), runtime_handler: String::new() }))
-            .map_err(|e| format!("RunPodSandbox ({IMAGE}): {e}"))?
-            .into_inner()
-            .pod_sandbox_id;
-        self.pods.push(sandbox_id.clone());
         let container = ContainerConfig {
             metadata: Some(ContainerMetadata { name: "once".into(), attempt: 0 }),
             image: Some(ImageSpec { image: image.into(), ..Default::default() }),
