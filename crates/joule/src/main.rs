@@ -49,6 +49,17 @@ enum Cmd {
     /// the classes' guarantees and the enabled mechanisms, serves Prometheus metrics and logs
     /// events. It runs until SIGINT or SIGTERM and then undoes everything it changed.
     Agent(agent::AgentArgs),
+    /// What the running agent is doing and why, in one screen.
+    ///
+    /// The budget (temperature and power against their limits, with their source), the stage
+    /// and how long it has held, each mechanism's decisions with the plan's reasons, each
+    /// class's promise beside what it got, recent conflicts, and the agent's own cost. Asks the
+    /// agent over its socket in the journal directory (root only). Exit 3 when no agent runs.
+    ///
+    /// Examples:
+    ///   joule status
+    ///   joule status --json | jq .budget
+    Status(cmd::status::StatusArgs),
     /// Live view of what joule measures on this machine.
     ///
     /// `--once --json` prints one JSON snapshot for scripts.
@@ -177,6 +188,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
     let result = match cli.cmd {
         Cmd::Agent(a) => agent::run(a),
+        Cmd::Status(a) => cmd::status::run(a),
         Cmd::Monitor(a) => monitor::run(a),
         Cmd::CheckConfig(a) => cmd::check_config::run(a),
         Cmd::Restore(a) => cmd::restore::run(a),
@@ -191,7 +203,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("joule: error: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() {
+            if e.downcast_ref::<cmd::status::NoAgent>().is_some() {
+                ExitCode::from(cmd::status::NO_AGENT_EXIT)
+            } else if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
                 ExitCode::from(1)

@@ -23,6 +23,8 @@ pub struct AgentStats {
     pub pace: joule_core::control::pace::Pace,
     /// Rests an event ended before their time (a stage change, a process event, a signal).
     pub rests_ended_total: u64,
+    /// When the stage took its present value (unix ms of that snapshot).
+    pub stage_since_unix_ms: u64,
 }
 
 /// The `source` label every measured or estimated value carries.

@@ -97,6 +97,17 @@ fn nap_status_without_an_agent_is_a_usage_error_saying_so() {
 }
 
 #[test]
+fn status_without_an_agent_exits_3_and_points_at_monitor() {
+    let dir = tempfile::tempdir().unwrap();
+    // A socket a killed agent left behind answers nothing either.
+    let _stale = std::os::unix::net::UnixListener::bind(dir.path().join("agent.sock")).map(drop);
+    let out = joule(&["status", "--journal-dir", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no joule agent answers") && err.contains("joule monitor"), "{err}");
+}
+
+#[test]
 fn a_nap_config_that_would_nap_at_once_or_do_nothing_is_refused_with_lines() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("j.toml");

@@ -721,6 +721,8 @@ mod defaults;
 mod kube;
 #[path = "root_agent/membership.rs"]
 mod membership;
+#[path = "root_agent/status.rs"]
+mod status;
 #[path = "root_agent/thermal.rs"]
 mod thermal;
 #[path = "root_agent/untrusted.rs"]

@@ -15,6 +15,7 @@
 pub(crate) mod acting;
 mod events;
 pub(crate) mod guardian;
+pub mod socket;
 mod status;
 mod wake;
 
@@ -314,6 +315,22 @@ fn run_loop(
         );
     }
     (cx.events)("listening", serde_json::json!({ "metrics": url, "tls": tls, "basic_auth": auth }));
+    let choice = sense.sensor_choice();
+    let budget = socket::Budget {
+        thresholds_celsius: choice.thresholds_celsius.clone(),
+        thresholds_from: choice.thresholds_from.clone(),
+        sensors: choice.used().map(String::from).collect(),
+        power_thresholds_watts: cfg.thermal.power_thresholds_watts.clone(),
+        period_ms: cfg.agent.period_ms,
+        rest_period_ms: cfg.agent.rest_period_ms(),
+        pid: std::process::id(),
+        started_unix_ms: joule_core::clock::now_ms(),
+        metrics_url: url.clone(),
+        classes: cfg.classes.clone(),
+    };
+    let _status_socket = socket::StatusSocket::open(journal.dir(), shared.clone(), budget)
+        .map_err(|e| tracing::warn!("no status socket in {} (joule status will not find this agent): {e}", journal.dir().display()))
+        .ok();
 
     let period = Duration::from_millis(cfg.agent.period_ms);
     let rest = Duration::from_millis(cfg.agent.rest_period_ms());
@@ -351,6 +368,7 @@ fn run_loop(
                 serde_json::json!({ "stage": st.value, "temp_celsius": st.temp_celsius, "temp_source": st.temp_source, "computed_by": st.computed_by, "driven_by": st.driven_by, "power": st.power }),
             );
             stats.stage_transitions_total += u64::from(last_stage.is_some());
+            stats.stage_since_unix_ms = snap.taken_at_ms;
             last_stage = Some(st.value);
         }
         let actions = ThermalActions::from_plan(&plan);

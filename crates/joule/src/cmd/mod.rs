@@ -7,6 +7,7 @@ pub mod nap;
 pub mod qos;
 pub mod restore;
 pub mod scx;
+pub mod status;
 
 /// `joule qos ...`: loads the agent config (for its `[[class]]` sections), then hands over.
 #[derive(clap::Args)]

@@ -1,0 +1,78 @@
+//! `joule status` from a view as the agent's socket sends it: the budget against its limits
+//! with the source, the stage and its age, the plan's reasons per mechanism, each class's
+//! promise beside its use, cap and latency, conflicts and drift.
+
+use super::*;
+use serde_json::json;
+
+fn view() -> Value {
+    json!({
+        "budget": {
+            "thresholds_celsius": [70.0, 80.0, 90.0], "thresholds_from": "config", "sensors": ["thermal_zone0"],
+            "power_thresholds_watts": [], "period_ms": 100, "rest_period_ms": 2000, "pid": 4242,
+            "started_unix_ms": 1_000_000, "metrics_url": "http://127.0.0.1:9977/metrics",
+            "classes": [
+                { "name": "main", "rt_runtime_us": 300000, "rt_period_us": 1000000, "thermal": "labelled" },
+                { "name": "batch", "thermal": "best_effort" }
+            ]
+        },
+        "snapshot": {
+            "stage": { "value": 2, "temp_celsius": 83.5, "computed_by": "ebpf", "temp_source": "sensor", "driven_by": "temperature" },
+            "power": { "watts": 6.5, "source": "model" },
+            "classes": [ { "class": "main", "processes": 3 }, { "class": "batch", "processes": 12 } ],
+            "cgroups": [ { "path": "/joule/main", "usage_cpus": 0.31 }, { "path": "/joule.batch", "usage_cpus": 0.4 } ],
+            "runq_latency": [ { "cgroup": "/joule/main", "count": 50, "p99_us": 140.0 } ]
+        },
+        "plan": {
+            "decisions": [
+                { "policy": "thermal", "actuator": "cgroup_cpu", "want": { "kind": "cap_class", "class": "batch", "cpu_pct": 35.0 }, "reason": "stage 2: best-effort classes get 35% of the machine" },
+                { "policy": "classes", "actuator": "cgroup_cpu", "want": { "kind": "hold_classes", "classes": ["main", "batch"] }, "reason": "2 [[class]] in the config" }
+            ],
+            "conflicts": [ { "knob": "cpufreq", "won": "thermal", "lost": "placement", "why": "the lower cap holds" } ]
+        },
+        "actuators": [
+            { "name": "cgroup_cpu", "ok": true, "state": { "caps": { "batch": { "ratio": 0.35 } }, "drift_total": { "nginx.service CPUWeight": 1 } } },
+            { "name": "tc", "ok": false, "last_error": "no such device eth9", "state": {} }
+        ],
+        "agent": { "cpu_seconds_total": 0.5, "max_loop_seconds": 0.004, "stage_since_unix_ms": 1_050_000, "conflicts_total": 1, "loop_overruns_total": 0, "stage_transitions_total": 2, "pace": { "period_ms": 100, "why": "stage" } },
+        "published_ms_ago": 40
+    })
+}
+
+#[test]
+fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
+    let s = summarize(&view(), 1_100_000);
+    assert_eq!((s.agent.pid, s.agent.up_s), (4242, 100.0));
+    assert!((s.agent.cpu_pct - 0.5).abs() < 1e-9, "0.5 s of CPU in 100 s");
+    assert_eq!((s.budget.temp_celsius, s.budget.headroom_celsius), (Some(83.5), Some(70.0 - 83.5)));
+    assert_eq!((s.stage.value, s.stage.since_s), (2, Some(50.0)));
+    let thermal = s.mechanisms.iter().find(|m| m.name == "thermal").unwrap();
+    assert_eq!(thermal.doing, ["cap class (class batch, cpu_pct 35.0): stage 2: best-effort classes get 35% of the machine"]);
+    assert_eq!(s.mechanisms.last().unwrap().errors, ["actuator tc: no such device eth9"]);
+    let main = &s.classes[0];
+    assert_eq!((main.processes, main.used_cpus, main.runq_p99_us, main.cap_ratio), (3, Some(0.31), Some(140.0), None));
+    assert_eq!(main.promised, "RT 30% of a CPU, protected (labelled)");
+    assert_eq!((s.classes[1].used_cpus, s.classes[1].cap_ratio), (Some(0.4), Some(0.35)), "an idle best-effort class's cgroup is joule.<class>");
+    let text = render(&s);
+    for want in [
+        "temperature 83.5 °C (sensor, thermal_zone0)",
+        "headroom -13.5 °C",
+        "stage 2 (computed by ebpf, driven by temperature) for 50 s",
+        "35%",
+        "140 µs",
+        "cpufreq: thermal won over placement",
+        "nginx.service CPUWeight changed by someone else 1×",
+        "ERROR actuator tc",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+}
+
+#[test]
+fn without_a_temperature_acted_on_it_says_so_rather_than_a_zero() {
+    let mut v = view();
+    v["snapshot"]["stage"] = json!({ "value": 0, "temp_celsius": 0.0, "computed_by": "none", "temp_source": "unknown" });
+    let s = summarize(&v, 1_100_000);
+    assert_eq!((s.budget.temp_celsius, s.budget.headroom_celsius), (None, None));
+    assert!(render(&s).contains("temperature: none acted on"), "{}", render(&s));
+}
