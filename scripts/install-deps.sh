@@ -24,7 +24,8 @@ BUILD_PKGS=(clang-16 llvm-16 libclang1-16 libelf-dev zlib1g-dev pkg-config make 
 #   python3        /usr/bin/python3 with its standard library (socket, resource): processes that
 #                  rename themselves, fork storms and a connection flood in the root tests
 #   gcc libc6-dev  a static /pause for the Kubernetes root tests' image (scripts/kube/test-image.sh)
-TEST_PKGS=(bpftool iproute2 procps fio stress-ng iperf3 python3 gcc libc6-dev)
+#   tmux           a real terminal for the `joule monitor` dashboard's root test (it types keys, reads the screen)
+TEST_PKGS=(bpftool iproute2 procps fio stress-ng iperf3 python3 gcc libc6-dev tmux)
 # ...and packaging (scripts/deb.sh): dpkg-shlibdeps, lintian, objcopy/readelf.
 DEB_PKGS=(dpkg-dev lintian binutils)
 

@@ -5,6 +5,7 @@ mod agent;
 mod auth_budget;
 mod cmd;
 mod conn_slots;
+mod dashboard;
 mod doctor;
 mod exporter;
 mod exposition;

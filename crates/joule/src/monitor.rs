@@ -1,6 +1,8 @@
-//! `joule monitor`: what joule measures, live in the terminal or as JSON. It samples the
-//! machine itself (no agent needed); with root it loads the eBPF programs privately (nothing
-//! pinned) so run-queue latency and the in-kernel stage are real.
+//! `joule monitor`: what joule measures, live in the terminal or as JSON. In a terminal it is
+//! a dashboard (dashboard.rs) of the running agent, read over its socket, when one answers;
+//! otherwise, and for `--once`/`--json`, it samples the machine itself (no agent needed); with
+//! root it loads the eBPF programs privately (nothing pinned) so run-queue latency and the
+//! in-kernel stage are real.
 
 use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
@@ -32,6 +34,11 @@ pub struct MonitorArgs {
     /// gets the view without eBPF, marked "eBPF OFF (not_root)".
     #[arg(long)]
     pub no_bpf: bool,
+    /// The running agent's journal directory, whose socket the live view reads (default: the
+    /// config's `agent.journal_dir`). With no agent answering there, the view samples the
+    /// machine itself and says so.
+    #[arg(long, value_name = "DIR")]
+    pub journal_dir: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
@@ -40,6 +47,17 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     }
     let cfg = a.config.load()?;
     anyhow::ensure!((10..=600_000).contains(&a.interval_ms), crate::UsageError(format!("--interval-ms {} is outside 10..=600000", a.interval_ms)));
+    let interactive = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let dir = a.journal_dir.clone().unwrap_or_else(|| cfg.agent.journal_dir.clone());
+    if interactive && crate::agent::socket::read(&dir).is_some() {
+        // The running agent's view: no sampling (and no eBPF) of our own.
+        let source = format!("the running agent ({})", dir.join(crate::agent::socket::SOCKET).display());
+        return tui(source, Duration::from_millis(a.interval_ms), &*stop_on_signals()?, || {
+            let view = crate::agent::socket::read(&dir)?;
+            let snap: Snapshot = serde_json::from_value(view["snapshot"].clone()).unwrap_or_default();
+            Some((view, render_text(&snap)))
+        });
+    }
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
     // as root, eBPF that was not turned off must load, or the command fails with the reason.
     let bpf = BpfOff::reason(a.no_bpf, &cfg, joule_core::testing::is_root()).map_or(Bpf::Private, Bpf::Off);
@@ -52,11 +70,8 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         let text = if a.json { serde_json::to_string_pretty(&s)? } else { render_text(&s).join("\n") };
         return print_out(&text);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
-    if a.json || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+    let stop = stop_on_signals()?;
+    if !interactive {
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(interval);
             let s = snapper.sample();
@@ -65,7 +80,26 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    tui(&mut snapper, interval, &stop)
+    let choice = snapper.sensor_choice().clone();
+    let budget = serde_json::json!({
+        "thresholds_celsius": choice.thresholds_celsius, "thresholds_from": choice.thresholds_from,
+        "sensors": choice.used().collect::<Vec<_>>(), "power_thresholds_watts": cfg.thermal.power_thresholds_watts,
+        "classes": cfg.classes, "started_unix_ms": joule_core::clock::now_ms(), "pid": std::process::id(),
+    });
+    let source = format!("this monitor's own sampling: no agent answers in {} (decisions need one)", dir.display());
+    tui(source, interval, &stop, move || {
+        let snap = snapper.sample();
+        let lines = render_text(&snap);
+        Some((serde_json::json!({ "budget": budget, "snapshot": snap, "plan": {}, "actuators": [], "agent": {} }), lines))
+    })
+}
+
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    Ok(stop)
 }
 
 /// Writes a line to stdout; a reader that went away (`| head`) ends the command quietly.
@@ -78,27 +112,32 @@ fn print_out(text: &str) -> anyhow::Result<()> {
     }
 }
 
-fn tui(snapper: &mut Snapshotter, interval: Duration, stop: &AtomicBool) -> anyhow::Result<()> {
+/// The live dashboard (dashboard.rs), refreshed every `interval` from `next` (None: the
+/// agent went away; the last screen stays and says so).
+fn tui(source: String, interval: Duration, stop: &AtomicBool, mut next: impl FnMut() -> Option<(serde_json::Value, Vec<String>)>) -> anyhow::Result<()> {
     use ratatui::crossterm::event::{self, Event, KeyCode};
-    use ratatui::widgets::{Block, Paragraph};
     let mut term = ratatui::init();
+    let mut dash = crate::dashboard::Dashboard::new(source.clone());
     let result = (|| -> anyhow::Result<()> {
-        let mut lines = vec!["sampling…".to_string()];
-        let mut next = std::time::Instant::now();
+        let mut due = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            if std::time::Instant::now() >= next {
-                lines = render_text(&snapper.sample());
-                next = std::time::Instant::now() + interval;
+            if std::time::Instant::now() >= due {
+                match next() {
+                    Some((view, lines)) => {
+                        dash.source.clone_from(&source);
+                        dash.update(&view, lines, joule_core::clock::now_ms());
+                    }
+                    None => dash.source = format!("{source}: no answer now (the agent stopped?)"),
+                }
+                due = std::time::Instant::now() + interval;
             }
-            term.draw(|f| {
-                let text = lines.join("\n");
-                let block = Block::bordered().title(" joule monitor — q to quit ");
-                f.render_widget(Paragraph::new(text).block(block), f.area());
-            })?;
+            term.draw(|f| dash.draw(f))?;
             if event::poll(Duration::from_millis(100))? {
                 if let Event::Key(k) = event::read()? {
-                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
-                        break;
+                    match k.code {
+                        KeyCode::Char('q') | KeyCode::Esc => break,
+                        KeyCode::Char(c) => dash.screen = crate::dashboard::Screen::for_key(c).unwrap_or(dash.screen),
+                        _ => {}
                     }
                 }
             }
