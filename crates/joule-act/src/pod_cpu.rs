@@ -276,8 +276,19 @@ impl PodCaps {
     /// quotas above it first on v1.
     fn cap_pod(&mut self, journal: &Journal, fx: &dyn Effects, dir: &Path, pct: f64, class: &str) -> Result<(), QosError> {
         let knob = self.knob(dir);
-        let own = match self.written.get(&knob) {
-            Some(w) => parse_quota(&w.old, &self.hier),
+        let own = match self.written.get(&knob).cloned() {
+            // The kubelet wrote the pod's quota since joule capped it (an in-place resize): its
+            // value is the pod's own from now on, and what a release gives back.
+            Some(w) => match read_trimmed(fx, &knob) {
+                Ok(now) if now != w.ours => {
+                    tracing::info!("{} was changed to {now:?} by someone else (the kubelet resizing the pod?): the cap follows it", knob.display());
+                    journal.forget(OWNER, &Undo::Write { path: knob.clone(), old: w.old })?;
+                    journal.record(OWNER, Undo::Write { path: knob.clone(), old: now.clone() })?;
+                    self.written.insert(knob.clone(), Written { old: now.clone(), ours: now.clone() });
+                    parse_quota(&now, &self.hier)
+                }
+                _ => parse_quota(&w.old, &self.hier),
+            },
             None => match self.read_quota(fx, dir) {
                 Some(q) => q,
                 None => return Ok(()), // the pod is gone

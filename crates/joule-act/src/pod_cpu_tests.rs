@@ -91,7 +91,17 @@ fn v2_caps_each_pod_with_a_share_and_gives_back_a_pod_that_left_unless_the_kubel
     // The BestEffort pod goes: it gets its quota back and the other pod the whole share.
     pods.hold(&journal, &fx, &reading(vec![member(10, &format!("0::/kubepods/burstable/pod{BURST}/{ID}\n"))])).unwrap();
     assert_eq!((file(&fx, &format!("{b}/cpu.max")), file(&fx, &format!("{e}/cpu.max"))), ("60000 100000".into(), "max 100000".into()));
-    // The kubelet resizes the pod meanwhile: its value stays when the cap lifts.
+    // The kubelet resizes the pod meanwhile (a limit of 0.5 CPU): the cap follows the lower
+    // of the two, and a release gives back the kubelet's new value.
+    fx.write(std::path::Path::new(&format!("{b}/cpu.max")), "50000 100000").unwrap();
+    pods.set_cap(&journal, &fx, "batch", 20.0).unwrap();
+    assert_eq!(file(&fx, &format!("{b}/cpu.max")), "50000 100000", "20 % of 4 CPUs is 80 ms, above the pod's new 50 ms limit");
+    pods.set_cap(&journal, &fx, "batch", 5.0).unwrap();
+    assert_eq!(file(&fx, &format!("{b}/cpu.max")), "20000 100000");
+    pods.release(&journal, &fx).unwrap();
+    assert_eq!(file(&fx, &format!("{b}/cpu.max")), "50000 100000");
+    // Resized again while capped: that value stays at release.
+    pods.set_cap(&journal, &fx, "batch", 5.0).unwrap();
     fx.write(std::path::Path::new(&format!("{b}/cpu.max")), "150000 100000").unwrap();
     pods.release(&journal, &fx).unwrap();
     assert_eq!(file(&fx, &format!("{b}/cpu.max")), "150000 100000");
