@@ -56,7 +56,11 @@ pub struct AgentArgs {
     pub no_bpf: bool,
 }
 
+/// When this agent started (unix ms), for its CPU share since then (`joule status`).
+static STARTED_UNIX_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    STARTED_UNIX_MS.get_or_init(joule_core::clock::now_ms);
     let root = joule_core::testing::is_root();
     let mut cfg = a.config.load_trusted()?;
     if let Some(addr) = a.metrics_addr {
@@ -324,7 +328,7 @@ fn run_loop(
         period_ms: cfg.agent.period_ms,
         rest_period_ms: cfg.agent.rest_period_ms(),
         pid: std::process::id(),
-        started_unix_ms: joule_core::clock::now_ms(),
+        started_unix_ms: *STARTED_UNIX_MS.get_or_init(joule_core::clock::now_ms),
         metrics_url: url.clone(),
         classes: cfg.classes.clone(),
     };

@@ -338,9 +338,9 @@ pub fn render(s: &Summary) -> String {
     match b.temp_celsius {
         Some(t) => {
             o += &format!(
-                "  temperature {t:.1} °C ({}, {}) · stages from {} to {} ({}) · headroom {}\n",
+                "  temperature {t:.1} °C ({}{}) · stages from {} to {} (set by {}) · headroom {}\n",
                 b.temp_source,
-                if b.sensors.is_empty() { "no sensor: the model".into() } else { b.sensors.join(", ") },
+                if b.sensors.is_empty() { "; no CPU temperature sensor".into() } else { format!(", {}", b.sensors.join(", ")) },
                 opt(b.first_threshold_celsius, " °C", 1),
                 opt(b.last_threshold_celsius, " °C", 1),
                 b.thresholds_from,

@@ -55,7 +55,7 @@ fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
     assert_eq!((s.classes[1].used_cpus, s.classes[1].cap_ratio), (Some(0.4), Some(0.35)), "an idle best-effort class's cgroup is joule.<class>");
     let text = render(&s);
     for want in [
-        "temperature 83.5 °C (sensor, thermal_zone0)",
+        "temperature 83.5 °C (sensor, thermal_zone0) · stages from 70.0 °C to 90.0 °C (set by config)",
         "headroom -13.5 °C",
         "stage 2 (computed by ebpf, driven by temperature) for 50 s",
         "35%",

@@ -42,8 +42,8 @@ fn root_status_answers_from_the_running_agent_and_exits_3_once_it_stopped() {
     eprintln!("{text}");
     for want in [
         "joule agent pid",
-        "(model, no sensor: the model)",
-        "stages from 10.0 °C to 20.0 °C (config)",
+        "(model; no CPU temperature sensor)",
+        "stages from 10.0 °C to 20.0 °C (set by [thermal] stage_thresholds_celsius)",
         "stage 3 (computed by ebpf, driven by temperature)",
         "best-effort classes get 15% of the machine",
         "jst",
