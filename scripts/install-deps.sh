@@ -71,19 +71,23 @@ for c in rustfmt clippy; do
   fi
 done
 
-# promtool (Prometheus's own linter, run by the root tier on /metrics) ships only in Debian's
-# `prometheus` package, whose install would also enable and start a Prometheus server. So the
-# package is downloaded and only promtool is unpacked (dpkg -x), into a cache outside the repo;
-# nothing is installed. Tests find it through $JOULE_PROMTOOL or this default path.
+# promtool (Prometheus's own linter, run by the root tier on /metrics and by the unit tier on
+# deploy/prometheus/joule-rules.yml) and the Prometheus server (the root tier scrapes an agent with
+# it, loopback only, storage in a temp dir: crates/joule/tests/root_agent/fleet.rs) ship only in
+# Debian's `prometheus` package, whose install would also enable and start a Prometheus server.
+# So the package is downloaded and only the two binaries are unpacked (dpkg -x), into a cache
+# outside the repo; nothing is installed. Tests find them through $JOULE_PROMTOOL /
+# $JOULE_PROMETHEUS or this default path.
 TOOLS=${JOULE_TOOLS:-/var/cache/joule-tools}
-if [ ! -x "$TOOLS/bin/promtool" ] && [ "$(id -u)" = 0 ]; then
-  echo "install-deps: unpacking promtool into $TOOLS/bin (from Debian's prometheus package, not installed)"
+if { [ ! -x "$TOOLS/bin/promtool" ] || [ ! -x "$TOOLS/bin/prometheus" ]; } && [ "$(id -u)" = 0 ]; then
+  echo "install-deps: unpacking promtool and prometheus into $TOOLS/bin (from Debian's prometheus package, not installed)"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   ( cd "$work" && { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } )
   dpkg -x "$work"/prometheus_*.deb "$work/root"
   mkdir -p "$TOOLS/bin"
   install -m 0755 "$work/root/usr/bin/promtool" "$TOOLS/bin/promtool"
+  install -m 0755 "$work/root/usr/bin/prometheus" "$TOOLS/bin/prometheus"
 fi
 
 # nginx (the HTTP server `joule-bench nap` freezes and wakes): installing Debian's package would

@@ -717,6 +717,8 @@ fn root_agent_with_the_scx_scheduler_on_a_kernel_without_sched_ext_says_so_once_
 mod cpufreq;
 #[path = "root_agent/defaults.rs"]
 mod defaults;
+#[path = "root_agent/fleet.rs"]
+mod fleet;
 #[path = "root_agent/kube.rs"]
 mod kube;
 #[path = "root_agent/membership.rs"]
