@@ -14,13 +14,18 @@ pub struct ThermalPolicy {
     best_effort: Vec<String>,
     /// The best-effort classes that are pod classes: a cap's reason names their pods.
     pod_classes: Vec<String>,
+    /// Per pod class, the pods last named: read again only when a reading says the membership
+    /// or the pod index changed, not every period.
+    named: std::collections::HashMap<String, String>,
+    /// The pod index those names came from.
+    named_for: Option<std::sync::Arc<crate::config::PodIndex>>,
 }
 
 impl ThermalPolicy {
     pub fn from_config(cfg: &Config) -> ThermalPolicy {
         let best_effort = cfg.classes.iter().filter(|c| c.thermal == ThermalRole::BestEffort).map(|c| c.name.clone()).collect();
         let pod_classes = cfg.classes.iter().filter(|c| c.thermal == ThermalRole::BestEffort && !c.matches.pod.is_empty()).map(|c| c.name.clone()).collect();
-        ThermalPolicy { cfg: cfg.thermal.clone(), best_effort, pod_classes }
+        ThermalPolicy { cfg: cfg.thermal.clone(), best_effort, pod_classes, named: Default::default(), named_for: None }
     }
 }
 
@@ -85,8 +90,27 @@ impl Policy for ThermalPolicy {
                 }
                 ThermalPath::Scx => (100.0, "the sched_ext scheduler degrades best-effort classes itself".to_string()),
             };
-            let why = if cpu_pct < 100.0 && self.pod_classes.contains(class) { format!("{why} ({})", pods_named(snap, class)) } else { why };
+            let why = if cpu_pct < 100.0 && self.pod_classes.contains(class) {
+                let m = &snap.membership;
+                let unchanged = !m.full && m.changed.is_empty() && self.named_for.as_ref().is_some_and(|p| std::sync::Arc::ptr_eq(p, &m.pods));
+                let pods = match self.named.get(class).filter(|_| unchanged) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let p = pods_named(snap, class);
+                        self.named.insert(class.clone(), p.clone());
+                        p
+                    }
+                };
+                format!("{why} ({pods})")
+            } else {
+                // Not named this period: the changes of the readings in between are not seen.
+                self.named.remove(class);
+                why
+            };
             plan.push(self.name(), Some(owner::CGROUP_CPU), Want::CapClass { class: class.clone(), cpu_pct }, why);
+        }
+        if !self.pod_classes.is_empty() {
+            self.named_for = Some(snap.membership.pods.clone());
         }
         // The machine's frequency is the kernel's and its other tools' unless the operator let
         // the stages cap it: no want at all then, so the cpufreq actuator never writes for us.
