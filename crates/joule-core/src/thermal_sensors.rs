@@ -71,6 +71,32 @@ pub struct SensorChoice {
     pub thresholds_from: String,
     /// The same in one word: `config`, `trip points` or `built-in`.
     pub thresholds_kind: &'static str,
+    /// The temperature the stages keep the CPU under ([`limit`]), and where it came from.
+    pub limit_celsius: f64,
+    pub limit_from: LimitFrom,
+}
+
+/// Where the thermal limit came from: the label `from` of `joule_thermal_limit_celsius`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitFrom {
+    /// The lowest passive trip point of the chosen sensors: where the kernel's governor throttles.
+    PassiveTrip,
+    /// `critical_margin_celsius` under the lowest critical trip point (no passive one).
+    CriticalTrip,
+    /// No usable trip point: the hottest stage threshold plus the smallest trip offset.
+    #[default]
+    Thresholds,
+}
+
+impl LimitFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitFrom::PassiveTrip => "passive_trip",
+            LimitFrom::CriticalTrip => "critical_trip",
+            LimitFrom::Thresholds => "thresholds",
+        }
+    }
 }
 
 impl SensorChoice {
@@ -126,31 +152,39 @@ fn plausible(t: f64) -> bool {
     (30.0..=150.0).contains(&t)
 }
 
+/// The lowest plausible trip point of `kind` among the used sensors, and its zone.
+fn lowest_trip(zones: &[ThermalZone], used: &[SensorUse], kind: &str) -> Option<(f64, String)> {
+    zones
+        .iter()
+        .zip(used)
+        .filter(|(_, u)| u.used)
+        .flat_map(|(z, _)| z.trips.iter().filter(|t| t.kind == kind && plausible(t.temp_celsius)).map(|t| (t.temp_celsius, z.name.clone())))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The temperature trip points say the stages must keep under: the lowest passive trip of the
+/// used sensors, else `critical_margin_celsius` under the lowest critical one; with its zone,
+/// the trip and its kind.
+fn trip_reference(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> Option<(f64, String, f64, LimitFrom)> {
+    if let Some((t, zone)) = lowest_trip(zones, used, "passive") {
+        return Some((t, zone, t, LimitFrom::PassiveTrip));
+    }
+    lowest_trip(zones, used, "critical").map(|(t, zone)| (t - th.critical_margin_celsius, zone, t, LimitFrom::CriticalTrip))
+}
+
 /// The stage thresholds: configured ones, else below the lowest passive trip point of the used
 /// sensors, else `critical_margin_celsius` below the lowest critical one, else the fallback.
 pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> (Vec<f64>, String, &'static str) {
     if !th.stage_thresholds_celsius.is_empty() {
         return (th.stage_thresholds_celsius.clone(), "[thermal] stage_thresholds_celsius".into(), "config");
     }
-    let lowest = |kind: &str| {
-        zones
-            .iter()
-            .zip(used)
-            .filter(|(_, u)| u.used)
-            .flat_map(|(z, _)| z.trips.iter().filter(|t| t.kind == kind && plausible(t.temp_celsius)).map(|t| (t.temp_celsius, z.name.clone())))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-    };
     let below = |reference: f64| th.trip_offsets_celsius.iter().map(|o| reference - o).collect::<Vec<_>>();
-    if let Some((t, zone)) = lowest("passive") {
-        return (below(t), format!("{zone}'s passive trip point at {t} °C, minus {:?}", th.trip_offsets_celsius), "trip points");
-    }
-    if let Some((t, zone)) = lowest("critical") {
-        let reference = t - th.critical_margin_celsius;
-        return (
-            below(reference),
-            format!("{zone}'s critical trip point at {t} °C, minus {} and {:?}", th.critical_margin_celsius, th.trip_offsets_celsius),
-            "trip points",
-        );
+    if let Some((reference, zone, t, from)) = trip_reference(zones, used, th) {
+        let words = match from {
+            LimitFrom::PassiveTrip => format!("{zone}'s passive trip point at {t} °C, minus {:?}", th.trip_offsets_celsius),
+            _ => format!("{zone}'s critical trip point at {t} °C, minus {} and {:?}", th.critical_margin_celsius, th.trip_offsets_celsius),
+        };
+        return (below(reference), words, "trip points");
     }
     // As many stages as there are, 10 °C apart, the hottest at 90 °C (70/80/90 for three).
     let c = th.stage_count();
@@ -158,11 +192,28 @@ pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig)
     (fallback, "no usable trip point on the chosen sensors: built-in thresholds".into(), "built-in")
 }
 
+/// The thermal limit: the temperature the stages are there to keep the CPU under, for the
+/// fleet's "time over the limit" (`joule_thermal_limit_celsius`, docs/fleet.md). The used
+/// sensors' lowest passive trip point (where the kernel's own governor starts throttling),
+/// else `critical_margin_celsius` under their lowest critical one, whether or not the
+/// thresholds were configured; with no usable trip point, the hottest threshold plus the
+/// smallest trip offset (the gap the trip points' stages keep: 90 + 5 °C built in).
+pub fn limit(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, thresholds_celsius: &[f64]) -> (f64, LimitFrom) {
+    if let Some((reference, _, _, from)) = trip_reference(zones, used, th) {
+        return (reference, from);
+    }
+    let hottest = thresholds_celsius.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let gap = th.trip_offsets_celsius.iter().copied().fold(f64::INFINITY, f64::min);
+    let hottest = if hottest.is_finite() { hottest } else { FALLBACK_HOTTEST_CELSIUS };
+    (hottest + if gap.is_finite() { gap.max(0.0) } else { 0.0 }, LimitFrom::Thresholds)
+}
+
 /// The whole choice: sensors, then thresholds.
 pub fn choose(zones: &[ThermalZone], th: &ThermalConfig) -> SensorChoice {
     let sensors = choose_sensors(zones, th);
     let (thresholds_celsius, thresholds_from, thresholds_kind) = thresholds(zones, &sensors, th);
-    SensorChoice { sensors, thresholds_celsius, thresholds_from, thresholds_kind }
+    let (limit_celsius, limit_from) = limit(zones, &sensors, th, &thresholds_celsius);
+    SensorChoice { sensors, thresholds_celsius, thresholds_from, thresholds_kind, limit_celsius, limit_from }
 }
 
 #[cfg(test)]

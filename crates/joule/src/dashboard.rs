@@ -101,11 +101,12 @@ impl Dashboard {
         let b = &s.budget;
         let temp = match b.temp_celsius {
             Some(t) => format!(
-                "temperature {t:.1} °C ({}{}) · limit {} · headroom {}",
+                "temperature {t:.1} °C ({}{}) · acts from {} · headroom {} · limit {}",
                 b.temp_source,
                 if b.sensors.is_empty() { String::new() } else { format!(", {}", b.sensors.join(", ")) },
                 b.first_threshold_celsius.map_or("—".into(), |x| format!("{x:.1} °C")),
-                b.headroom_celsius.map_or("—".into(), |x| format!("{x:.1} °C"))
+                b.headroom_celsius.map_or("—".into(), |x| format!("{x:.1} °C")),
+                b.limit_celsius.map_or("—".into(), |x| format!("{x:.1} °C ({})", b.limit_from))
             ),
             None => "temperature: none acted on (no CPU temperature sensor)".into(),
         };
@@ -197,7 +198,7 @@ mod tests {
                           "power": { "watts": 5.0, "source": "sensor" }, "classes": [ { "class": "batch", "processes": 2 } ] },
             "plan": { "decisions": [ { "policy": "thermal", "want": { "kind": "cap_class", "class": "batch", "cpu_pct": cap * 100.0 }, "reason": "stage hot" } ] },
             "actuators": [ { "name": "cgroup_cpu", "ok": true, "state": { "caps": { "batch": { "ratio": cap } } } } ],
-            "agent": { "pace": { "period_ms": 100, "why": "stage" } }
+            "agent": { "pace": { "period_ms": 100, "why": "stage" }, "limits": { "limit_celsius": 85.0, "limit_from": "passive_trip" } }
         })
     }
 
@@ -214,7 +215,7 @@ mod tests {
         for want in [
             "source: agent pid 7",
             "stage 2 (by ebpf",
-            "temperature 75.5 °C (sensor, thermal_zone0) · limit 70.0 °C",
+            "temperature 75.5 °C (sensor, thermal_zone0) · acts from 70.0 °C · headroom -5.5 °C · limit 85.0 °C (passive trip)",
             "power 5.0 W",
             "best-effort 35%",
             " thermal ",

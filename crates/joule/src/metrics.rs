@@ -25,6 +25,30 @@ pub struct AgentStats {
     pub rests_ended_total: u64,
     /// When the stage took its present value (unix ms of that snapshot).
     pub stage_since_unix_ms: u64,
+    /// What the stage acts against, chosen once at start.
+    pub limits: Limits,
+    /// What the start's replay of the undo journal found a previous run had left.
+    pub recovered: Recovered,
+}
+
+/// The thermal stage's thresholds and the limit they keep under (`joule_thermal_limit_celsius`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Limits {
+    pub stage_thresholds_celsius: Vec<f64>,
+    /// `config`, `trip points` or `built-in`.
+    pub thresholds_kind: &'static str,
+    pub limit_celsius: Option<f64>,
+    pub limit_from: joule_core::thermal_sensors::LimitFrom,
+    pub power_thresholds_watts: Vec<f64>,
+}
+
+/// Changes a previous run left in the journal, by what the start's replay made of them.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Recovered {
+    pub undone: usize,
+    pub already_gone: usize,
+    /// They stay in the journal (`joule restore` retries them).
+    pub failed: usize,
 }
 
 /// The `source` label every measured or estimated value carries.
@@ -275,11 +299,62 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         ),
         num(vec![(vec![], a.rests_ended_total as f64)]),
     );
+    limit_families(a, &mut push);
     push(
         def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
         num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
     out
+}
+
+/// What the agent acts against and what its start found: settings and the journal's count, not
+/// readings (no `source` label). For the fleet's headroom and restore alerts (docs/fleet.md).
+fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
+    let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
+    let lim = &a.limits;
+    let per_stage =
+        |values: &[f64]| num(values.iter().enumerate().map(|(i, v)| (l(&[("stage", &(i + 1).to_string()), ("from", lim.thresholds_kind)]), *v)).collect());
+    push(
+        def!(
+            "joule_thermal_stage_threshold_celsius",
+            Gauge,
+            None,
+            "",
+            "Temperature at which the thermal stage rises to `stage`; `from` says who set it (config, trip points, built-in). Chosen at start."
+        ),
+        per_stage(&lim.stage_thresholds_celsius),
+    );
+    push(
+        def!(
+            "joule_thermal_limit_celsius",
+            Gauge,
+            None,
+            "",
+            "The temperature the thermal stages keep the CPU under: the followed sensors' lowest passive trip point (from=passive_trip, where the kernel throttles), their critical trip less thermal.critical_margin_celsius (critical_trip), else the hottest threshold plus the smallest trip offset (thresholds). Chosen at start."
+        ),
+        num(lim.limit_celsius.map(|c| (l(&[("from", lim.limit_from.as_str())]), c)).into_iter().collect()),
+    );
+    push(
+        def!(
+            "joule_power_stage_threshold_watts",
+            Gauge,
+            None,
+            "",
+            "Power at which the thermal stage rises to `stage` (thermal.power_thresholds_watts), when a power budget is set."
+        ),
+        per_stage(&lim.power_thresholds_watts),
+    );
+    let r = &a.recovered;
+    push(
+        def!(
+            "joule_agent_recovered_changes",
+            Gauge,
+            None,
+            "",
+            "Changes a previous run left in the undo journal, found when this agent started, by outcome: undone, already_gone (what they changed no longer exists, as after a reboot) or failed (still in the journal: `joule restore` retries them and says why). Any at all: the previous agent and its guardian both ended without undoing them."
+        ),
+        num(vec![(l(&[("outcome", "undone")]), r.undone as f64), (l(&[("outcome", "already_gone")]), r.already_gone as f64), (l(&[("outcome", "failed")]), r.failed as f64)]),
+    );
 }
 
 /// The flow monitor's families (issue 11). Flow labels are bounded: `[net] top_n` flows and
@@ -422,7 +497,11 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 10] = [
+    const NO_SOURCE: [(&str, &str); 14] = [
+        ("joule_thermal_stage_threshold_celsius", "a setting chosen at start, not a reading"),
+        ("joule_thermal_limit_celsius", "a setting chosen at start, not a reading"),
+        ("joule_power_stage_threshold_watts", "a setting, not a reading"),
+        ("joule_agent_recovered_changes", "the agent's own bookkeeping"),
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_period_seconds", "the agent's own bookkeeping"),
         ("joule_agent_rests_ended", "the agent's own bookkeeping"),
@@ -492,6 +571,7 @@ mod tests {
             "joule_agent_conflicts",
             "joule_agent_loop_overruns",
             "joule_agent_rests_ended",
+            "joule_agent_recovered_changes",
             "joule_bpf_enabled",
             "joule_net_flow_retransmits",
             "joule_net_cgroup_packets",
@@ -543,6 +623,9 @@ mod tests {
         }
         let in_snapshot = [
             "joule_agent_",
+            "joule_thermal_stage_threshold_",
+            "joule_thermal_limit_",
+            "joule_power_stage_threshold_",
             "joule_plan_",
             "joule_actuator_",
             "joule_thermal_class_cap_",

@@ -90,7 +90,8 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     tui(source, interval, &stop, move || {
         let snap = snapper.sample();
         let lines = render_text(&snap);
-        Some((serde_json::json!({ "budget": budget, "snapshot": snap, "plan": {}, "actuators": [], "agent": {} }), lines))
+        let agent = serde_json::json!({ "limits": { "limit_celsius": choice.limit_celsius, "limit_from": choice.limit_from } });
+        Some((serde_json::json!({ "budget": budget, "snapshot": snap, "plan": {}, "actuators": [], "agent": agent }), lines))
     })
 }
 

@@ -555,6 +555,15 @@ fn root_new_agent_undoes_a_killed_agents_changes_before_making_its_own() {
     let settled = start["recovered"].as_u64().unwrap() + start["already_gone"].as_u64().unwrap();
     assert_eq!(settled, old_records.len() as u64, "not every old record was replayed: {start}");
     assert_eq!(start["failed"], serde_json::json!([]), "{start}");
+    // ... and says so to the fleet (JouleRestoreFailed reads `failed`; docs/fleet.md).
+    let url = events[at("listening")]["metrics"].as_str().unwrap().trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+    let (_, body) = http_get(&url, "/metrics", None);
+    let count = |outcome: &str| {
+        let line = format!("joule_agent_recovered_changes{{outcome=\"{outcome}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("no {line}in:\n{body}"))
+    };
+    assert_eq!((count("undone") + count("already_gone"), count("failed")), (settled as f64, 0.0), "{start}");
+    assert!(count("undone") > 0.0, "the replay undid nothing: {start}");
     // Its own changes were made on a clean machine: it created the class's groups anew (it
     // did not adopt the old ones), pinned new maps (not found the old pins), and its journal
     // holds only its own records.

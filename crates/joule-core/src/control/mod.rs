@@ -8,6 +8,7 @@ mod lifecycle;
 mod merge;
 pub mod pace;
 mod plan;
+mod words;
 
 pub use knob::{owner, Conflict, Held, Knob, Request, Rule, Setting};
 pub use lifecycle::{ActuatorStatus, Actuators};

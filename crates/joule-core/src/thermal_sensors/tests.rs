@@ -88,3 +88,26 @@ fn thresholds_sit_below_the_lowest_passive_trip_else_the_critical_one() {
     assert_eq!(choose(&zones, &two).thresholds_celsius, vec![72.0, 78.0]);
     assert_eq!(choose(&pkg, &two).thresholds_celsius, vec![80.0, 90.0]);
 }
+
+#[test]
+fn the_limit_is_the_passive_trip_else_the_critical_one_less_its_margin_else_past_the_hottest_stage() {
+    let th = ThermalConfig::default();
+    let rk = [
+        zone("thermal_zone1", "bigcore0-thermal", 40.0, &[("passive", 85.0), ("critical", 115.0)]),
+        zone("thermal_zone5", "gpu-thermal", 40.0, &[("passive", 70.0)]),
+    ];
+    let c = choose(&rk, &th);
+    assert_eq!((c.limit_celsius, c.limit_from), (85.0, LimitFrom::PassiveTrip), "the GPU's 70 °C trip is not the CPU's: {c:?}");
+    // Configured thresholds do not move the hardware's limit.
+    let fixed = ThermalConfig { stage_thresholds_celsius: vec![60.0, 61.0], ..ThermalConfig::default() };
+    assert_eq!(choose(&rk, &fixed).limit_celsius, 85.0);
+    let pi = [zone("thermal_zone0", "cpu-thermal", 40.0, &[("active", 50.0), ("critical", 110.0)])];
+    let c = choose(&pi, &th);
+    assert_eq!((c.limit_celsius, c.limit_from), (90.0, LimitFrom::CriticalTrip), "{c:?}");
+    // No usable trip: past the hottest stage by the smallest offset.
+    let pkg = [zone("thermal_zone9", "x86_pkg_temp", 40.0, &[("passive", 0.0)])];
+    let c = choose(&pkg, &th);
+    assert_eq!((c.limit_celsius, c.limit_from), (95.0, LimitFrom::Thresholds), "{c:?}");
+    assert_eq!(choose(&pkg, &fixed).limit_celsius, 66.0);
+    assert_eq!(c.limit_from.as_str(), "thresholds");
+}

@@ -110,6 +110,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         tracing::warn!("{} change(s) a previous run left behind could not be undone; they stay in the journal: {:?}", recovered.failed.len(), recovered.failed);
     }
     let (r, gone, failed) = (recovered.undone, recovered.already_gone, &recovered.failed);
+    let found = crate::metrics::Recovered { undone: r, already_gone: gone, failed: failed.len() };
     // From here on the agent changes things: a guardian replays the journal if it dies.
     let guardian = guardian::Guardian::spawn(&jdir)?;
     events.emit(
@@ -126,11 +127,12 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     // (not from a panic hook: this runs after the loop's locks and guards are dropped). A
     // SIGKILL or an abort cannot run this: the guardian replays the journal then (and the
     // next start, or the unit's ExecStopPost, if the guardian was killed too).
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, web, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop)))
-        .unwrap_or_else(|p| {
-            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-            Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
-        });
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, web, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop, found)))
+            .unwrap_or_else(|p| {
+                let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
+            });
 
     // Shutdown: whatever happened above, put the machine back.
     let undone = journal.restore_all(&RealEffects);
@@ -251,6 +253,7 @@ fn run_loop(
     journal: &Journal,
     events: &mut Events,
     stop: &AtomicBool,
+    recovered: crate::metrics::Recovered,
 ) -> anyhow::Result<()> {
     let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
@@ -342,7 +345,17 @@ fn run_loop(
     let mut last_plan = Plan::default();
     let status_every = Duration::from_millis(cfg.agent.status_interval_ms(std::env::var_os("INVOCATION_ID").is_some()));
     let deadline = duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let mut stats = AgentStats::default();
+    let mut stats = AgentStats {
+        limits: crate::metrics::Limits {
+            stage_thresholds_celsius: choice.thresholds_celsius.clone(),
+            thresholds_kind: choice.thresholds_kind,
+            limit_celsius: Some(choice.limit_celsius),
+            limit_from: choice.limit_from,
+            power_thresholds_watts: cfg.thermal.power_thresholds_watts.clone(),
+        },
+        recovered,
+        ..AgentStats::default()
+    };
     let mut last_status = Instant::now() - status_every;
     let mut last_stage = None;
     let mut last_actions: Option<ThermalActions> = None;

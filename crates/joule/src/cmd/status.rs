@@ -95,6 +95,10 @@ pub struct BudgetLine {
     pub thresholds_from: String,
     /// First threshold minus the temperature (negative: acting).
     pub headroom_celsius: Option<f64>,
+    /// The temperature the stages keep the CPU under (a trip point, else past the hottest
+    /// stage) and where it came from (`joule_thermal_limit_celsius`).
+    pub limit_celsius: Option<f64>,
+    pub limit_from: String,
     pub power_watts: f64,
     pub power_source: String,
     pub power_budget_watts: Option<f64>,
@@ -138,6 +142,9 @@ pub struct Recent {
     pub loop_overruns_total: u64,
     pub drift: Vec<String>,
     pub stage_transitions_total: u64,
+    /// Changes a previous run left in the journal, found at start: undone, and failed (still there).
+    pub left_by_previous_run: u64,
+    pub left_failed: u64,
 }
 
 fn f(v: &Value) -> Option<f64> {
@@ -178,6 +185,8 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
             last_threshold_celsius: thresholds.last().copied(),
             thresholds_from: st(&b["thresholds_from"]),
             headroom_celsius: temp.zip(first).map(|(t, f)| f - t),
+            limit_celsius: f(&agent["limits"]["limit_celsius"]),
+            limit_from: st(&agent["limits"]["limit_from"]).replace('_', " "),
             power_watts: f(&snap["power"]["watts"]).unwrap_or(0.0),
             power_source: st(&snap["power"]["source"]),
             power_budget_watts: b["power_thresholds_watts"].as_array().and_then(|a| a.first()).and_then(f),
@@ -203,6 +212,8 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
         loop_overruns_total: agent["loop_overruns_total"].as_u64().unwrap_or(0),
         drift: drift(v),
         stage_transitions_total: agent["stage_transitions_total"].as_u64().unwrap_or(0),
+        left_by_previous_run: ["undone", "already_gone", "failed"].iter().filter_map(|k| agent["recovered"][k].as_u64()).sum(),
+        left_failed: agent["recovered"]["failed"].as_u64().unwrap_or(0),
     };
     s
 }
@@ -232,25 +243,10 @@ fn mechanisms(v: &Value) -> Vec<Mechanism> {
     out
 }
 
-/// A want in a few words: its kind and the fields that say what (class, stage, cpu_pct, ...).
+/// A want in an operator's words (`cap class batch to 35% of the machine`); a want this
+/// build does not know (a newer agent's) by its kind.
 fn want_words(w: &Value) -> String {
-    let kind = st(&w["kind"]).replace('_', " ");
-    let detail: Vec<String> = w
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| *k != "kind" && *k != "actions")
-        .map(|(k, v)| match v {
-            Value::String(s) => format!("{k} {s}"),
-            Value::Array(a) => format!("{k} {}", a.iter().map(|x| x.as_str().map(String::from).unwrap_or_else(|| x.to_string())).collect::<Vec<_>>().join(",")),
-            other => format!("{k} {other}"),
-        })
-        .collect();
-    if detail.is_empty() {
-        kind
-    } else {
-        format!("{kind} ({})", detail.join(", "))
-    }
+    serde_json::from_value::<joule_core::control::Want>(w.clone()).map(|w| w.to_string()).unwrap_or_else(|_| st(&w["kind"]).replace('_', " "))
 }
 
 fn classes(v: &Value) -> Vec<ClassLine> {
@@ -338,13 +334,14 @@ pub fn render(s: &Summary) -> String {
     match b.temp_celsius {
         Some(t) => {
             o += &format!(
-                "  temperature {t:.1} °C ({}{}) · stages from {} to {} (set by {}) · headroom {}\n",
+                "  temperature {t:.1} °C ({}{}) · stages from {} to {} (set by {}) · headroom {}{}\n",
                 b.temp_source,
                 if b.sensors.is_empty() { "; no CPU temperature sensor".into() } else { format!(", {}", b.sensors.join(", ")) },
                 opt(b.first_threshold_celsius, " °C", 1),
                 opt(b.last_threshold_celsius, " °C", 1),
                 b.thresholds_from,
-                opt(b.headroom_celsius, " °C", 1)
+                opt(b.headroom_celsius, " °C", 1),
+                b.limit_celsius.map(|l| format!(" · limit {l:.1} °C ({})", b.limit_from)).unwrap_or_default()
             )
         }
         None => o += "  temperature: none acted on (no CPU temperature sensor; a model counts only with act_on_model)\n",
@@ -397,6 +394,14 @@ pub fn render(s: &Summary) -> String {
     );
     for c in r.conflicts.iter().chain(&r.drift) {
         o += &format!("  {c}\n");
+    }
+    if r.left_failed > 0 {
+        o += &format!(
+            "  ERROR at start, {} change(s) a previous run left could not be undone; they stay in the journal: run `joule restore` to retry them and see why\n",
+            r.left_failed
+        );
+    } else if r.left_by_previous_run > 0 {
+        o += &format!("  at start, cleared {} change(s) a previous run left (it and its guardian ended without undoing them)\n", r.left_by_previous_run);
     }
     o += &format!("\nmetrics: {}\n", a.metrics_url);
     o

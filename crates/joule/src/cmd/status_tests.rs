@@ -34,7 +34,8 @@ fn view() -> Value {
             { "name": "cgroup_cpu", "ok": true, "state": { "caps": { "batch": { "ratio": 0.35 } }, "drift_total": { "nginx.service CPUWeight": 1 } } },
             { "name": "tc", "ok": false, "last_error": "no such device eth9", "state": {} }
         ],
-        "agent": { "cpu_seconds_total": 0.5, "max_loop_seconds": 0.004, "stage_since_unix_ms": 1_050_000, "conflicts_total": 1, "loop_overruns_total": 0, "stage_transitions_total": 2, "pace": { "period_ms": 100, "why": "stage" } },
+        "agent": { "cpu_seconds_total": 0.5, "max_loop_seconds": 0.004, "stage_since_unix_ms": 1_050_000, "conflicts_total": 1, "loop_overruns_total": 0, "stage_transitions_total": 2, "pace": { "period_ms": 100, "why": "stage" },
+                   "limits": { "limit_celsius": 95.0, "limit_from": "thresholds" }, "recovered": { "undone": 0, "already_gone": 0, "failed": 0 } },
         "published_ms_ago": 40
     })
 }
@@ -47,7 +48,7 @@ fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
     assert_eq!((s.budget.temp_celsius, s.budget.headroom_celsius), (Some(83.5), Some(70.0 - 83.5)));
     assert_eq!((s.stage.value, s.stage.since_s), (2, Some(50.0)));
     let thermal = s.mechanisms.iter().find(|m| m.name == "thermal").unwrap();
-    assert_eq!(thermal.doing, ["cap class (class batch, cpu_pct 35.0): stage 2: best-effort classes get 35% of the machine"]);
+    assert_eq!(thermal.doing, ["cap class batch to 35% of the machine: stage 2: best-effort classes get 35% of the machine"]);
     assert_eq!(s.mechanisms.last().unwrap().errors, ["actuator tc: no such device eth9"]);
     let main = &s.classes[0];
     assert_eq!((main.processes, main.used_cpus, main.runq_p99_us, main.cap_ratio), (3, Some(0.31), Some(140.0), None));
@@ -56,7 +57,7 @@ fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
     let text = render(&s);
     for want in [
         "temperature 83.5 °C (sensor, thermal_zone0) · stages from 70.0 °C to 90.0 °C (set by config)",
-        "headroom -13.5 °C",
+        "headroom -13.5 °C · limit 95.0 °C (thresholds)",
         "stage 2 (computed by ebpf, driven by temperature) for 50 s",
         "35%",
         "140 µs",
@@ -75,4 +76,22 @@ fn without_a_temperature_acted_on_it_says_so_rather_than_a_zero() {
     let s = summarize(&v, 1_100_000);
     assert_eq!((s.budget.temp_celsius, s.budget.headroom_celsius), (None, None));
     assert!(render(&s).contains("temperature: none acted on"), "{}", render(&s));
+}
+
+#[test]
+fn changes_a_previous_run_left_are_reported_and_a_failed_undo_as_an_error() {
+    let mut v = view();
+    v["agent"]["recovered"] = json!({ "undone": 2, "already_gone": 1, "failed": 0 });
+    let text = render(&summarize(&v, 1_100_000));
+    assert!(text.contains("at start, cleared 3 change(s) a previous run left") && !text.contains("ERROR at start"), "{text}");
+    v["agent"]["recovered"]["failed"] = json!(1);
+    let s = summarize(&v, 1_100_000);
+    assert_eq!((s.recent.left_by_previous_run, s.recent.left_failed), (4, 1));
+    assert!(render(&s).contains("ERROR at start, 1 change(s) a previous run left could not be undone"), "{}", render(&s));
+    // An agent from before these fields: nothing said, nothing invented.
+    v["agent"].as_object_mut().unwrap().remove("recovered");
+    v["agent"].as_object_mut().unwrap().remove("limits");
+    let s = summarize(&v, 1_100_000);
+    assert_eq!((s.recent.left_by_previous_run, s.budget.limit_celsius), (0, None));
+    assert!(!render(&s).contains("limit "), "{}", render(&s));
 }

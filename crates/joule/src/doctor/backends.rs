@@ -47,7 +47,17 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         )
     };
     out.push(sensor);
-    out.push(choice("thermal thresholds", tc.thresholds_kind, format!("stages at {:?} °C: {}", tc.thresholds_celsius, tc.thresholds_from)));
+    out.push(choice(
+        "thermal thresholds",
+        tc.thresholds_kind,
+        format!(
+            "stages at {:?} °C: {}; the limit they keep under is {} °C ({})",
+            tc.thresholds_celsius,
+            tc.thresholds_from,
+            tc.limit_celsius,
+            tc.limit_from.as_str().replace('_', " ")
+        ),
+    ));
     out.push(if f.btf {
         choice("thermal stage", "ebpf", "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)")
     } else {

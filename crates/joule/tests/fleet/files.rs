@@ -161,7 +161,7 @@ pub fn event_only(expr: &str) -> Option<&'static str> {
 /// Alerts must not fire on a healthy agent, so the root tier evaluates the series each one
 /// compares instead: every piece here is a part of the alert's expression (the unit tier
 /// checks it is), and must return data.
-pub const ALERT_INNER: [(&str, &[&str]); 7] = [
+pub const ALERT_INNER: [(&str, &[&str]); 8] = [
     ("JouleAgentDown", &[r#"up{job="joule"}"#]),
     ("JouleAgentStalled", &["changes(joule_agent_samples_total[5m])", r#"up{job="joule"}"#]),
     ("JouleOverThermalLimit", &["avg_over_time(instance:joule_thermal_over_limit:bool[10m])"]),
@@ -169,4 +169,5 @@ pub const ALERT_INNER: [(&str, &[&str]); 7] = [
     ("JouleActuatorFailing", &["increase(joule_actuator_errors_total[10m])"]),
     ("JouleLoopOverruns", &["instance:joule_agent_loop_overruns:ratio_rate5m"]),
     ("JouleScxEjected", &["increase(joule_scx_ejections_total[30m])"]),
+    ("JouleRestoreFailed", &[r#"joule_agent_recovered_changes{outcome="failed"}"#]),
 ];

@@ -4,7 +4,9 @@
 //! Prometheus server (unpacked by scripts/install-deps.sh, never installed as a service) on
 //! loopback with its own storage, scraping the agent every second with
 //! deploy/prometheus/joule-rules.yml loaded. Then, through its HTTP API: every rule is loaded
-//! and healthy, no alert fires, and every dashboard panel's query, every variable's
+//! and healthy, the one alert that must fire does (the model's temperature is over the limit
+//! the agent exports for these thresholds: JouleOverThermalLimit) and no other, the limit and
+//! the thresholds are the config's, and every dashboard panel's query, every variable's
 //! `label_values` and every recording rule's expression and series return data — alerts
 //! through the series they compare (`ALERT_INNER`), and the event-only expressions
 //! (`EVENT_ONLY`, each with its reason) only have to be accepted.
@@ -197,8 +199,15 @@ fn root_fleet_dashboard_and_rules_return_data_from_a_real_prometheus_scraping_th
     for r in &loaded {
         assert_eq!(r["health"], "ok", "{r:#}");
     }
-    let firing: Vec<&&serde_json::Value> = loaded.iter().filter(|r| r["type"] == "alerting" && r["state"] == "firing").collect();
-    assert!(firing.is_empty(), "alerts firing on a healthy agent: {firing:#?}");
+    let firing: Vec<&str> = loaded.iter().filter(|r| r["type"] == "alerting" && r["state"] == "firing").filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(firing, ["JouleOverThermalLimit"], "the model runs over the 25 °C limit of these thresholds, and nothing else is wrong: {loaded:#?}");
+    // That limit is the agent's own, as the rules read it: 5 °C past its hottest threshold (no
+    // trip point here), with the thresholds per stage.
+    let limit = query(&prom, r#"instance:joule_thermal_limit_celsius"#).unwrap();
+    assert_eq!(limit, [25.0], "the recorded limit");
+    assert_eq!(query(&prom, r#"joule_thermal_limit_celsius{from="thresholds"}"#).unwrap(), [25.0]);
+    assert_eq!(query(&prom, r#"joule_thermal_stage_threshold_celsius{stage="3", from="config"}"#).unwrap(), [20.0]);
+    assert_eq!(query(&prom, r#"sum(joule_agent_recovered_changes)"#).unwrap(), [0.0], "a clean start found nothing left behind");
     let targets = get(&prom, "/api/v1/targets").1;
     assert!(targets.contains(r#""health":"up""#), "the agent's target is not up: {targets}");
     for (piece, why) in files::EVENT_ONLY {
