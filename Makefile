@@ -120,9 +120,11 @@ vm-deps: test-deps
 	@bash scripts/vm/setup.sh
 	@bash scripts/arm64/setup.sh guest
 
+# Two lanes at once where there are two CPUs (each TCG guest is one host thread): the systemd
+# guest beside all the others (scripts/vm/lanes.sh). Its build of the test binaries also builds
+# joule-bpf's example scx_other, the coexistence check's other scheduler (docs/vm.md).
 test-vm: build build-arm64 vm-deps deb # the package's check installs target/deb/joule_*.deb in the systemd guest
-	$(CARGO) build --release --locked -p joule-bpf --example scx_other # the coexistence check's other scheduler (docs/vm.md)
-	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh $(CARGO) test --release --workspace --locked --no-fail-fast -- --ignored vm_ --test-threads=1
+	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh bash scripts/vm/lanes.sh $(CARGO)
 
 restore: build
 	$(JOULE) restore

@@ -26,6 +26,9 @@ fi
 hash -r
 
 kv() { printf '%s=%s\n' "$1" "$2"; }
+t0=$(date +%s)
+# Seconds since the check began, at each phase (target/vm-last/systemd/deb.out after a run).
+phase() { kv "t_$1" "$(($(date +%s) - t0))"; }
 one_line() { tr '\n' ' ' | sed 's/ *$//'; }
 
 dpkg -i "$deb" >/tmp/dpkg-i.log 2>&1
@@ -39,6 +42,7 @@ kv procs_after_install "$(pgrep -x joule | wc -l)"
 kv run_joule_after_install "$(test -e /run/joule && echo present || echo absent)"
 dpkg -L joule | sort >/tmp/joule.files
 
+phase config
 # The default config.
 kv doctor_config "$(joule doctor 2>&1 | head -n 1)"
 kv doctor_json_config "$(joule doctor --json 2>/dev/null | sed -n 's/^ *"config": "\(.*\)",$/\1/p')"
@@ -46,6 +50,7 @@ kv check_config "$(joule check-config 2>&1 | one_line)"
 kv check_config_status "$(joule check-config >/dev/null 2>&1; echo $?)"
 kv conffiles "$(dpkg-query -W -f='${Conffiles}' joule | one_line)"
 
+phase man
 # Man pages.
 for page in joule joule-agent; do
   f=/usr/share/man/man1/$page.1.gz
@@ -65,12 +70,14 @@ for page in joule joule-agent; do
   kv "man_${page}_rendered_name" "$(printf '%s\n' "$text" | grep -A1 '^NAME' | tail -n 1 | sed 's/^ *//')"
 done
 
+phase completions
 # Completions.
 for f in /usr/share/bash-completion/completions/joule /usr/share/zsh/vendor-completions/_joule /usr/share/fish/vendor_completions.d/joule.fish; do
   kv "completion_$(basename "$f")" "$(test -s "$f" && echo present || echo missing)"
 done
 kv bash_complete "$(bash -c 'source /usr/share/bash-completion/completions/joule && complete -p joule' 2>&1)"
 
+phase start
 # Enable and start, as an operator does; /metrics answers.
 systemctl enable --now joule.service >/tmp/enable.log 2>&1
 kv enable_status $?
@@ -85,6 +92,7 @@ kv active "$(systemctl is-active joule.service 2>&1)"
 kv main_pid_comm "$(ps -o comm= -p "$(systemctl show -p MainPID --value joule.service)" 2>&1)"
 kv cgroup "$(systemctl show -p ControlGroup --value joule.service)"
 
+phase refused
 # No restart loop on a configuration error. 1: a config the agent refuses (writable by
 # others) that check-config, the ExecStartPre, accepts: the agent exits 2, not restarted.
 systemctl stop joule.service
@@ -92,16 +100,23 @@ cp -p /etc/joule/joule.toml /tmp/joule.toml.good
 chmod 0666 /etc/joule/joule.toml
 systemctl reset-failed joule.service 2>/dev/null
 systemctl start joule.service 2>/dev/null
-sleep 25
+# Until the agent has refused it (at most 60 s under TCG), then RestartSec (5 s) and more: a
+# restart, were there one, would have begun.
+for _ in $(seq 120); do [ "$(systemctl show -p ActiveState --value joule.service)" = failed ] && break; sleep 0.5; done
+sleep 8
 kv refused_state "$(systemctl show -p ActiveState,Result,NRestarts,ExecMainStatus joule.service | one_line)"
 journalctl -u joule.service -n 5 --no-pager -o cat 2>/dev/null | sed 's/^/refused journal: /' >&2
+phase invalid
 # 2: a config check-config refuses: the ExecStartPre exits 2; StartLimitBurst=3 ends it.
 printf '[agent]\nperiod_ms = "fast"\n' >/etc/joule/joule.toml
 chmod 0644 /etc/joule/joule.toml
 systemctl reset-failed joule.service 2>/dev/null
 since=$(date '+%Y-%m-%d %H:%M:%S')
 systemctl start joule.service 2>/dev/null
-sleep 40
+# Until systemd gives up (StartLimitBurst=3 starts, RestartSec=5 apart; at most 90 s), then
+# RestartSec and more: a fourth start, were there one, would have begun.
+for _ in $(seq 180); do [ "$(systemctl show -p Result --value joule.service)" = start-limit-hit ] && break; sleep 0.5; done
+sleep 8
 kv invalid_state "$(systemctl show -p ActiveState,Result,NRestarts joule.service | one_line)"
 kv invalid_starts "$(journalctl -u joule.service --since "$since" --no-pager -o cat 2>/dev/null | grep -c '^Starting ')"
 journalctl -u joule.service --since "$since" --no-pager -o cat 2>/dev/null | sed 's/^/invalid journal: /' >&2
@@ -111,6 +126,7 @@ systemctl start joule.service
 for _ in $(seq 180); do curl -sf --max-time 5 -o /dev/null http://127.0.0.1:9977/metrics && break; sleep 1; done
 kv active_again "$(systemctl is-active joule.service 2>&1)"
 
+phase purge
 # Purge: stops the agent and leaves nothing behind.
 dpkg -P joule >/tmp/dpkg-p.log 2>&1
 kv purge_status $?
@@ -133,3 +149,4 @@ kv run_joule "$(test -e /run/joule && echo present || echo absent)"
 kv etc_joule "$(test -e /etc/joule && echo present || echo absent)"
 kv procs_left "$(pgrep -x joule | wc -l)"
 kv dsh_state_left "$(find /var/lib/systemd/deb-systemd-helper-enabled /var/lib/systemd/deb-systemd-helper-masked -name 'joule*' 2>/dev/null | one_line)"
+phase end

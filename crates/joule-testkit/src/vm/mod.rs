@@ -142,12 +142,32 @@ impl Vm {
             // The systemd and arm64 guests get the check scripts copied in.
             let f = if self.guest == Guest::Host { file.display().to_string() } else { format!("{GUEST_CHECKS}/{name}.sh") };
             script.push_str(&format!(
-                "bash {f} >$JOULE_VM_OUT/{name}.out 2>$JOULE_VM_OUT/{name}.err </dev/null; \
-                 echo $? >$JOULE_VM_OUT/{name}.status\n"
+                "t0=$(date +%s%N); bash {f} >$JOULE_VM_OUT/{name}.out 2>$JOULE_VM_OUT/{name}.err </dev/null; \
+                 echo $? >$JOULE_VM_OUT/{name}.status; echo $((($(date +%s%N) - t0) / 1000000)) >$JOULE_VM_OUT/{name}.ms\n"
             ));
         }
+        let started = std::time::Instant::now();
         let whole = self.run_in(rwdir.path(), &script, timeout_s);
         let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        // How long the boot and each check took, for keeping the tier within its budget
+        // (docs/vm.md): target/vm-times.txt gets a line per boot.
+        let times: Vec<String> = checks.iter().map(|(name, _)| format!("{name}={}ms", read(rwdir.path().join(format!("{name}.ms"))).trim())).collect();
+        let line = format!("{:?} guest: {:.0} s in all; {}\n", self.guest, started.elapsed().as_secs_f64(), times.join(" "));
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(repo_root().join("target/vm-times.txt"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        // The last boot's outputs, whole, for reading after the run: target/vm-last/<guest>/.
+        let keep = repo_root().join(format!("target/vm-last/{:?}", self.guest).to_lowercase());
+        let _ = std::fs::remove_dir_all(&keep);
+        if std::fs::create_dir_all(&keep).is_ok() {
+            for (name, _) in checks {
+                for ext in ["out", "err", "ms"] {
+                    let _ = std::fs::copy(rwdir.path().join(format!("{name}.{ext}")), keep.join(format!("{name}.{ext}")));
+                }
+            }
+        }
         checks
             .iter()
             .map(|(name, _)| {

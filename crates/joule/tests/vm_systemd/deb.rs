@@ -85,7 +85,8 @@ fn vm_deb_unit_does_not_restart_loop_on_a_config_error() {
     println!("agent refused its config: {refused}\ncheck-config refused it: {}", d.get("invalid_state"));
     assert!(refused.contains("ActiveState=failed") && refused.contains("NRestarts=0") && refused.contains("ExecMainStatus=2"), "{}", d.out.describe());
     // check-config (ExecStartPre) refuses it: StartLimitBurst=3 starts in StartLimitIntervalSec,
-    // then failed for good (40 s of RestartSec=5 would have been 8 starts).
+    // then failed for good (the check waits for systemd to give up, at most 90 s: without the
+    // limit, RestartSec=5 would have made many more starts).
     let invalid = d.get("invalid_state");
     println!("starts with an invalid config: {}", d.get("invalid_starts"));
     assert!(invalid.contains("ActiveState=failed"), "{}", d.out.describe());
