@@ -102,7 +102,8 @@ systemctl reset-failed joule.service 2>/dev/null
 systemctl start joule.service 2>/dev/null
 # Until the agent has refused it (at most 60 s under TCG), then RestartSec (5 s) and more: a
 # restart, were there one, would have begun.
-for _ in $(seq 120); do [ "$(systemctl show -p ActiveState --value joule.service)" = failed ] && break; sleep 0.5; done
+until=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$until" ] && [ "$(systemctl show -p ActiveState --value joule.service)" != failed ]; do sleep 0.5; done
 sleep 8
 kv refused_state "$(systemctl show -p ActiveState,Result,NRestarts,ExecMainStatus joule.service | one_line)"
 journalctl -u joule.service -n 5 --no-pager -o cat 2>/dev/null | sed 's/^/refused journal: /' >&2
@@ -113,9 +114,11 @@ chmod 0644 /etc/joule/joule.toml
 systemctl reset-failed joule.service 2>/dev/null
 since=$(date '+%Y-%m-%d %H:%M:%S')
 systemctl start joule.service 2>/dev/null
-# Until systemd gives up (StartLimitBurst=3 starts, RestartSec=5 apart; at most 90 s), then
-# RestartSec and more: a fourth start, were there one, would have begun.
-for _ in $(seq 180); do [ "$(systemctl show -p Result --value joule.service)" = start-limit-hit ] && break; sleep 0.5; done
+# Until systemd gives up (StartLimitBurst=3 starts, RestartSec=5 apart: `activating` while it
+# retries, `failed` when it stops; at most 90 s by the clock, as each poll is slow under TCG),
+# then RestartSec and more: a fourth start, were there one, would have begun.
+until=$((SECONDS + 90))
+while [ "$SECONDS" -lt "$until" ] && [ "$(systemctl show -p ActiveState --value joule.service)" != failed ]; do sleep 0.5; done
 sleep 8
 kv invalid_state "$(systemctl show -p ActiveState,Result,NRestarts joule.service | one_line)"
 kv invalid_starts "$(journalctl -u joule.service --since "$since" --no-pager -o cat 2>/dev/null | grep -c '^Starting ')"

@@ -312,17 +312,19 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
 fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
     let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
     let lim = &a.limits;
+    // `config`, `trip points`, `built-in` as label values: config, trip_points, built_in.
+    let from = lim.thresholds_kind.replace([' ', '-'], "_");
     let per_stage =
-        |values: &[f64]| num(values.iter().enumerate().map(|(i, v)| (l(&[("stage", &(i + 1).to_string()), ("from", lim.thresholds_kind)]), *v)).collect());
+        |values: &[f64], from: &str| num(values.iter().enumerate().map(|(i, v)| (l(&[("stage", &(i + 1).to_string()), ("from", from)]), *v)).collect());
     push(
         def!(
             "joule_thermal_stage_threshold_celsius",
             Gauge,
             None,
             "",
-            "Temperature at which the thermal stage rises to `stage`; `from` says who set it (config, trip points, built-in). Chosen at start."
+            "Temperature at which the thermal stage rises to `stage`; `from` says who set it (config, trip_points, built_in). Chosen at start."
         ),
-        per_stage(&lim.stage_thresholds_celsius),
+        per_stage(&lim.stage_thresholds_celsius, &from),
     );
     push(
         def!(
@@ -342,7 +344,7 @@ fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, 
             "",
             "Power at which the thermal stage rises to `stage` (thermal.power_thresholds_watts), when a power budget is set."
         ),
-        per_stage(&lim.power_thresholds_watts),
+        per_stage(&lim.power_thresholds_watts, "config"),
     );
     let r = &a.recovered;
     push(
@@ -742,6 +744,32 @@ mod tests {
                 assert!(!labels.iter().any(|(k, _)| k == "le" || k == "quantile"), "{} {labels:?}", f.def.name);
             }
         }
+    }
+
+    #[test]
+    fn the_limit_thresholds_and_a_starts_leftovers_are_exported_with_where_they_came_from() {
+        let a = AgentStats {
+            limits: Limits {
+                stage_thresholds_celsius: vec![70.0, 75.0, 80.0],
+                thresholds_kind: "trip points",
+                limit_celsius: Some(85.0),
+                limit_from: joule_core::thermal_sensors::LimitFrom::PassiveTrip,
+                power_thresholds_watts: vec![9.0, 10.0, 11.0],
+            },
+            recovered: Recovered { undone: 2, already_gone: 1, failed: 1 },
+            ..AgentStats::default()
+        };
+        let fams = families(&full_snapshot(), &a);
+        let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap_or_else(|| panic!("no {name}")).samples.clone();
+        let lbl = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Labels>();
+        assert_eq!(get("joule_thermal_limit_celsius"), vec![(lbl(&[("from", "passive_trip")]), Value::Number(85.0))]);
+        let stages = get("joule_thermal_stage_threshold_celsius");
+        assert_eq!(stages[2], (lbl(&[("stage", "3"), ("from", "trip_points")]), Value::Number(80.0)));
+        assert_eq!(get("joule_power_stage_threshold_watts")[0], (lbl(&[("stage", "1"), ("from", "config")]), Value::Number(9.0)));
+        let found = get("joule_agent_recovered_changes");
+        assert!(found.contains(&(lbl(&[("outcome", "failed")]), Value::Number(1.0))) && found.len() == 3, "{found:?}");
+        // An agent that chose no limit yet exports none (not a 0 °C limit).
+        assert!(families(&full_snapshot(), &AgentStats::default()).iter().any(|f| f.def.name == "joule_thermal_limit_celsius" && f.samples.is_empty()));
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub struct BudgetLine {
     /// First threshold minus the temperature (negative: acting).
     pub headroom_celsius: Option<f64>,
     /// The temperature the stages keep the CPU under (a trip point, else past the hottest
-    /// stage) and where it came from (`joule_thermal_limit_celsius`).
+    /// stage) and where it came from, in words (`joule_thermal_limit_celsius`).
     pub limit_celsius: Option<f64>,
     pub limit_from: String,
     pub power_watts: f64,
@@ -147,6 +147,16 @@ pub struct Recent {
     pub left_failed: u64,
 }
 
+/// Where the thermal limit came from, as `joule_thermal_limit_celsius{from}` says it, in words.
+fn limit_words(from: &str) -> String {
+    match from {
+        "passive_trip" => "passive trip".into(),
+        "critical_trip" => "critical trip less margin".into(),
+        "thresholds" => "past hottest stage".into(),
+        other => other.replace('_', " "),
+    }
+}
+
 fn f(v: &Value) -> Option<f64> {
     v.as_f64()
 }
@@ -186,7 +196,7 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
             thresholds_from: st(&b["thresholds_from"]),
             headroom_celsius: temp.zip(first).map(|(t, f)| f - t),
             limit_celsius: f(&agent["limits"]["limit_celsius"]),
-            limit_from: st(&agent["limits"]["limit_from"]).replace('_', " "),
+            limit_from: limit_words(agent["limits"]["limit_from"].as_str().unwrap_or_default()),
             power_watts: f(&snap["power"]["watts"]).unwrap_or(0.0),
             power_source: st(&snap["power"]["source"]),
             power_budget_watts: b["power_thresholds_watts"].as_array().and_then(|a| a.first()).and_then(f),

@@ -57,7 +57,7 @@ fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
     let text = render(&s);
     for want in [
         "temperature 83.5 °C (sensor, thermal_zone0) · stages from 70.0 °C to 90.0 °C (set by config)",
-        "headroom -13.5 °C · limit 95.0 °C (thresholds)",
+        "headroom -13.5 °C · limit 95.0 °C (past hottest stage)",
         "stage 2 (computed by ebpf, driven by temperature) for 50 s",
         "35%",
         "140 µs",

@@ -133,7 +133,7 @@ fn root_monitor_dashboard_in_tmux_reads_the_agent_and_its_keys_work() {
         "temperature",
         "(model",
         "acts from 10.0 °C",
-        "limit 25.0 °C (thresholds)",
+        "limit 25.0 °C (past hottest stage)",
         "power",
         " thermal ",
         " classes ",
