@@ -2,123 +2,170 @@
 //! of ms of CPU, on its one blocking thread), so without a budget one client with a stream of
 //! wrong passwords keeps that thread busy and queues everyone else's first login behind its own
 //! (issue 33: 7,644 connections in 20 s put the agent at a whole core and failed a legitimate
-//! first login during and after the flood). Here each client address has a few checks at once,
-//! then one a second, and never two waiting at the same time; past that it is told to come back
-//! later (HTTP 429) without a bcrypt. A remembered good password needs no check at all
-//! (`webconfig.rs`). What one address can cost is bounded, and so is its place in the queue: a
-//! single client cannot make another client's requests fail.
+//! first login during and after the flood).
+//!
+//! Clients are counted by group (client_group.rs: all of loopback, an IPv4 /24, an IPv6 /64), so
+//! rotating the source address buys nothing. A group has one turn: one of its requests at a time
+//! waits for a check, the others are told to come back later (HTTP 429) without a bcrypt. The
+//! turn's holder has a check at once while the group's burst lasts, and otherwise waits for the
+//! group's next token (at most half a second); a token is spent only when a bcrypt runs. The
+//! turn is a [`Permit`] that gives itself back when dropped, whatever ends the request: its
+//! answer, a connection closed by the client, by a full server or by its lifetime. The blocking
+//! thread holds at most [`MAX_QUEUED`] checks, and one whose connection is gone is not run, so a
+//! flood's backlog ends with the flood. A remembered good password needs no check at all
+//! (`webconfig.rs`). The table of groups is bounded; a full one forgets the group it saw
+//! longest ago (never one holding its turn), which costs nothing but that group's spent burst.
 
-use std::collections::HashMap;
+use crate::client_group::Group;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// Checks an address may have back to back.
+/// Checks a group may have back to back.
 const BURST: f64 = 3.0;
-/// Checks per second an address earns after its burst.
-const PER_S: f64 = 1.0;
-/// Addresses remembered; past this, the ones with a full budget and nothing waiting are forgotten.
-const MAX_CLIENTS: usize = 4096;
+/// Checks per second a group earns after its burst: a turn's holder waits at most `1 / PER_S`.
+const PER_S: f64 = 2.0;
+/// Groups remembered.
+const MAX_GROUPS: usize = 4096;
+/// Checks queued or running at once, all groups together: what a backlog can cost past its end
+/// when its connections stay open (those that close are skipped).
+pub const MAX_QUEUED: usize = 8;
 
-#[derive(Debug, Clone, Copy)]
-struct Budget {
+#[derive(Debug)]
+struct Entry {
     tokens: f64,
     at: Instant,
-    waiting: bool,
+    /// Whether a request of the group holds its turn.
+    turn: bool,
+    /// Which entry of the group this is (a permit releases only the entry it took).
+    id: u64,
+    /// Its key in `Table::by_age`.
+    seen: u64,
 }
 
-/// The budget of every client address.
+#[derive(Debug, Default)]
+struct Table {
+    groups: HashMap<Group, Entry>,
+    /// Groups by when they last asked, oldest first.
+    by_age: BTreeMap<u64, Group>,
+    clock: u64,
+    queued: usize,
+}
+
+impl Table {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Forgets the group that asked longest ago and holds no turn (the turns held are at most
+    /// one per open connection, far fewer than the table holds).
+    fn forget_oldest(&mut self) {
+        let old = self.by_age.iter().find(|(_, g)| self.groups.get(g).is_some_and(|e| !e.turn)).map(|(&seen, &g)| (seen, g));
+        if let Some((seen, g)) = old {
+            self.by_age.remove(&seen);
+            self.groups.remove(&g);
+        }
+    }
+}
+
+/// The budget of every client group.
 #[derive(Debug, Default)]
 pub struct AuthBudget {
-    clients: Mutex<HashMap<IpAddr, Budget>>,
+    table: Mutex<Table>,
+}
+
+/// A group's turn, given back when dropped. It moves with the check into the blocking job, so
+/// the turn is held until the check ran or was skipped.
+#[derive(Debug)]
+pub struct Permit {
+    budget: Arc<AuthBudget>,
+    group: Group,
+    id: u64,
+    /// When the group has a token for this check.
+    pub ready_at: Instant,
+    queued: bool,
 }
 
 impl AuthBudget {
-    /// Whether `ip` may have a password checked now; when it may, the check is its one waiting
-    /// check until [`done`](Self::done).
-    pub fn take(&self, ip: IpAddr) -> bool {
+    /// The turn of `ip`'s group, or None when another request of the group holds it.
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
         self.take_at(ip, Instant::now())
     }
 
-    fn take_at(&self, ip: IpAddr, now: Instant) -> bool {
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&ip) {
-            clients.retain(|_, b| b.waiting || refill(*b, now) < BURST);
-            if clients.len() >= MAX_CLIENTS {
-                return false;
-            }
+    fn take_at(self: &Arc<Self>, ip: IpAddr, now: Instant) -> Option<Permit> {
+        let group = Group::of(ip);
+        let mut t = self.lock();
+        if !t.groups.contains_key(&group) && t.groups.len() >= MAX_GROUPS {
+            t.forget_oldest();
         }
-        let b = clients.entry(ip).or_insert(Budget { tokens: BURST, at: now, waiting: false });
-        b.tokens = refill(*b, now);
-        b.at = now;
-        if b.waiting || b.tokens < 1.0 {
-            return false;
+        let seen = t.tick();
+        let fresh = Entry { tokens: BURST, at: now, turn: false, id: seen, seen };
+        let old_seen = std::mem::replace(&mut t.groups.entry(group).or_insert(fresh).seen, seen);
+        t.by_age.remove(&old_seen);
+        t.by_age.insert(seen, group);
+        let e = t.groups.get_mut(&group).expect("just inserted");
+        if e.turn {
+            return None;
         }
-        b.tokens -= 1.0;
-        b.waiting = true;
-        true
+        e.tokens = refill(e, now);
+        e.at = now;
+        e.turn = true;
+        let wait_s = ((1.0 - e.tokens) / PER_S).max(0.0);
+        Some(Permit { budget: self.clone(), group, id: e.id, ready_at: now + Duration::from_secs_f64(wait_s), queued: false })
     }
 
-    /// The check `ip` took is over.
-    pub fn done(&self, ip: IpAddr) {
-        if let Some(b) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&ip) {
-            b.waiting = false;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Permit {
+    /// How long until the group has a token for this check.
+    pub fn ready_in(&self) -> Duration {
+        self.ready_at.saturating_duration_since(Instant::now())
+    }
+
+    /// Takes a place in the blocking thread's queue: false when [`MAX_QUEUED`] checks are
+    /// already queued or running.
+    pub fn queue(&mut self) -> bool {
+        let mut t = self.budget.lock();
+        if self.queued || t.queued < MAX_QUEUED {
+            t.queued += !self.queued as usize;
+            self.queued = true;
+        }
+        self.queued
+    }
+
+    /// The check runs now: the group spends a token.
+    pub fn spend(&self) {
+        self.spend_at(Instant::now())
+    }
+
+    fn spend_at(&self, now: Instant) {
+        let mut t = self.budget.lock();
+        if let Some(e) = t.groups.get_mut(&self.group).filter(|e| e.id == self.id) {
+            e.tokens = refill(e, now) - 1.0;
+            e.at = now;
         }
     }
 }
 
-fn refill(b: Budget, now: Instant) -> f64 {
-    (b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * PER_S).min(BURST)
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut t = self.budget.lock();
+        t.queued -= self.queued as usize;
+        if let Some(e) = t.groups.get_mut(&self.group).filter(|e| e.id == self.id) {
+            e.turn = false;
+        }
+    }
+}
+
+fn refill(e: &Entry, now: Instant) -> f64 {
+    (e.tokens + now.saturating_duration_since(e.at).as_secs_f64() * PER_S).min(BURST)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn an_address_gets_a_burst_then_one_a_second_and_never_two_waiting() {
-        let b = AuthBudget::default();
-        let (me, other) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let t0 = Instant::now();
-        assert!(b.take_at(me, t0));
-        assert!(!b.take_at(me, t0), "a second check while the first waits");
-        b.done(me);
-        assert!(
-            b.take_at(me, t0)
-                && {
-                    b.done(me);
-                    true
-                }
-                && b.take_at(me, t0)
-        );
-        b.done(me);
-        assert!(!b.take_at(me, t0), "the burst is spent");
-        assert!(b.take_at(other, t0), "another address has its own budget");
-        assert!(!b.take_at(me, t0 + Duration::from_millis(500)), "half a second earns half a check");
-        assert!(b.take_at(me, t0 + Duration::from_millis(1000)), "a second earns one");
-        b.done(me);
-        assert!(
-            b.take_at(me, t0 + Duration::from_secs(60)) && {
-                b.done(me);
-                true
-            },
-            "the budget refills"
-        );
-    }
-
-    #[test]
-    fn many_addresses_are_bounded_and_idle_ones_forgotten() {
-        let b = AuthBudget::default();
-        let t0 = Instant::now();
-        for i in 0..MAX_CLIENTS as u32 {
-            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
-            assert!(b.take_at(ip, t0));
-            b.done(ip);
-        }
-        let late: IpAddr = "192.168.0.1".parse().unwrap();
-        assert!(!b.take_at(late, t0), "every address spent a check this instant: full");
-        assert!(b.take_at(late, t0 + Duration::from_secs(10)), "ten seconds later the idle ones are forgotten");
-        assert!(b.clients.lock().unwrap().len() < 10);
-    }
-}
+#[path = "auth_budget_tests.rs"]
+mod tests;

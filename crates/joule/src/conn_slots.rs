@@ -1,17 +1,61 @@
 //! Which connection the metrics server closes when it is full. Closing the oldest one let a
 //! single client that opens connections faster than a password check takes (tens of ms) close
-//! everybody else's, a legitimate login included (issue 33's flood, seen failing in CI). Here the
-//! client address holding the most connections loses its oldest one, so one address can only
-//! ever push out its own connections while any other address holds fewer.
+//! everybody else's, a legitimate login included (issue 33's flood, seen failing in CI); closing
+//! the oldest of the address holding the most was beaten by rotating the address, each holding
+//! one, so the oldest of all went again, a login in the middle of its bcrypt.
+//!
+//! Here clients are counted by group (client_group.rs), and a connection serving a request (a
+//! login waiting for its check, a scrape waiting for a fresh reading) is closed only when every
+//! connection is. Among the others, the group holding the most loses, on a tie the group whose
+//! newest connection is the newest (the latecomer, not the one that was there first), and
+//! within the group its oldest idle connection goes: inside loopback, where every local user
+//! is one group, every connection is its own client. So a group can only ever push out its own
+//! connections while any other group holds fewer.
 
-use std::collections::VecDeque;
+use crate::client_group::Group;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-/// Open connections, oldest first, each with its client's address and what closes it when
-/// dropped.
+/// Whether a connection is serving a request now: set while the request is in hand, cleared
+/// when it is answered or dropped.
+#[derive(Debug, Clone, Default)]
+pub struct Busy(Arc<AtomicBool>);
+
+impl Busy {
+    /// Marks the connection busy until the returned guard is dropped.
+    pub fn serving(&self) -> Serving {
+        self.0.store(true, Ordering::Relaxed);
+        Serving(self.0.clone())
+    }
+
+    fn is_busy(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A request in hand; its connection is idle again when this is dropped.
+pub struct Serving(Arc<AtomicBool>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    group: Group,
+    busy: Busy,
+    t: T,
+}
+
+/// Open connections, oldest first, each with its client's group, whether it is serving, and
+/// what closes it when dropped.
 #[derive(Debug)]
 pub struct Slots<T> {
-    open: VecDeque<(IpAddr, T)>,
+    open: VecDeque<Slot<T>>,
     max: usize,
 }
 
@@ -22,72 +66,49 @@ impl<T> Slots<T> {
 
     /// Forgets the connections for which `open` says false (they are over).
     pub fn retain_open(&mut self, mut open: impl FnMut(&T) -> bool) {
-        self.open.retain(|(_, t)| open(t));
+        self.open.retain(|s| open(&s.t));
     }
 
-    /// Adds `peer`'s new connection, first closing (dropping) connections of the address that
-    /// holds the most, oldest first, until there is room.
-    pub fn push(&mut self, peer: IpAddr, t: T) {
+    /// Adds `peer`'s new connection, first closing (dropping) others, chosen as the module's
+    /// header says, until there is room.
+    pub fn push(&mut self, peer: IpAddr, busy: Busy, t: T) {
         while self.open.len() >= self.max {
             let Some(i) = self.victim() else { break };
             self.open.remove(i);
         }
-        self.open.push_back((peer, t));
-    }
-
-    /// The oldest connection of the address with the most (on a tie, the one whose oldest
-    /// connection is older).
-    fn victim(&self) -> Option<usize> {
-        let mut counts: std::collections::HashMap<IpAddr, (usize, usize)> = std::collections::HashMap::new();
-        for (i, (ip, _)) in self.open.iter().enumerate() {
-            counts.entry(*ip).or_insert((0, i)).0 += 1;
-        }
-        counts.values().max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1))).map(|&(_, first)| first)
+        self.open.push_back(Slot { group: Group::of(peer), busy, t });
     }
 
     /// Closes one connection, chosen as [`push`](Self::push) would (the server is out of file
     /// descriptors for a moment).
-    pub fn pop_oldest_of_heaviest(&mut self) {
+    pub fn close_one(&mut self) {
         if let Some(i) = self.victim() {
             self.open.remove(i);
         }
     }
 
+    fn victim(&self) -> Option<usize> {
+        let idle = |s: &Slot<T>| !s.busy.is_busy();
+        let candidate: &dyn Fn(&Slot<T>) -> bool = if self.open.iter().any(idle) { &idle } else { &|_| true };
+        // Per group: (connections, its newest's index, its oldest candidate's index).
+        let mut groups: HashMap<Group, (usize, usize, Option<usize>)> = HashMap::new();
+        for (i, s) in self.open.iter().enumerate() {
+            let g = groups.entry(s.group).or_insert((0, i, None));
+            g.0 += 1;
+            g.1 = i;
+            if g.2.is_none() && candidate(s) {
+                g.2 = Some(i);
+            }
+        }
+        groups.values().filter_map(|&(n, newest, first)| Some((n, newest, first?))).max_by_key(|&(n, newest, _)| (n, newest)).map(|(_, _, i)| i)
+    }
+
     #[cfg(test)]
-    fn peers(&self) -> Vec<IpAddr> {
-        self.open.iter().map(|(ip, _)| *ip).collect()
+    fn held(&self) -> Vec<&T> {
+        self.open.iter().map(|s| &s.t).collect()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_flooding_address_pushes_out_only_its_own_connections() {
-        let (victim, flood): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
-        let mut s = Slots::new(4);
-        s.push(victim, 0);
-        for i in 1..100 {
-            s.push(flood, i);
-        }
-        assert_eq!(s.peers(), [victim, flood, flood, flood], "the other client's connection stays");
-        // Its oldest ones go first.
-        assert_eq!(s.open.iter().map(|(_, t)| *t).collect::<Vec<_>>(), [0, 97, 98, 99]);
-    }
-
-    #[test]
-    fn equal_holders_lose_their_oldest_and_closed_ones_make_room() {
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let mut s = Slots::new(2);
-        s.push(a, 1);
-        s.push(b, 2);
-        s.push(b, 3); // a and b hold one each: a's is older
-        assert_eq!(s.peers(), [b, b]);
-        s.retain_open(|t| *t != 2);
-        s.push(a, 4);
-        assert_eq!(s.peers(), [b, a], "a closed connection made room, nothing was pushed out");
-        s.pop_oldest_of_heaviest();
-        assert_eq!(s.peers(), [a]);
-    }
-}
+#[path = "conn_slots_tests.rs"]
+mod tests;

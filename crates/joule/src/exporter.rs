@@ -7,21 +7,22 @@
 //!
 //! Anyone who can reach the address is a client, so the server is bounded (issue 17,
 //! docs/security.md): hyper's HTTP/1 on a one-thread tokio runtime, at most
-//! [`Limits::max_connections`] connections (a new one evicts the oldest of the client address
-//! holding the most, conn_slots.rs), a deadline to send a request's headers (slowloris), a cap on header size and
+//! [`Limits::max_connections`] connections (a new one evicts an idle connection of the client
+//! group holding the most, conn_slots.rs), a deadline to send a request's headers (slowloris), a cap on header size and
 //! count, a number of requests per connection and a lifetime per connection (a client that
 //! pipelines without reading its replies holds one connection, not the server), and an
 //! `accept` error (EMFILE) is logged and retried, never fatal.
 //!
 //! With `agent.metrics_web_config` (webconfig.rs) it speaks TLS (the handshake has the same
 //! deadline as the headers) and asks for basic auth; bcrypt runs on the runtime's single
-//! blocking thread, each client address within its budget (auth_budget.rs), so no client's wrong
-//! passwords delay another's login. One path asks for no credentials: [`HEALTH_PATH`], which a
+//! blocking thread, each client group within its budget (auth_budget.rs), so no client's wrong
+//! passwords delay another group's login. The budget's turn moves into the blocking job with the
+//! check, which is skipped when its connection is gone. One path asks for no credentials: [`HEALTH_PATH`], which a
 //! kubelet's probe can reach (it has none to give) and which tells nothing but whether the loop
 //! has published yet.
 
 use crate::auth_budget::AuthBudget;
-use crate::conn_slots::Slots;
+use crate::conn_slots::{Busy, Slots};
 use crate::exposition::{self, Format};
 use crate::freshen::Freshen;
 use crate::metrics::{self, AgentStats};
@@ -61,7 +62,7 @@ pub const HEALTH_PATH: &str = "/healthz";
 /// How much one client may hold of the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Open connections at most; one more evicts the oldest of the address holding the most.
+    /// Open connections at most; one more evicts an idle one of the client group holding the most.
     pub max_connections: usize,
     /// Time to send a request's headers.
     pub header_read_timeout: Duration,
@@ -276,31 +277,32 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
             Ok(s) => s,
             Err(e) => {
                 // EMFILE/ENFILE/ENOBUFS: out of fds or memory for a moment. Drop a connection
-                // of the client holding the most to free one, wait a little, and go on.
+                // of the client group holding the most to free one, wait a little, and go on.
                 accept_errors += 1;
                 if accept_errors.is_power_of_two() {
                     tracing::warn!("metrics server: accept failed ({e}); {accept_errors} time(s) so far, retrying");
                 }
-                open.pop_oldest_of_heaviest();
+                open.close_one();
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         open.retain_open(|tx| !tx.is_closed());
         let (tx, rx) = tokio::sync::oneshot::channel();
-        // When full, the client holding the most connections loses its oldest (dropping the
-        // sender ends that connection), so a flood only ever pushes out its own.
-        open.push(peer.ip(), tx);
+        // When full, the client group holding the most connections loses an idle one (dropping
+        // the sender ends that connection), so a flood only ever pushes out its own.
+        let busy = Busy::default();
+        open.push(peer.ip(), busy.clone(), tx);
         let server = server.clone();
         tokio::spawn(async move {
             let tls = server.web.as_ref().and_then(|w| w.tls.clone());
             let work = async {
                 match tls {
-                    None => connection(stream, server, peer.ip()).await,
+                    None => connection(stream, server, peer.ip(), busy).await,
                     Some(cfg) => {
                         let handshake = tokio_rustls::TlsAcceptor::from(cfg).accept(stream);
                         if let Ok(Ok(s)) = tokio::time::timeout(limits.header_read_timeout, handshake).await {
-                            connection(s, server, peer.ip()).await
+                            connection(s, server, peer.ip(), busy).await
                         }
                     }
                 }
@@ -319,25 +321,44 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
 enum Verdict {
     Allowed,
     Denied,
-    /// Its address spent its budget of password checks: come back later, nothing was checked.
+    /// Its group holds its turn, or the queue of checks is full: come back later, nothing was
+    /// checked.
     TooMany,
 }
 
 /// Whether the request may be answered: no auth configured, a remembered password, or one
-/// bcrypt on the blocking thread within the client address's budget.
+/// bcrypt on the blocking thread within the client group's budget.
 async fn authorised(server: &Server, peer: std::net::IpAddr, req: &Request<Incoming>) -> Verdict {
     let Some(web) = server.web.as_ref() else { return Verdict::Allowed };
     match web.check(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
         Auth::Allowed => Verdict::Allowed,
         Auth::Denied => Verdict::Denied,
         Auth::Verify(hash, password, key) => {
-            if !server.budget.take(peer) {
+            // Dropped with this future (the connection closed) or by the job: the turn is given
+            // back on every path.
+            let Some(mut permit) = server.budget.take(peer) else { return Verdict::TooMany };
+            let wait = permit.ready_in();
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            if !permit.queue() {
                 return Verdict::TooMany;
             }
+            let (tx, rx) = tokio::sync::oneshot::channel();
             let web = web.clone();
-            let ok = tokio::task::spawn_blocking(move || web.verify(&hash, &password, key)).await.unwrap_or(false);
-            server.budget.done(peer);
-            if ok {
+            tokio::task::spawn_blocking(move || {
+                // Nobody waits for the answer any more: a bcrypt would be CPU spent on a flood
+                // that is already over.
+                if tx.is_closed() {
+                    return;
+                }
+                permit.spend();
+                let ok = web.verify(&hash, &password, key);
+                // Given back before the answer, so the client's next request finds it free.
+                drop(permit);
+                let _ = tx.send(ok);
+            });
+            if rx.await.unwrap_or(false) {
                 Verdict::Allowed
             } else {
                 Verdict::Denied
@@ -346,15 +367,18 @@ async fn authorised(server: &Server, peer: std::net::IpAddr, req: &Request<Incom
     }
 }
 
-async fn connection<S>(stream: S, server: Server, peer: std::net::IpAddr)
+async fn connection<S>(stream: S, server: Server, peer: std::net::IpAddr, busy: Busy)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let served = Arc::new(AtomicUsize::new(0));
     let limits = server.limits;
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (server, served) = (server.clone(), served.clone());
+        let (server, served, busy) = (server.clone(), served.clone(), busy.clone());
         async move {
+            // A connection serving a request (a login in its check, a scrape waiting for a
+            // fresh reading) is not the one a full server closes.
+            let _serving = busy.serving();
             let verdict = if req.uri().path() == HEALTH_PATH { Verdict::Allowed } else { authorised(&server, peer, &req).await };
             if let (Verdict::Allowed, Some(f)) = (verdict, &server.freshen) {
                 if matches!(req.uri().path(), "/metrics" | "/snapshot.json" | "/plan.json") {
@@ -365,7 +389,7 @@ where
                 Verdict::Allowed => answer(&server.shared, &req, server.procs),
                 Verdict::Denied => ("unauthorized\n".to_string(), "text/plain", StatusCode::UNAUTHORIZED),
                 Verdict::TooMany => {
-                    ("too many password checks from this address; try again in a second\n".to_string(), "text/plain", StatusCode::TOO_MANY_REQUESTS)
+                    ("too many password checks from this network at once; try again in a second\n".to_string(), "text/plain", StatusCode::TOO_MANY_REQUESTS)
                 }
             };
             let n = served.fetch_add(1, Ordering::Relaxed) + 1;
@@ -393,6 +417,10 @@ where
 #[cfg(test)]
 #[path = "exporter_health_tests.rs"]
 mod health_tests;
+
+#[cfg(test)]
+#[path = "exporter_login_tests.rs"]
+mod login_tests;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 
 mod agent;
 mod auth_budget;
+mod client_group;
 mod cmd;
 mod conn_slots;
 mod dashboard;

@@ -730,6 +730,8 @@ mod defaults;
 mod fleet;
 #[path = "root_agent/kube.rs"]
 mod kube;
+#[path = "root_agent/login.rs"]
+mod login;
 #[path = "root_agent/membership.rs"]
 mod membership;
 #[path = "root_agent/status.rs"]
