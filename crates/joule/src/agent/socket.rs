@@ -3,20 +3,21 @@
 //! Each connection gets one JSON document, [`View`]: what the loop published last (the snapshot,
 //! the plan, the actuators' state, the agent's counters) and the budget it acts against; then
 //! the socket closes. Nothing is read from the client, so there is no request to parse; a
-//! client that does not read is dropped after [`WRITE_TIMEOUT`]. The agent removes the socket
+//! client gets [`WRITE_TIMEOUT`] for the whole view, however little it reads at a time, so one
+//! slow reader holds the serving thread no longer than that. The agent removes the socket
 //! when it stops; one a killed agent left refuses connections, and the next agent replaces it.
 
 use crate::exporter::Shared;
 use serde::Serialize;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The socket's name in the journal directory.
 pub const SOCKET: &str = "agent.sock";
-/// How long one client may take to read the view.
+/// How long one client may take to read the whole view.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the agent acts against, beside what it published.
@@ -68,8 +69,11 @@ impl StatusSocket {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         std::thread::Builder::new().name("joule-status".into()).spawn(move || {
             for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
+                let Ok(mut conn) = conn else {
+                    // Out of fds for a moment (EMFILE): wait rather than spin on the error.
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
                 let body = {
                     let p = shared.read().unwrap_or_else(|e| e.into_inner());
                     let view = View {
@@ -82,11 +86,41 @@ impl StatusSocket {
                     };
                     serde_json::to_vec(&view).unwrap_or_default()
                 };
-                let _ = conn.write_all(&body);
+                let _ = write_within(&mut conn, &body, WRITE_TIMEOUT);
             }
         })?;
         Ok(StatusSocket { path })
     }
+}
+
+/// Writes `body` unless the client takes longer than `limit` for all of it. A timeout on the
+/// socket is no bound: the kernel restarts it whenever a blocked write makes progress, so a
+/// client reading a little at a time held the one serving thread, and every other `joule
+/// status`, for as long as it liked. Here the socket does not block, and each wait for room is
+/// what is left of `limit`.
+fn write_within(conn: &mut UnixStream, body: &[u8], limit: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + limit;
+    conn.set_nonblocking(true)?;
+    let mut rest = body;
+    while !rest.is_empty() {
+        match conn.write(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(std::io::ErrorKind::TimedOut.into());
+                }
+                let mut fd = libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                // SAFETY: the kernel reads and writes the one entry it is given.
+                unsafe { libc::poll(&mut fd, 1, left.as_millis().clamp(1, i32::MAX as u128) as i32) };
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Drop for StatusSocket {
@@ -105,3 +139,7 @@ pub fn read(dir: &Path) -> Option<serde_json::Value> {
     s.read_to_end(&mut body).ok()?;
     serde_json::from_slice(&body).ok()
 }
+
+#[cfg(test)]
+#[path = "socket_slow_reader_tests.rs"]
+mod slow_reader_tests;
