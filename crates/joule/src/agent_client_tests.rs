@@ -107,3 +107,26 @@ fn the_peer_must_be_root_or_ourselves() {
     let e = judge_peer(p, 64001, 4321, 0).unwrap_err().to_string();
     assert!(e.contains("refusing /run/joule/agent.sock") && e.contains("(pid 4321) runs as uid 64001, not as root"), "{e}");
 }
+
+#[test]
+fn a_file_the_agent_keeps_is_read_only_when_it_is_a_private_regular_file() {
+    let (_t, dir) = journal();
+    let f = dir.join("nap.json");
+    std::fs::write(&f, "{}").unwrap();
+    assert_eq!(read_file(&dir, "nap.json", 1024).unwrap(), "{}");
+    assert!(matches!(read_file(&dir, "none.json", 1024), Err(ClientError::NoAgent(_))));
+    let e = read_file(&dir, "nap.json", 1).unwrap_err();
+    assert!(matches!(&e, ClientError::Failed(w) if w.contains("larger than 1 bytes")), "{e}");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused(w) if w.contains("others may write it")), "{e}");
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", &f).unwrap();
+    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused(w) if w.contains("symlink")), "{e}");
+    std::fs::remove_file(&f).unwrap();
+    // A FIFO would hang a plain read: refused without blocking.
+    nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    assert!(matches!(&e, ClientError::Refused(w) if w.contains("not a regular file")), "{e}");
+}

@@ -734,6 +734,8 @@ mod kube;
 mod membership;
 #[path = "root_agent/status.rs"]
 mod status;
+#[path = "root_agent/terminal.rs"]
+mod terminal;
 #[path = "root_agent/thermal.rs"]
 mod thermal;
 #[path = "root_agent/untrusted.rs"]
