@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # In the systemd guest (scripts/vm/systemd-guest.sh; tests/vm_systemd.rs runs it): the agent
 # with a class naming nginx.service. Prints key=value lines the test asserts on:
-#   round 1: the agent, started as the shipped joule.service, sets the unit's CPU quota and
-#            cpuset through systemd; the unit keeps its processes; nothing is created outside
-#            it; SIGKILL to joule.service, and its ExecStopPost restore leaves every property
-#            as found.
+#   round 1: the agent, started as the shipped joule.service (its capability bounding set
+#            printed), sets the unit's CPU quota and cpuset through systemd; the unit keeps its
+#            processes; nothing is created outside it; SIGKILL to joule.service, and its
+#            ExecStopPost restore leaves every property as found.
 #   round 2: an administrator's `systemctl set-property` on a property joule set is reported as
 #            drift (event and metric) and survives the agent's own stop.
 #   round 3: nap of a slice holding nginx.service (FreezeUnit): FreezerState agrees, the first
@@ -58,6 +58,10 @@ wait_for 'CPUQuotaPerSecUSec=300ms' && echo applied=yes || echo applied=no
 echo "applied_props=$(props)"
 echo "tasks_applied=$(systemctl show -p TasksCurrent --value nginx.service)"
 echo "procs_in_unit=$(wc -l </sys/fs/cgroup/system.slice/nginx.service/cgroup.procs)"
+# What the unit's CapabilityBoundingSet left the agent that did the above, and its guardian.
+agent_pid=$(systemctl show -p MainPID --value joule.service)
+echo "agent_cap_bnd=$(awk '/^CapBnd:/ {print $2}' /proc/"$agent_pid"/status)"
+echo "guardian_cap_bnd=$(for p in $(pgrep -x joule-guardian); do awk '/^CapBnd:/ {print $2}' /proc/"$p"/status; done | sort -u | tr '\n' ' ')"
 echo "joule_cgroups_at_root=$(find /sys/fs/cgroup -maxdepth 1 -name 'joule*' | wc -l)"
 echo "nginx_cgroups=$(for p in $(pgrep -x nginx); do cut -d: -f3 /proc/$p/cgroup; done | sort -u | tr '\n' ' ')"
 # SIGKILL to the whole unit (agent and guardian): the unit's ExecStopPost runs `joule restore`

@@ -29,6 +29,7 @@ pub mod qdisc;
 pub mod sched_ext;
 pub mod snapshot;
 pub mod testing;
+pub mod text;
 pub mod thermal_sensors;
 pub mod upgrade;
 

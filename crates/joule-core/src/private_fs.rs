@@ -58,8 +58,9 @@ const MAX_LINKS: usize = 40;
 /// root or us, writable by nobody else unless sticky), and every later step is taken relative
 /// to that fd, so nothing another user changes afterwards (a rename, a link re-pointed) can
 /// send joule elsewhere. A symlink on the way is followed only when root or we own it: one that
-/// another user planted could be re-pointed later, wherever it sits.
-fn open_parent(dir: &Path, parent: &Path) -> Result<OwnedFd, PrivateError> {
+/// another user planted could be re-pointed later, wherever it sits. `create`: make what is
+/// missing; a client (which must not create the agent's directories) gets `NotFound` instead.
+fn open_parent(dir: &Path, parent: &Path, create: bool) -> Result<OwnedFd, PrivateError> {
     let open_dir = |at: Option<&OwnedFd>, name: &Path| -> nix::Result<OwnedFd> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(at.map(|f| f.as_raw_fd()), name, flags, Mode::empty())?;
@@ -84,7 +85,7 @@ fn open_parent(dir: &Path, parent: &Path) -> Result<OwnedFd, PrivateError> {
         }
         let next = match open_dir(Some(&cur), name_path) {
             Ok(fd) => fd,
-            Err(nix::Error::ENOENT) => match mkdirat(Some(cur.as_raw_fd()), name_path, Mode::from_bits_truncate(0o755)) {
+            Err(nix::Error::ENOENT) if create => match mkdirat(Some(cur.as_raw_fd()), name_path, Mode::from_bits_truncate(0o755)) {
                 Ok(()) | Err(nix::Error::EEXIST) => open_dir(Some(&cur), name_path).map_err(io_err(&at))?,
                 Err(e) => return Err(io_err(&at)(e)),
             },
@@ -171,7 +172,7 @@ pub fn private_dir(dir: &Path) -> Result<OwnedFd, PrivateError> {
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(unsafe_path(dir, "a private directory needs a name below /"));
     };
-    let parent_fd = open_parent(dir, parent)?;
+    let parent_fd = open_parent(dir, parent, true)?;
     match mkdirat(Some(parent_fd.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
         Ok(()) | Err(nix::Error::EEXIST) => {}
         Err(e) => return Err(io_err(dir)(e)),
@@ -191,6 +192,39 @@ pub fn private_dir(dir: &Path) -> Result<OwnedFd, PrivateError> {
     }
     if st.st_mode & SHARED_WRITE != 0 {
         return Err(unsafe_path(dir, format!("it is writable by group or others (mode {:o}); make it 0700", st.st_mode & 0o7777)));
+    }
+    Ok(fd)
+}
+
+/// The existing directory `dir` as a client of the agent must find it before it believes what
+/// is in it (the agent's socket, the nap's status): owned by root or by us, writable by nobody
+/// else (sticky or not), below directories judged as [`private_dir`] judges them and walked the
+/// same way, by fd. Nothing is created (a missing one is `NotFound`); unlike a private
+/// directory it may be root's while we are not, and others may read it (a DaemonSet's 0755).
+/// Returns its fd: open what is in it relative to that, never by the path again.
+pub fn trusted_existing_dir(dir: &Path) -> Result<OwnedFd, PrivateError> {
+    if !dir.is_absolute() {
+        return Err(unsafe_path(dir, "the agent's directory must be an absolute path"));
+    }
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(unsafe_path(dir, "the agent's directory needs a name below /"));
+    };
+    let parent_fd = open_parent(dir, parent, false)?;
+    let fd =
+        openat(Some(parent_fd.as_raw_fd()), name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
+            match e {
+                nix::Error::ELOOP | nix::Error::ENOTDIR => unsafe_path(dir, "it is a symlink or not a directory"),
+                e => io_err(dir)(e),
+            }
+        })?;
+    // SAFETY: openat returned a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = fstat(fd.as_raw_fd()).map_err(io_err(dir))?;
+    if st.st_uid != 0 && st.st_uid != me() {
+        return Err(unsafe_path(dir, format!("it is owned by uid {}, not by root or uid {}: another user's directory", st.st_uid, me())));
+    }
+    if st.st_mode & SHARED_WRITE != 0 {
+        return Err(unsafe_path(dir, format!("it is writable by group or others (mode {:o}): anyone could have put what is in it", st.st_mode & 0o7777)));
     }
     Ok(fd)
 }
@@ -306,5 +340,34 @@ mod tests {
         assert!(e.contains("writable by others") && e.contains("not sticky"), "{e}");
         std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         private_dir(&t.path().join("k")).expect("a sticky shared directory on the way is fine, as /tmp");
+    }
+
+    #[test]
+    fn a_clients_directory_is_ours_or_roots_unshared_and_never_created() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("journal");
+        let e = trusted_existing_dir(&dir).unwrap_err();
+        assert!(matches!(&e, PrivateError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound), "{e}");
+        let e = trusted_existing_dir(&t.path().join("none/journal")).unwrap_err();
+        assert!(matches!(&e, PrivateError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound), "{e}");
+        assert!(!dir.exists() && !t.path().join("none").exists(), "a client created a directory");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        trusted_existing_dir(&dir).expect("ours, readable by others: fine");
+        for mode in [0o775, 0o1777] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = trusted_existing_dir(&dir).unwrap_err().to_string();
+            assert!(e.contains("writable by group or others") && e.contains("anyone could have put"), "{e}");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = trusted_existing_dir(&link).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = trusted_existing_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("writable by others") && e.contains("not sticky"), "{e}");
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(trusted_existing_dir(Path::new("run/joule")).unwrap_err().to_string().contains("absolute"));
     }
 }

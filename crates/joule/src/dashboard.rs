@@ -4,9 +4,12 @@
 //! run-queue latency), one panel per mechanism that acts (the plan's decisions with their
 //! reasons), and keys to the class table (`c`) and the full metric list (`m`). It reads the
 //! running agent over its socket when one answers, else samples the machine itself, and says
-//! which at the top. The screen is built from the same summary as `joule status`.
+//! which at the top. The screen is built from the same summary as `joule status`, with the
+//! machine's strings (reasons, errors, sensor and class names) escaped as its text is: ratatui
+//! drops a control character silently, which would show a hostile name as a different one.
 
 use crate::cmd::status::{summarize, Summary};
+use joule_core::text::{escape, escape_lines, Escaped};
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
 use ratatui::widgets::{Block, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
@@ -102,28 +105,28 @@ impl Dashboard {
         let temp = match b.temp_celsius {
             Some(t) => format!(
                 "temperature {t:.1} °C ({}{}) · acts from {} · headroom {} · limit {}",
-                b.temp_source,
-                if b.sensors.is_empty() { String::new() } else { format!(", {}", b.sensors.join(", ")) },
+                Escaped(&b.temp_source),
+                if b.sensors.is_empty() { String::new() } else { format!(", {}", Escaped(&b.sensors.join(", "))) },
                 b.first_threshold_celsius.map_or("—".into(), |x| format!("{x:.1} °C")),
                 b.headroom_celsius.map_or("—".into(), |x| format!("{x:.1} °C")),
-                b.limit_celsius.map_or("—".into(), |x| format!("{x:.1} °C ({})", b.limit_from))
+                b.limit_celsius.map_or("—".into(), |x| format!("{x:.1} °C ({})", Escaped(&b.limit_from)))
             ),
             None => "temperature: none acted on (no CPU temperature sensor)".into(),
         };
         let power = format!(
             "power {:.1} W ({}) · {}",
             b.power_watts,
-            b.power_source,
+            Escaped(&b.power_source),
             b.power_budget_watts.map_or("no power budget".into(), |w| format!("budget {w:.1} W"))
         );
         let stage = format!(
             "stage {} (by {}, driven by {}){}",
             s.stage.value,
-            s.stage.computed_by,
-            s.stage.driven_by,
+            Escaped(&s.stage.computed_by),
+            Escaped(&s.stage.driven_by),
             s.stage.since_s.map(|x| format!(" for {x:.0} s")).unwrap_or_default()
         );
-        vec![format!("source: {}", self.source), stage, temp, power]
+        vec![format!("source: {}", Escaped(&self.source)), stage, temp, power]
     }
 
     /// One panel per mechanism: its name and what it does now, with the reason.
@@ -131,7 +134,11 @@ impl Dashboard {
         if self.summary.mechanisms.is_empty() {
             return vec![("decisions".into(), "none shown: decisions come from a running agent (joule agent); this view samples the machine only".into())];
         }
-        self.summary.mechanisms.iter().map(|m| (m.name.clone(), m.doing.iter().chain(&m.errors).cloned().collect::<Vec<_>>().join("\n"))).collect()
+        self.summary
+            .mechanisms
+            .iter()
+            .map(|m| (escape(&m.name).into_owned(), m.doing.iter().chain(&m.errors).map(|l| escape(l).into_owned()).collect::<Vec<_>>().join("\n")))
+            .collect()
     }
 
     pub fn draw(&self, f: &mut Frame) {
@@ -142,7 +149,9 @@ impl Dashboard {
         match self.screen {
             Screen::Dashboard => self.draw_dashboard(f, area),
             Screen::Classes => f.render_widget(Paragraph::new(self.class_lines().join("\n")).block(Block::bordered().title(" classes ")), area),
-            Screen::Metrics => f.render_widget(Paragraph::new(self.metric_lines.join("\n")).block(Block::bordered().title(" all metrics ")), area),
+            Screen::Metrics => {
+                f.render_widget(Paragraph::new(escape_lines(&self.metric_lines.join("\n")).into_owned()).block(Block::bordered().title(" all metrics ")), area)
+            }
         }
     }
 
@@ -173,9 +182,9 @@ impl Dashboard {
         for c in &self.summary.classes {
             out.push(format!(
                 "{:<16} {:>6}  {:<34} {:>9} {:>6} {:>9}",
-                c.class,
+                escape(&c.class),
                 c.processes,
-                c.promised,
+                escape(&c.promised),
                 c.used_cpus.map_or("—".into(), |x| format!("{x:.2}")),
                 c.cap_ratio.map_or("—".into(), |r| if r >= 1.0 { "none".into() } else { format!("{:.0}%", r * 100.0) }),
                 c.runq_p99_us.map_or("—".into(), |p| format!("{p:.0} µs"))
@@ -227,5 +236,27 @@ mod tests {
         term.draw(|f| d.draw(f)).unwrap();
         let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();
         assert!(screen.contains("joule_cpu_utilization_ratio"), "the full list is not shown");
+    }
+
+    /// A reason and an error quoting a user's names show their escape sequences escaped,
+    /// where ratatui alone would drop the control characters and show another name.
+    #[test]
+    fn reasons_and_errors_from_the_machine_are_shown_escaped() {
+        let mut v = view(2, 75.5, 0.35);
+        v["plan"]["decisions"][0]["reason"] = serde_json::json!("pods \u{1b}]2;owned\u{7}");
+        v["actuators"][0]["ok"] = serde_json::json!(false);
+        v["actuators"][0]["last_error"] = serde_json::json!("moving \u{9b}2J");
+        let mut d = Dashboard::new("agent pid 7".into());
+        d.update(&v, vec!["comm=\u{1b}]52;c;SGk=\u{7}".into()], 1_000);
+        let mut term = ratatui::Terminal::new(TestBackend::new(120, 30)).unwrap();
+        term.draw(|f| d.draw(f)).unwrap();
+        let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();
+        for want in ["\\x1b]2;owned\\x07", "\\u{9b}2J"] {
+            assert!(screen.contains(want), "{want:?} not on screen:\n{screen}");
+        }
+        d.screen = Screen::Metrics;
+        term.draw(|f| d.draw(f)).unwrap();
+        let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();
+        assert!(screen.contains("comm=\\x1b]52;c;SGk=\\x07"), "{screen}");
     }
 }

@@ -2,6 +2,7 @@
 //! Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid config.
 
 mod agent;
+mod agent_client;
 mod auth_budget;
 mod client_group;
 mod cmd;
@@ -13,6 +14,7 @@ mod exposition;
 mod freshen;
 #[cfg(test)]
 mod help_tests;
+mod logging;
 mod metrics;
 mod monitor;
 mod sense;
@@ -185,9 +187,7 @@ pub fn command() -> clap::Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(ansi).init();
+    logging::init(&cli.log);
     let result = match cli.cmd {
         Cmd::Agent(a) => agent::run(a),
         Cmd::Status(a) => cmd::status::run(a),
@@ -204,7 +204,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("joule: error: {e:#}");
+            // An error may quote a name another user chose (a path, a thread, a unit); a
+            // config's problems keep their lines.
+            eprintln!("joule: error: {}", joule_core::text::escape_lines(&format!("{e:#}")));
             if e.downcast_ref::<cmd::status::NoAgent>().is_some() {
                 ExitCode::from(cmd::status::NO_AGENT_EXIT)
             } else if e.downcast_ref::<UsageError>().is_some() {

@@ -2,7 +2,9 @@
 //! a dashboard (dashboard.rs) of the running agent, read over its socket, when one answers;
 //! otherwise, and for `--once`/`--json`, it samples the machine itself (no agent needed); with
 //! root it loads the eBPF programs privately (nothing pinned) so run-queue latency and the
-//! in-kernel stage are real.
+//! in-kernel stage are real. A socket that is not root's agent's is refused, not shown
+//! (`agent_client`). Every text it prints escapes control characters: thread and cgroup names
+//! are their users' choice.
 
 use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
@@ -49,11 +51,11 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     anyhow::ensure!((10..=600_000).contains(&a.interval_ms), crate::UsageError(format!("--interval-ms {} is outside 10..=600000", a.interval_ms)));
     let interactive = !a.once && !a.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let dir = a.journal_dir.clone().unwrap_or_else(|| cfg.agent.journal_dir.clone());
-    if interactive && crate::agent::socket::read(&dir).is_some() {
+    if interactive && agent_answers(&dir)? {
         // The running agent's view: no sampling (and no eBPF) of our own.
         let source = format!("the running agent ({})", dir.join(crate::agent::socket::SOCKET).display());
         return tui(source, Duration::from_millis(a.interval_ms), &*stop_on_signals()?, || {
-            let view = crate::agent::socket::read(&dir)?;
+            let view = crate::agent_client::read(&dir).ok()?;
             let snap: Snapshot = serde_json::from_value(view["snapshot"].clone()).unwrap_or_default();
             Some((view, render_text(&snap)))
         });
@@ -67,7 +69,7 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     if a.once {
         std::thread::sleep(interval);
         let s = snapper.sample();
-        let text = if a.json { serde_json::to_string_pretty(&s)? } else { render_text(&s).join("\n") };
+        let text = if a.json { joule_core::text::to_json(&s, true)? } else { render_text(&s).join("\n") };
         return print_out(&text);
     }
     let stop = stop_on_signals()?;
@@ -75,7 +77,7 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(interval);
             let s = snapper.sample();
-            let text = if a.json { serde_json::to_string(&s)? } else { render_text(&s).join("\n") + "\n" };
+            let text = if a.json { joule_core::text::to_json(&s, false)? } else { render_text(&s).join("\n") + "\n" };
             print_out(&text)?;
         }
         return Ok(());
@@ -95,6 +97,16 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Whether an agent answers in `dir`: none is the monitor's own sampling; one that is not
+/// root's agent (another user's directory or process) is an error, never a view.
+fn agent_answers(dir: &std::path::Path) -> anyhow::Result<bool> {
+    match crate::agent_client::read(dir) {
+        Ok(_) => Ok(true),
+        Err(crate::agent_client::ClientError::NoAgent(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -103,11 +115,13 @@ fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// Writes a line to stdout; a reader that went away (`| head`) ends the command quietly.
+/// Writes a line to stdout, every control character in it but the newlines escaped (a name
+/// the text views missed must not reach the terminal either); a reader that went away (`|
+/// head`) ends the command quietly.
 fn print_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+    match writeln!(out, "{}", joule_core::text::escape_lines(text)).and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         r => Ok(r?),
     }

@@ -1,8 +1,11 @@
 //! `joule monitor`'s text view, rendered from the metric table (metrics.rs) — the same
 //! description of each value that `/metrics` and the JSON follow — so the three never disagree
-//! about what a value is, its unit, or where it came from.
+//! about what a value is, its unit, or where it came from. Label values and notes came from
+//! the machine (a thread's name is its user's choice), so their control characters are shown
+//! escaped: one name cannot write a terminal's title or clipboard, nor forge a line.
 
 use crate::metrics::{Family, Labels, Unit, Value};
+use joule_core::text::Escaped;
 use joule_core::Snapshot;
 
 /// Rows shown per family; the rest are counted ("… and 12 more").
@@ -32,11 +35,11 @@ fn human(unit: Unit, v: f64) -> String {
 
 /// The labels that say which thing a row is (`source` is printed apart, at the end).
 fn what(labels: &Labels) -> String {
-    labels.iter().filter(|(k, v)| k != "source" && !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    labels.iter().filter(|(k, v)| k != "source" && !v.is_empty()).map(|(k, v)| format!("{k}={}", Escaped(v))).collect::<Vec<_>>().join(" ")
 }
 
 fn source(labels: &Labels) -> String {
-    labels.iter().find(|(k, _)| k == "source").map(|(_, v)| format!(" ({v})")).unwrap_or_default()
+    labels.iter().find(|(k, _)| k == "source").map(|(_, v)| format!(" ({})", Escaped(v))).unwrap_or_default()
 }
 
 /// The human view of `families` (in table order, grouped by their `title`), then the
@@ -66,9 +69,9 @@ pub fn render(families: &[Family], snap: &Snapshot) -> Vec<String> {
         }
     }
     if !snap.bpf.enabled {
-        out.insert(0, format!("eBPF OFF ({}): no run-queue latency, stage computed in user space", snap.bpf.off_reason));
+        out.insert(0, format!("eBPF OFF ({}): no run-queue latency, stage computed in user space", Escaped(&snap.bpf.off_reason)));
     }
-    out.extend(snap.notes.iter().map(|n| format!("note: {n}")));
+    out.extend(snap.notes.iter().map(|n| format!("note: {}", Escaped(n))));
     out
 }
 
@@ -110,5 +113,27 @@ mod tests {
         assert!(lines[0].starts_with("eBPF OFF (flag)"), "{lines:?}");
         let text = lines.join("\n");
         assert!(text.contains("cpu=9") && !text.contains("cpu=0 ") && text.contains("… and 2 more"), "{text}");
+    }
+
+    /// Thread names and notes as a user can set them: escape sequences for the terminal's
+    /// title (OSC 2), its clipboard (OSC 52), a C1 CSI, and a newline forging a line.
+    #[test]
+    fn names_and_notes_from_the_machine_are_shown_escaped() {
+        use joule_core::snapshot::TaskWait;
+        let names = ["\x1b]2;owned\x07", "\x1b]52;c;SGk=\x07", "\u{9b}2J", "a\nnote: forged"];
+        let mut s = Snapshot { interval_ms: 1000, ..Default::default() };
+        s.task_wait =
+            names.iter().enumerate().map(|(i, n)| TaskWait { pid: 70 + i as i32, comm: n.to_string(), wait_us: 1000, source: Origin::Ebpf }).collect();
+        s.notes.push("cgroup /user.slice/\x1b]2;x\x07 gone".into());
+        s.bpf.enabled = true;
+        let lines = render(&families(&s, &AgentStats::default()), &s);
+        let text = lines.join("\n");
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        for want in
+            ["comm=\\x1b]2;owned\\x07", "comm=\\x1b]52;c;SGk=\\x07", "comm=\\u{9b}2J", "comm=a\\nnote: forged", "note: cgroup /user.slice/\\x1b]2;x\\x07 gone"]
+        {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
+        assert_eq!(lines.iter().filter(|l| l.starts_with("note:")).count(), 1, "a name forged a note:\n{text}");
     }
 }

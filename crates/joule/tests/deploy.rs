@@ -40,3 +40,20 @@ fn systemd_unit_restores_the_journal_dir_the_shipped_config_writes() {
         assert!(unit.lines().any(|l| l == hardening), "{hardening} missing from the unit");
     }
 }
+
+/// The unit's capability bounding set is the one docs/security.md gives a reason for, one by
+/// one, and never lets the agent load a module or reach raw I/O.
+#[test]
+fn systemd_unit_bounds_its_capabilities_to_the_documented_ones() {
+    let unit = deploy("joule.service");
+    let caps: Vec<&str> = value_after(&unit, "CapabilityBoundingSet=").split_whitespace().collect();
+    assert!(!caps.is_empty() && !caps.iter().any(|c| c.starts_with('~')), "an allow list, not a deny list: {caps:?}");
+    for never in ["CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SETUID", "CAP_SYS_BOOT"] {
+        assert!(!caps.contains(&never), "{never} in the unit's bounding set");
+    }
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/security.md")).unwrap();
+    let section = doc.split("## The unit's capabilities").nth(1).expect("docs/security.md has the unit's capabilities").split("\n## ").next().unwrap();
+    let documented: Vec<&str> =
+        section.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).filter(|c| c.starts_with("CAP_")).collect();
+    assert_eq!(caps, documented, "the unit's set and the reasons in docs/security.md differ");
+}

@@ -736,6 +736,8 @@ mod login;
 mod membership;
 #[path = "root_agent/status.rs"]
 mod status;
+#[path = "root_agent/terminal.rs"]
+mod terminal;
 #[path = "root_agent/thermal.rs"]
 mod thermal;
 #[path = "root_agent/untrusted.rs"]

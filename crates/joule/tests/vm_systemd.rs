@@ -130,6 +130,27 @@ fn vm_systemd_unit_class_reaches_the_unit_through_systemd_and_restore_after_sigk
     assert_eq!(get("joule_cgroups_at_root"), "0", "{}", out.describe());
     assert_eq!(get("restored"), get("found"), "joule.service's ExecStopPost restore did not leave the unit as found:\n{}", out.describe());
     assert_eq!(get("stop_post_result"), "status=0", "the shipped unit's ExecStopPost failed:\n{}", out.describe());
+    // All of it ran with the capabilities the unit leaves, the agent and its guardian alike.
+    let bounded = format!("{:016x}", unit_capability_mask());
+    assert_eq!(get("agent_cap_bnd"), bounded, "the agent's bounding set is not the unit's:\n{}", out.describe());
+    assert_eq!(get("guardian_cap_bnd").trim(), bounded, "the guardian's bounding set is not the unit's:\n{}", out.describe());
+}
+
+/// The capability mask `CapabilityBoundingSet=` of deploy/joule.service names (the kernel's
+/// numbers, as /proc/PID/status shows `CapBnd`).
+fn unit_capability_mask() -> u64 {
+    const NUMBERS: &[(&str, u32)] = &[
+        ("CAP_DAC_OVERRIDE", 1),
+        ("CAP_NET_ADMIN", 12),
+        ("CAP_SYS_PTRACE", 19),
+        ("CAP_SYS_ADMIN", 21),
+        ("CAP_SYS_NICE", 23),
+        ("CAP_PERFMON", 38),
+        ("CAP_BPF", 39),
+    ];
+    let unit = include_str!("../../../deploy/joule.service");
+    let set = unit.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("the unit bounds its capabilities");
+    set.split_whitespace().map(|c| NUMBERS.iter().find(|(n, _)| *n == c).unwrap_or_else(|| panic!("{c}: add its number here")).1).fold(0, |m, b| m | 1 << b)
 }
 
 #[test]

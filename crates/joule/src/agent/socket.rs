@@ -6,6 +6,7 @@
 //! client gets [`WRITE_TIMEOUT`] for the whole view, however little it reads at a time, so one
 //! slow reader holds the serving thread no longer than that. The agent removes the socket
 //! when it stops; one a killed agent left refuses connections, and the next agent replaces it.
+//! The client side, which checks what answers before it believes it, is `agent_client.rs`.
 
 use crate::exporter::Shared;
 use serde::Serialize;
@@ -127,17 +128,6 @@ impl Drop for StatusSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-/// Reads the view of the agent whose journal directory is `dir`: None when no agent answers
-/// there (no socket, or one a killed agent left).
-pub fn read(dir: &Path) -> Option<serde_json::Value> {
-    use std::io::Read;
-    let mut s = std::os::unix::net::UnixStream::connect(dir.join(SOCKET)).ok()?;
-    s.set_read_timeout(Some(WRITE_TIMEOUT)).ok()?;
-    let mut body = Vec::new();
-    s.read_to_end(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! `joule check-config [FILE]`: validates a config and explains every problem with its line —
 //! the parser's, validation's, and the class admission the agent runs on this machine, so a
-//! file it calls valid is one the agent starts with (issue 17).
+//! file it calls valid is one the agent starts with (issue 17). Its messages quote the file and
+//! the machine (paths, names, errors), so they are printed with control characters escaped.
 
 use joule_core::config::{Config, ConfigError, Problem};
+use joule_core::text::{escape_lines, to_json, Escaped};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -46,11 +48,11 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
     let problems = match loaded {
         Ok(cfg) => {
             if a.json {
-                println!("{}", serde_json::json!({ "valid": true, "problems": [], "classes": cfg.classes.len() }));
+                println!("{}", to_json(&serde_json::json!({ "valid": true, "problems": [], "classes": cfg.classes.len() }), false)?);
             } else {
                 println!(
                     "{}: valid ({} class(es), period {} ms, metrics on {})",
-                    file.display(),
+                    Escaped(&file.display().to_string()),
                     cfg.classes.len(),
                     cfg.agent.period_ms,
                     cfg.agent.metrics_addr
@@ -62,10 +64,10 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
         Err(e @ ConfigError::Read { .. }) => return Err(crate::UsageError::from_display(e).into()),
     };
     if a.json {
-        println!("{}", serde_json::json!({ "valid": false, "problems": problems }));
+        println!("{}", to_json(&serde_json::json!({ "valid": false, "problems": problems }), false)?);
     } else {
         for p in &problems {
-            println!("{}", p.display_with(&file));
+            println!("{}", escape_lines(&p.display_with(&file)));
         }
     }
     Err(crate::UsageError(format!("{} has {} problem(s)", file.display(), problems.len())).into())
@@ -79,12 +81,12 @@ fn check_defaults(json: bool) -> anyhow::Result<()> {
     let what = crate::ConfigArg { config: None }.describe();
     if json {
         let problems: Vec<_> = refusals.iter().map(|(key, message)| serde_json::json!({ "key": key, "message": message })).collect();
-        println!("{}", serde_json::json!({ "valid": refusals.is_empty(), "problems": problems, "classes": 0, "file": null }));
+        println!("{}", to_json(&serde_json::json!({ "valid": refusals.is_empty(), "problems": problems, "classes": 0, "file": null }), false)?);
     } else if refusals.is_empty() {
         println!("{what}: valid (period {} ms, metrics on {})", cfg.agent.period_ms, cfg.agent.metrics_addr);
     } else {
         for (key, message) in &refusals {
-            println!("{what}: {key}: {message}");
+            println!("{what}: {}: {}", Escaped(key), escape_lines(message));
         }
     }
     if refusals.is_empty() {

@@ -1,6 +1,7 @@
 //! `joule nap status`: what the agent's nap actuator holds — awake or napping and since when,
 //! the time spent napping, wakes by reason and the last one — read from the status file the
-//! actuator rewrites every period next to its journal. `joule nap gate`: the command of the
+//! actuator rewrites every period next to its journal, read as a client of the agent reads what
+//! it leaves there (`agent_client`: root's directory and file, a size cap). `joule nap gate`: the command of the
 //! gate units the agent starts for a napped slice's services (docs/systemd.md).
 
 use anyhow::Context;
@@ -55,8 +56,9 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
     };
     let path = a.journal_dir.join(STATUS_FILE);
     let running = joule_core::agent_lock::running_agent(&a.journal_dir).is_some();
-    let text = match std::fs::read_to_string(&path) {
+    let text = match crate::agent_client::read_file(&a.journal_dir, STATUS_FILE, MAX_STATUS_BYTES) {
         Ok(t) if running => t,
+        Err(e @ (crate::agent_client::ClientError::Refused(_) | crate::agent_client::ClientError::Failed(_))) => return Err(e.into()),
         Ok(_) | Err(_) => {
             let why = if running { "the agent runs without [nap] enabled" } else { "no joule agent runs on this journal" };
             anyhow::bail!(crate::UsageError(format!("no nap status in {}: {why}", a.journal_dir.display())));
@@ -64,12 +66,16 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
     };
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("while reading {}", path.display()))?;
     if a.json {
-        println!("{v}");
+        println!("{}", joule_core::text::to_json(&v, false)?);
         return Ok(());
     }
     let state = if v["napping"] == true { "napping" } else { "awake" };
     let since_s = (now_ms().saturating_sub(v["since_ms"].as_u64().unwrap_or(0))) as f64 / 1e3;
-    println!("nap: {state} for {since_s:.1} s (class {}, fast wake {})", v["class"], if v["fast_wake"] == true { "ebpf" } else { "off: next period" });
+    println!(
+        "nap: {state} for {since_s:.1} s (class {}, fast wake {})",
+        joule_core::text::Escaped(&v["class"].to_string()),
+        if v["fast_wake"] == true { "ebpf" } else { "off: next period" }
+    );
     println!(
         "residency: {:.1} s napping in {} nap(s); {} entry(ies) aborted by the last check",
         v["residency_seconds"].as_f64().unwrap_or(0.0),
@@ -78,15 +84,18 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
     );
     println!("last entry took {} µs", v["last_enter_us"]);
     if let Some(w) = v["wakes_total"].as_object() {
-        let per: Vec<String> = w.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let per: Vec<String> = w.iter().map(|(r, n)| format!("{} {n}", joule_core::text::Escaped(r))).collect();
         println!("wakes: {}", if per.is_empty() { "none".into() } else { per.join(", ") });
     }
     match v["last_wake"].as_object() {
-        Some(w) => println!("last wake: {} ({} µs from the cause to thawed)", w["reason"].as_str().unwrap_or("?"), w["leave_us"]),
+        Some(w) => println!("last wake: {} ({} µs from the cause to thawed)", joule_core::text::Escaped(w["reason"].as_str().unwrap_or("?")), w["leave_us"]),
         None => println!("last wake: none yet"),
     }
     Ok(())
 }
+
+/// The largest status file read (it is a few hundred bytes).
+const MAX_STATUS_BYTES: u64 = 1 << 20;
 
 /// How long a gate waits for its service to thaw.
 const GATE_WAIT: Duration = Duration::from_secs(10);

@@ -3,8 +3,13 @@
 //! the budget (temperature and power against their limits, with source and sensor), the stage
 //! and how long it has held, each mechanism's decisions with the plan's reasons, each class's
 //! promise beside what it got (CPU, cap, run-queue latency), recent conflicts, drift and
-//! overruns, and the agent's own cost. No agent: exit 3, and says what `joule monitor` shows.
+//! overruns, the threads that waited longest for a CPU, and the agent's own cost. No agent:
+//! exit 3, and says what `joule monitor` shows. A socket that is not root's agent's is refused
+//! (`agent_client`). Names and reasons in the view came from the machine (a thread's name is
+//! its user's choice), so the text shows their control characters escaped.
 
+use crate::agent_client::ClientError;
+use joule_core::text::{escape, escape_lines, Escaped};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -42,19 +47,24 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
         Some(d) => d.clone(),
         None => a.config.load()?.agent.journal_dir,
     };
-    let Some(view) = crate::agent::socket::read(&dir) else {
-        let root = if joule_core::testing::is_root() { "" } else { " (its socket is root's: run joule status as root)" };
-        return Err(NoAgent(format!(
-            "no joule agent answers in {}{root}; start one (systemctl start joule, or joule agent), or run `joule monitor`, which samples this machine itself but shows no decisions",
-            dir.display()
-        ))
-        .into());
+    let view = match crate::agent_client::read(&dir) {
+        Ok(view) => view,
+        Err(ClientError::NoAgent(why)) => {
+            let root = if joule_core::testing::is_root() { "" } else { " (its socket is root's: run joule status as root)" };
+            return Err(NoAgent(format!(
+                "no joule agent answers in {}{root} ({}); start one (systemctl start joule, or joule agent), or run `joule monitor`, which samples this machine itself but shows no decisions",
+                dir.display(),
+                Escaped(&why)
+            ))
+            .into());
+        }
+        Err(e) => return Err(e.into()),
     };
     let s = summarize(&view, joule_core::clock::now_ms());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        println!("{}", joule_core::text::to_json(&s, true)?);
     } else {
-        print!("{}", render(&s));
+        print!("{}", escape_lines(&render(&s)));
     }
     Ok(())
 }
@@ -66,7 +76,18 @@ pub struct Summary {
     pub stage: StageLine,
     pub mechanisms: Vec<Mechanism>,
     pub classes: Vec<ClassLine>,
+    /// The threads that waited longest for a CPU over the last interval, longest first.
+    pub waiting: Vec<Waiting>,
     pub recent: Recent,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Waiting {
+    pub tid: i64,
+    /// Its name as the kernel has it: its user's choice.
+    pub comm: String,
+    /// Time it was runnable but not running, ms per second of the interval.
+    pub wait_ms_per_s: f64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -211,6 +232,7 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
     };
     s.mechanisms = mechanisms(v);
     s.classes = classes(v);
+    s.waiting = waiting(snap);
     s.recent = Recent {
         conflicts: v["plan"]["conflicts"]
             .as_array()
@@ -317,6 +339,18 @@ fn promised(c: &Value) -> String {
     }
 }
 
+fn waiting(snap: &Value) -> Vec<Waiting> {
+    let interval_ms = snap["interval_ms"].as_u64().filter(|i| *i > 0).unwrap_or(1000) as f64;
+    let mut out: Vec<Waiting> = snap["task_wait"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| Waiting { tid: t["pid"].as_i64().unwrap_or(0), comm: st(&t["comm"]), wait_ms_per_s: t["wait_us"].as_f64().unwrap_or(0.0) / interval_ms })
+        .collect();
+    out.sort_by(|a, b| b.wait_ms_per_s.total_cmp(&a.wait_ms_per_s));
+    out
+}
+
 fn drift(v: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for a in v["actuators"].as_array().into_iter().flatten() {
@@ -338,20 +372,26 @@ pub fn render(s: &Summary) -> String {
     let b = &s.budget;
     o += &format!(
         "joule agent pid {} up {:.0} s: {:.2}% of a CPU, longest loop {:.1} ms, sleeping {} ms ({}); reading {} ms old\n",
-        a.pid, a.up_s, a.cpu_pct, a.longest_loop_ms, a.period_ms, a.pace, a.published_ms_ago
+        a.pid,
+        a.up_s,
+        a.cpu_pct,
+        a.longest_loop_ms,
+        a.period_ms,
+        Escaped(&a.pace),
+        a.published_ms_ago
     );
     o += "\nBudget\n";
     match b.temp_celsius {
         Some(t) => {
             o += &format!(
                 "  temperature {t:.1} °C ({}{}) · stages from {} to {} (set by {}) · headroom {}{}\n",
-                b.temp_source,
-                if b.sensors.is_empty() { "; no CPU temperature sensor".into() } else { format!(", {}", b.sensors.join(", ")) },
+                Escaped(&b.temp_source),
+                if b.sensors.is_empty() { "; no CPU temperature sensor".into() } else { format!(", {}", Escaped(&b.sensors.join(", "))) },
                 opt(b.first_threshold_celsius, " °C", 1),
                 opt(b.last_threshold_celsius, " °C", 1),
-                b.thresholds_from,
+                Escaped(&b.thresholds_from),
                 opt(b.headroom_celsius, " °C", 1),
-                b.limit_celsius.map(|l| format!(" · limit {l:.1} °C ({})", b.limit_from)).unwrap_or_default()
+                b.limit_celsius.map(|l| format!(" · limit {l:.1} °C ({})", Escaped(&b.limit_from))).unwrap_or_default()
             )
         }
         None => o += "  temperature: none acted on (no CPU temperature sensor; a model counts only with act_on_model)\n",
@@ -359,15 +399,15 @@ pub fn render(s: &Summary) -> String {
     o += &format!(
         "  power {:.1} W ({}){}\n",
         b.power_watts,
-        b.power_source,
+        Escaped(&b.power_source),
         b.power_budget_watts.map(|w| format!(" · budget from {w:.1} W")).unwrap_or_else(|| " · no power budget".into())
     );
     let st = &s.stage;
     o += &format!(
         "  stage {} (computed by {}, driven by {}){}\n",
         st.value,
-        st.computed_by,
-        st.driven_by,
+        Escaped(&st.computed_by),
+        Escaped(&st.driven_by),
         st.since_s.map(|x| format!(" for {x:.0} s")).unwrap_or_default()
     );
     o += "\nDoing\n";
@@ -376,10 +416,10 @@ pub fn render(s: &Summary) -> String {
     }
     for m in &s.mechanisms {
         for d in &m.doing {
-            o += &format!("  {:<9} {d}\n", m.name);
+            o += &format!("  {:<9} {}\n", escape(&m.name), Escaped(d));
         }
         for e in &m.errors {
-            o += &format!("  {:<9} ERROR {e}\n", m.name);
+            o += &format!("  {:<9} ERROR {}\n", escape(&m.name), Escaped(e));
         }
     }
     if !s.classes.is_empty() {
@@ -388,13 +428,19 @@ pub fn render(s: &Summary) -> String {
         for c in &s.classes {
             o += &format!(
                 "  {:<16} {:>6}  {:<34} {:>9} {:>6} {:>9}\n",
-                c.class,
+                escape(&c.class),
                 c.processes,
-                c.promised,
+                escape(&c.promised),
                 opt(c.used_cpus, "", 2),
                 c.cap_ratio.map_or("—".into(), |r| if r >= 1.0 { "none".into() } else { format!("{:.0}%", r * 100.0) }),
                 opt(c.runq_p99_us, " µs", 0)
             );
+        }
+    }
+    if !s.waiting.is_empty() {
+        o += "\nWaiting longest for a CPU (last interval)\n";
+        for w in &s.waiting {
+            o += &format!("  tid {:<8} {:<20} {:6.1} ms/s\n", w.tid, escape(&w.comm), w.wait_ms_per_s);
         }
     }
     let r = &s.recent;
@@ -403,7 +449,7 @@ pub fn render(s: &Summary) -> String {
         r.stage_transitions_total, r.conflicts_total, r.loop_overruns_total
     );
     for c in r.conflicts.iter().chain(&r.drift) {
-        o += &format!("  {c}\n");
+        o += &format!("  {}\n", Escaped(c));
     }
     if r.left_failed > 0 {
         o += &format!(
@@ -413,7 +459,7 @@ pub fn render(s: &Summary) -> String {
     } else if r.left_by_previous_run > 0 {
         o += &format!("  at start, cleared {} change(s) a previous run left (it and its guardian ended without undoing them)\n", r.left_by_previous_run);
     }
-    o += &format!("\nmetrics: {}\n", a.metrics_url);
+    o += &format!("\nmetrics: {}\n", Escaped(&a.metrics_url));
     o
 }
 

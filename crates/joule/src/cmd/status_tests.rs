@@ -95,3 +95,38 @@ fn changes_a_previous_run_left_are_reported_and_a_failed_undo_as_an_error() {
     assert_eq!((s.recent.left_by_previous_run, s.budget.limit_celsius), (0, None));
     assert!(!render(&s).contains("limit "), "{}", render(&s));
 }
+
+/// Names and reasons a user chose — a thread's name setting the terminal's title (OSC 2) or
+/// clipboard (OSC 52), a C1 CSI, a newline forging a line — are shown escaped; the JSON
+/// carries the same value with DEL and C1 escaped too.
+#[test]
+fn names_and_reasons_from_the_machine_reach_the_terminal_escaped() {
+    let mut v = view();
+    v["snapshot"]["interval_ms"] = json!(1000);
+    v["snapshot"]["task_wait"] = json!([
+        { "pid": 71, "comm": "\u{1b}]2;owned\u{7}", "wait_us": 300_000, "source": "ebpf" },
+        { "pid": 72, "comm": "\u{1b}]52;c;SGk=\u{7}", "wait_us": 600_000, "source": "ebpf" },
+        { "pid": 73, "comm": "\u{9b}2J\u{9d}0;x\u{9c}", "wait_us": 1_000, "source": "ebpf" }
+    ]);
+    v["plan"]["decisions"][0]["reason"] = json!("pods web-\u{1b}[31m\nERROR forged");
+    v["actuators"][1]["last_error"] = json!("moving \u{1b}]2;x\u{7}: gone");
+    let s = summarize(&v, 1_100_000);
+    assert_eq!(s.waiting.iter().map(|w| (w.tid, w.wait_ms_per_s)).collect::<Vec<_>>(), [(72, 600.0), (71, 300.0), (73, 1.0)], "longest first, in ms/s");
+    let text = escape_lines(&render(&s)).into_owned();
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "a control character reached the text:\n{text:?}");
+    for want in [
+        "\\x1b]2;owned\\x07",
+        "\\x1b]52;c;SGk=\\x07",
+        "\\u{9b}2J\\u{9d}0;x\\u{9c}",
+        "pods web-\\x1b[31m\\nERROR forged",
+        "moving \\x1b]2;x\\x07: gone",
+        "Waiting longest for a CPU",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+    assert!(!text.lines().any(|l| l.starts_with("ERROR forged")), "a newline in a reason forged a line:\n{text}");
+    let json = joule_core::text::to_json(&s, true).unwrap();
+    assert!(!json.chars().any(|c| c.is_control() && c != '\n'), "{json:?}");
+    let back: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(back["waiting"][2]["comm"], "\u{9b}2J\u{9d}0;x\u{9c}", "the JSON keeps the name as it is");
+}

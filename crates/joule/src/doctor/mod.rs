@@ -1,6 +1,8 @@
 //! `joule doctor`: what this machine offers joule (the kernel, the cgroup tree and who owns it,
 //! sensors, pseudo filesystems, /proc's policy) and which way each mechanism will act here,
-//! so an operator knows before enabling anything. Reads only; changes nothing.
+//! so an operator knows before enabling anything. Reads only; changes nothing. What it reads
+//! names things others chose (processes, units, sensors, cgroups), so its report is printed
+//! with their control characters escaped.
 
 mod backends;
 mod coexist;
@@ -61,9 +63,10 @@ pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
     let config = a.config.describe();
     if a.json {
         let doc = serde_json::json!({ "config": config, "facts": facts, "backends": backends, "coexistence": coexistence.rows });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{}", joule_core::text::to_json(&doc, true)?);
     } else {
-        print!("config: {config}\n\n{}{}", render(&facts, &backends), coexistence.render());
+        let text = format!("config: {config}\n\n{}{}", render(&facts, &backends), coexistence.render());
+        print!("{}", joule_core::text::escape_lines(&text));
     }
     Ok(())
 }
