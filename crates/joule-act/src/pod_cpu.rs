@@ -523,7 +523,7 @@ impl PodCaps {
         let mut held = Vec::new();
         for p in &pods {
             let Some(own) = self.own_quota(journal, fx, &p.dir)? else { continue }; // the pod is gone
-            // A pod cannot use more than its own limit: the rest is the others'.
+                                                                                    // A pod cannot use more than its own limit: the rest is the others'.
             let limit = own.0.map(|q| q.saturating_mul(DEFAULT_CFS_PERIOD_US) / own.1.max(1));
             let demand = self.demand(fx, p, now).unwrap_or(0);
             held.push((p.dir.clone(), own, limit.map_or(demand, |l| demand.min(l))));

@@ -181,9 +181,13 @@ fn a_pod_the_runtime_has_not_named_is_held_by_the_first_class_that_could_be_its(
     let unnamed = |u: &str, qos: Qos, p: String| (u.to_string(), UnnamedPod { qos, pod_path: p, since_unix_ms: 1 });
     let m = Membership {
         unnamed_pods: std::sync::Arc::new(
-            [unnamed(&b, Qos::Burstable, path("burstable", &b)), unnamed(&e, Qos::BestEffort, path("besteffort", &e)), unnamed(&g, Qos::Guaranteed, path("", &g))]
-                .into_iter()
-                .collect(),
+            [
+                unnamed(&b, Qos::Burstable, path("burstable", &b)),
+                unnamed(&e, Qos::BestEffort, path("besteffort", &e)),
+                unnamed(&g, Qos::Guaranteed, path("", &g)),
+            ]
+            .into_iter()
+            .collect(),
         ),
         ..reading(Vec::new())
     };

@@ -106,7 +106,8 @@ impl Cri {
             let mut client = tokio::time::timeout(timeout, self.client(&socket)).await.map_err(|_| CriError::Timeout { socket: socket.clone(), timeout })??;
             let mut out = PodIndex::new();
             for q in pods {
-                let one = tokio::time::timeout(timeout, pod(&mut client, &socket, q)).await.map_err(|_| CriError::Timeout { socket: socket.clone(), timeout })??;
+                let one =
+                    tokio::time::timeout(timeout, pod(&mut client, &socket, q)).await.map_err(|_| CriError::Timeout { socket: socket.clone(), timeout })??;
                 if let Some(meta) = one {
                     out.insert(q.uid.clone(), meta);
                 }

@@ -66,7 +66,21 @@ pub struct Summary {
     pub stage: StageLine,
     pub mechanisms: Vec<Mechanism>,
     pub classes: Vec<ClassLine>,
+    /// What the container runtime has named, when a class matches pods by name.
+    pub pods: Option<PodsLine>,
     pub recent: Recent,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PodsLine {
+    pub source: String,
+    pub named: u64,
+    /// Pods seen in the kubelet's cgroups the runtime has not named, held by capping classes.
+    pub unnamed: u64,
+    /// How long the oldest of them has waited.
+    pub stale_s: Option<f64>,
+    pub errors_total: u64,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -211,6 +225,15 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
     };
     s.mechanisms = mechanisms(v);
     s.classes = classes(v);
+    let p = &snap["pods"];
+    s.pods = p.is_object().then(|| PodsLine {
+        source: st(&p["source"]),
+        named: p["pods"].as_u64().unwrap_or(0),
+        unnamed: p["unnamed"].as_u64().unwrap_or(0),
+        stale_s: p["stale_since_unix_ms"].as_u64().map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
+        errors_total: p["errors_total"].as_u64().unwrap_or(0),
+        last_error: p["last_error"].as_str().map(String::from),
+    });
     s.recent = Recent {
         conflicts: v["plan"]["conflicts"]
             .as_array()
@@ -395,6 +418,19 @@ pub fn render(s: &Summary) -> String {
                 c.cap_ratio.map_or("—".into(), |r| if r >= 1.0 { "none".into() } else { format!("{:.0}%", r * 100.0) }),
                 opt(c.runq_p99_us, " µs", 0)
             );
+        }
+    }
+    if let Some(p) = &s.pods {
+        o += &format!("\nPods: {} named by {}", p.named, p.source);
+        match p.stale_s {
+            Some(age) => {
+                o += &format!(
+                    "; {} not named, the oldest for {age:.0} s: held at the cap of the capping pod classes that could be theirs{}\n",
+                    p.unnamed,
+                    p.last_error.as_ref().map(|e| format!(" (the runtime: {e})")).unwrap_or_default()
+                )
+            }
+            None => o += "; every pod seen is named\n",
         }
     }
     let r = &s.recent;

@@ -95,3 +95,19 @@ fn changes_a_previous_run_left_are_reported_and_a_failed_undo_as_an_error() {
     assert_eq!((s.recent.left_by_previous_run, s.budget.limit_celsius), (0, None));
     assert!(!render(&s).contains("limit "), "{}", render(&s));
 }
+
+#[test]
+fn pods_the_runtime_has_not_named_are_said_with_their_age_and_why() {
+    let mut v = view();
+    v["snapshot"]["pods"] = json!({ "source": "cri:/run/containerd/containerd.sock", "pods": 18, "unnamed": 2, "stale_since_unix_ms": 1_060_000, "errors_total": 4, "last_error": "connection refused" });
+    let text = render(&summarize(&v, 1_100_000));
+    assert!(
+        text.contains("Pods: 18 named by cri:/run/containerd/containerd.sock; 2 not named, the oldest for 40 s: held at the cap")
+            && text.contains("(the runtime: connection refused)"),
+        "{text}"
+    );
+    v["snapshot"]["pods"]["stale_since_unix_ms"] = Value::Null;
+    assert!(render(&summarize(&v, 1_100_000)).contains("every pod seen is named"));
+    v["snapshot"].as_object_mut().unwrap().remove("pods");
+    assert!(!render(&summarize(&v, 1_100_000)).contains("Pods:"), "no pod class: no line");
+}
