@@ -20,16 +20,15 @@
 //! On v1 a child's quota may not exceed its parent's, so a container quota above the pod's new
 //! cap is lowered first (and restored after the pod's).
 
-use crate::cgroup_cpu::CpuBackend;
-use crate::pod_share::{demand_us, split_by_demand};
+use crate::pod_share::split_by_demand;
 use joule_core::cgroupfs::Controller;
 use joule_core::config::PodRules;
 use joule_core::effects::Effects;
-use joule_core::fsread::{keyed_u64, read_trimmed};
+use joule_core::fsread::read_trimmed;
 use joule_core::journal::{Journal, RestoreReport, Undo};
 use joule_core::kubepods::{self, KubeCgroup, Qos};
-use joule_core::membership::{ClassPlace, Membership};
-use joule_qos::{ApplyReport, ClassCap, QosError, ReconcileReport};
+use joule_core::membership::Membership;
+use joule_qos::{ClassCap, QosError, ReconcileReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -89,16 +88,6 @@ impl PodTarget {
             (true, true) => format!("{} (not named by the runtime yet: held as this class's until it is)", self.uid),
         }
     }
-}
-
-/// A pod's use as last read, and the quota it had since (µs per 100 ms; None: its own).
-#[derive(Debug, Clone)]
-struct Sample {
-    usage_us: u64,
-    at: Instant,
-    quota_us: Option<u64>,
-    /// What it wanted at the last measure long enough to count.
-    demand_us: Option<u64>,
 }
 
 /// What joule wrote into one knob and what was there before.
@@ -272,25 +261,6 @@ impl PodCaps {
             out.entry(class.clone()).or_default().insert(u.pod_path.clone(), target);
         }
         out
-    }
-
-    /// Where a pod's use is read: `cpu.stat` in its v2 directory, `cpuacct.usage` in its v1
-    /// cpuacct one.
-    fn usage_file(&self, mount: &Path, pod_path: &str) -> Option<PathBuf> {
-        let rel = pod_path.trim_start_matches('/');
-        match &self.hier {
-            CpuHier::V2(_) => Some(mount.join(rel).join("cpu.stat")),
-            CpuHier::V1(_) => self.cpuacct.as_ref().map(|a| a.join(rel).join("cpuacct.usage")),
-        }
-    }
-
-    /// A pod's use so far (µs), from its accounting file.
-    fn read_usage_us(fx: &dyn Effects, file: &Path) -> Option<u64> {
-        let text = read_trimmed(fx, file).ok()?;
-        if file.ends_with("cpuacct.usage") {
-            return text.parse::<u64>().ok().map(|ns| ns / 1000);
-        }
-        keyed_u64(&text, "usage_usec")
     }
 
     /// The metric rows of the pods held: one per pod (`namespace`, `pod`, `capped`), the
@@ -486,26 +456,6 @@ impl PodCaps {
         Ok(ReconcileReport { notes, ..Default::default() })
     }
 
-    /// What a pod wants now, from its use since the last read; the read is kept for the next.
-    /// None: nothing to measure yet (a pod just joined, or no accounting): it counts as
-    /// wanting only the floor, and a pod that wants more shows it within a split.
-    fn demand(&mut self, fx: &dyn Effects, pod: &PodTarget, now: Instant) -> Option<u64> {
-        let used = Self::read_usage_us(fx, pod.usage.as_deref()?)?;
-        let prev = self.samples.get(&pod.dir);
-        let demand = match prev {
-            Some(p) if now.saturating_duration_since(p.at) >= MIN_SAMPLE => {
-                let dt_us = now.saturating_duration_since(p.at).as_micros().max(1) as u64;
-                let per_period = used.saturating_sub(p.usage_us).saturating_mul(DEFAULT_CFS_PERIOD_US) / dt_us;
-                Some(demand_us(per_period, p.quota_us))
-            }
-            // Too soon to measure: the last read stays, so the next interval is long enough.
-            Some(p) => return p.demand_us,
-            None => None,
-        };
-        self.samples.insert(pod.dir.clone(), Sample { usage_us: used, at: now, quota_us: None, demand_us: demand });
-        demand
-    }
-
     /// Holds `class`'s pods at `pct` % of the machine between them, split by their use as
     /// measured at `now`.
     fn apply_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pct: f64, now: Instant) -> Result<(), QosError> {
@@ -612,75 +562,15 @@ fn parse_quota(old: &str, hier: &CpuHier) -> (Option<u64>, u64) {
     }
 }
 
-/// Pod classes beside the other classes' backend (`inner`): each call reaches the one holding
-/// the class.
-pub struct WithPods {
-    pub pods: PodCaps,
-    pub inner: Option<Box<dyn CpuBackend>>,
-}
+// A pod's use, read from its own accounting.
+#[path = "pod_cpu_use.rs"]
+mod usage;
+use usage::Sample;
 
-impl CpuBackend for WithPods {
-    fn kind(&self) -> String {
-        let pods = format!("pods in place for {} pod class(es)", self.pods.len());
-        self.inner.as_ref().map_or(pods.clone(), |i| format!("{} + {pods}", i.kind()))
-    }
-    fn classes(&self) -> usize {
-        self.pods.len() + self.inner.as_ref().map_or(0, |i| i.classes())
-    }
-    fn places(&self) -> Vec<ClassPlace> {
-        self.inner.as_ref().map(|i| i.places()).unwrap_or_default()
-    }
-    fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
-        let mut r = match &mut self.inner {
-            Some(i) => i.apply(journal, fx)?,
-            None => ApplyReport::default(),
-        };
-        r.notes.push(format!("{} pod class(es) act in their pods' own cgroups: no process is moved", self.pods.len()));
-        Ok(r)
-    }
-    fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        let p = self.pods.hold(journal, fx, members)?;
-        let mut r = match &mut self.inner {
-            Some(i) => i.hold(journal, fx, members)?,
-            None => ReconcileReport::default(),
-        };
-        r.notes.extend(p.notes);
-        Ok(r)
-    }
-    fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
-        match &mut self.inner {
-            Some(i) if !self.pods.has(class) => i.set_cap(journal, fx, class, cpu_pct),
-            _ => self.pods.set_cap(journal, fx, class, cpu_pct),
-        }
-    }
-    fn caps(&self) -> BTreeMap<String, ClassCap> {
-        let mut caps = self.inner.as_ref().map(|i| i.caps()).unwrap_or_default();
-        caps.extend(self.pods.caps().clone());
-        caps
-    }
-    fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
-        let mut r = self.pods.release(journal, fx)?;
-        if let Some(i) = &mut self.inner {
-            let more = i.release(journal, fx)?;
-            r.undone += more.undone;
-            r.already_gone += more.already_gone;
-            r.failed.extend(more.failed);
-        }
-        Ok(r)
-    }
-    fn drift(&mut self, fx: &dyn Effects) -> Vec<joule_qos::Drift> {
-        self.inner.as_mut().map(|i| i.drift(fx)).unwrap_or_default()
-    }
-    fn recheck(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        match &mut self.inner {
-            Some(i) => i.recheck(journal, fx, members),
-            None => Ok(ReconcileReport::default()),
-        }
-    }
-    fn pods(&self) -> Option<PodsStatus> {
-        Some(self.pods.status())
-    }
-}
+// Pod classes beside the other classes' backend.
+#[path = "pod_cpu_backend.rs"]
+mod backend;
+pub use backend::WithPods;
 
 #[cfg(test)]
 #[path = "pod_cpu_tests.rs"]
