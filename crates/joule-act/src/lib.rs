@@ -7,6 +7,7 @@ pub mod cpufreq;
 pub mod freezer;
 pub mod nap;
 pub mod pod_cpu;
+pub mod pod_share;
 pub mod scx;
 pub mod task_sched;
 pub mod tc;

@@ -11,27 +11,44 @@
 //!   when the cap ends, the pod leaves the class, or the agent stops — unless the kubelet
 //!   changed it since (a resize), whose value then stays.
 //!
-//! A class's cap is a share of the whole machine split evenly across its pods (joule cannot put
-//! a parent cgroup above pods the kubelet placed). On v1 a child's quota may not exceed its
-//! parent's, so a container quota above the pod's new cap is lowered first (and restored
-//! after the pod's).
+//! A class's cap is a share of the whole machine split among its pods by what they use
+//! (`pod_share`; joule cannot put a parent cgroup above pods the kubelet placed), read from
+//! each pod's own accounting (v2 `cpu.stat` usage_usec, v1 `cpuacct.usage`) and split again
+//! each [`RESPLIT_GAP`] while capped: a tenant's idle pods joining the class take only their
+//! floor from another's busy pod. A pod seen in the kubelet's cgroups that the runtime has not
+//! named is held by the first capping class whose rules could be its ([`PodCaps::holding_unnamed`]).
+//! On v1 a child's quota may not exceed its parent's, so a container quota above the pod's new
+//! cap is lowered first (and restored after the pod's).
 
-use crate::cgroup_cpu::CpuBackend;
+use crate::pod_share::split_by_demand;
 use joule_core::cgroupfs::Controller;
+use joule_core::config::PodRules;
 use joule_core::effects::Effects;
 use joule_core::fsread::read_trimmed;
 use joule_core::journal::{Journal, RestoreReport, Undo};
 use joule_core::kubepods::{self, KubeCgroup, Qos};
-use joule_core::membership::{ClassPlace, Membership};
-use joule_qos::{ApplyReport, ClassCap, QosError, ReconcileReport};
+use joule_core::membership::Membership;
+use joule_qos::{ClassCap, QosError, ReconcileReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The journal's owner of pod knobs.
 pub const OWNER: &str = "pods";
+/// The period the split is computed in; a pod's own period scales what it is written.
 const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
+/// The least quota the kernel takes (µs per period).
 const MIN_QUOTA_US: u64 = 1_000;
+/// The least a pod counts as wanting in the split (µs per 100 ms, 0.1 % of a CPU): so small
+/// that nine idle pods take under 3 % of a 0.3-CPU class from its busy pod. The kernel's own
+/// minimum ([`MIN_QUOTA_US`]) is written where the split gives less: an idle pod does not use
+/// it, and one that does is held back by it and shares as a busy pod at the next split.
+pub const FLOOR_US: u64 = 100;
+/// How often a capped class's split follows its pods' use.
+pub const RESPLIT_GAP: Duration = Duration::from_secs(1);
+/// The least interval a pod's use is measured over; a split sooner keeps the last demand.
+const MIN_SAMPLE: Duration = Duration::from_millis(250);
 /// Pods named per class in the metrics; the rest are one `pod="other"` row.
 pub const TOP_PODS: usize = 20;
 
@@ -55,6 +72,22 @@ pub struct PodTarget {
     pub dir: PathBuf,
     /// joule holds its quota below the kubelet's now.
     pub capped: bool,
+    /// Held only because the runtime has not named it and it could be this class's pod.
+    pub unnamed: bool,
+    /// Its CPU accounting: v2 `cpu.stat`, v1 `cpuacct.usage` (None: not read, an even split).
+    #[serde(skip)]
+    pub usage: Option<PathBuf>,
+}
+
+impl PodTarget {
+    /// `namespace/name`, else its UID (and why a pod the runtime has not named is held).
+    pub fn label(&self) -> String {
+        match (self.name.is_empty(), self.unnamed) {
+            (false, _) => format!("{}/{}", self.namespace, self.name),
+            (true, false) => self.uid.clone(),
+            (true, true) => format!("{} (not named by the runtime yet: held as this class's until it is)", self.uid),
+        }
+    }
 }
 
 /// What joule wrote into one knob and what was there before.
@@ -76,6 +109,14 @@ pub struct PodCaps {
     pct: BTreeMap<String, f64>,
     written: BTreeMap<PathBuf, Written>,
     caps: BTreeMap<String, ClassCap>,
+    /// The capping classes that hold a pod the runtime has not named, in config order.
+    holders: Vec<(String, PodRules)>,
+    /// The v1 cpuacct hierarchy (the pods' use on v1; the same as the cpu one when co-mounted).
+    cpuacct: Option<PathBuf>,
+    /// Pod cgroup directory → its use as last read.
+    samples: BTreeMap<PathBuf, Sample>,
+    /// class → when its split last followed its pods' use.
+    split_at: BTreeMap<String, Instant>,
 }
 
 /// Per-pod state for the status and the metrics.
@@ -101,7 +142,25 @@ impl PodCaps {
             pct: BTreeMap::new(),
             written: BTreeMap::new(),
             caps: BTreeMap::new(),
+            holders: Vec::new(),
+            cpuacct: None,
+            samples: BTreeMap::new(),
+            split_at: BTreeMap::new(),
         }
+    }
+
+    /// The capping pod classes, in config order, with their rules: a pod the runtime has not
+    /// named is held by the first whose rules could be its (`PodRules::holds_unnamed`), so a
+    /// runtime that does not answer leaves no pod of a capping class uncapped.
+    pub fn holding_unnamed(mut self, holders: Vec<(String, PodRules)>) -> PodCaps {
+        self.holders = holders.into_iter().filter(|(c, _)| self.classes.contains(c)).collect();
+        self
+    }
+
+    /// Where the pods' use is read on v1 (the cpuacct hierarchy; v2 reads `cpu.stat`).
+    pub fn with_cpuacct(mut self, cpuacct: Option<PathBuf>) -> PodCaps {
+        self.cpuacct = cpuacct;
+        self
     }
 
     /// The cpu hierarchy under `cgroup_root`: a v1 `cpu` one when mounted, else v2 with `cpu`.
@@ -111,6 +170,11 @@ impl PodCaps {
             return Some(CpuHier::V1(d.to_path_buf()));
         }
         l.unified.filter(|u| u.offers("cpu")).map(|u| CpuHier::V2(u.dir))
+    }
+
+    /// The v1 cpuacct hierarchy under `cgroup_root`, where the pods' use is read on v1.
+    pub fn detect_cpuacct(cgroup_root: &Path, fx: &dyn Effects) -> Option<PathBuf> {
+        joule_core::cgroupfs::Layout::detect(cgroup_root, fx).v1(Controller::Cpuacct).map(Path::to_path_buf)
     }
 
     pub fn has(&self, class: &str) -> bool {
@@ -165,16 +229,36 @@ impl PodCaps {
                 continue;
             }
             let meta = members.pods.get(&pc.pod_uid);
-            let dir = mount.join(pc.pod_path.trim_start_matches('/'));
             let target = PodTarget {
                 uid: pc.pod_uid.clone(),
                 namespace: meta.map(|x| x.namespace.clone()).unwrap_or_default(),
                 name: meta.map(|x| x.name.clone()).unwrap_or_default(),
                 qos: pc.qos.as_str(),
-                dir,
+                dir: mount.join(pc.pod_path.trim_start_matches('/')),
                 capped: false,
+                unnamed: false,
+                usage: self.usage_file(&mount, &pc.pod_path),
             };
             pods.insert(pc.pod_path, target);
+        }
+        // Pods the runtime has not named, that no class holds by a process: the first capping
+        // class whose rules could be theirs holds them (a Guaranteed pod never).
+        for (uid, u) in members.unnamed_pods.iter() {
+            if u.qos == Qos::Guaranteed || out.values().any(|p| p.contains_key(&u.pod_path)) {
+                continue;
+            }
+            let Some((class, _)) = self.holders.iter().find(|(_, r)| r.holds_unnamed(u.qos)) else { continue };
+            let target = PodTarget {
+                uid: uid.clone(),
+                namespace: String::new(),
+                name: String::new(),
+                qos: u.qos.as_str(),
+                dir: mount.join(u.pod_path.trim_start_matches('/')),
+                capped: false,
+                unnamed: true,
+                usage: self.usage_file(&mount, &u.pod_path),
+            };
+            out.entry(class.clone()).or_default().insert(u.pod_path.clone(), target);
         }
         out
     }
@@ -188,7 +272,9 @@ impl PodCaps {
             for (i, p) in pods.iter().enumerate() {
                 let capped = if p.capped { "true" } else { "false" };
                 if i < TOP_PODS {
-                    let l = [("class", class.as_str()), ("namespace", p.namespace.as_str()), ("pod", p.name.as_str()), ("capped", capped)];
+                    // A pod the runtime has not named is shown by its UID, as its cgroup names it.
+                    let pod = if p.name.is_empty() { p.uid.as_str() } else { p.name.as_str() };
+                    let l = [("class", class.as_str()), ("namespace", p.namespace.as_str()), ("pod", pod), ("capped", capped)];
                     out.push((l.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), 1.0));
                 } else {
                     *rest.entry(p.capped).or_default() += 1.0;
@@ -202,10 +288,9 @@ impl PodCaps {
         out
     }
 
-    /// The quota (µs per period) and period each pod of `class` gets at `pct` % of the machine.
-    fn share(&self, class: &str, pct: f64, period_us: u64) -> u64 {
-        let n = self.pods.get(class).map_or(1, |p| p.len().max(1)) as f64;
-        ((pct.max(0.0) / 100.0 * self.ncpus as f64 * period_us as f64 / n).round() as u64).max(MIN_QUOTA_US)
+    /// What `pct` % of the whole machine is, in µs per 100 ms.
+    fn total_us(&self, pct: f64) -> u64 {
+        (pct.max(0.0) / 100.0 * self.ncpus as f64 * DEFAULT_CFS_PERIOD_US as f64).round() as u64
     }
 
     /// (quota or None for unlimited, period) a knob holds now.
@@ -272,11 +357,12 @@ impl PodCaps {
         Ok(())
     }
 
-    /// Holds `dir` (a pod's cgroup) at `quota_us` or below what it had: lowers the containers'
-    /// quotas above it first on v1.
-    fn cap_pod(&mut self, journal: &Journal, fx: &dyn Effects, dir: &Path, pct: f64, class: &str) -> Result<(), QosError> {
+    /// The pod's own (the kubelet's) quota and period: what was there before joule, or what the
+    /// kubelet wrote since (an in-place resize, which is the pod's own from then on). None: the
+    /// pod is gone.
+    fn own_quota(&mut self, journal: &Journal, fx: &dyn Effects, dir: &Path) -> Result<Option<(Option<u64>, u64)>, QosError> {
         let knob = self.knob(dir);
-        let own = match self.written.get(&knob).cloned() {
+        Ok(match self.written.get(&knob).cloned() {
             // The kubelet wrote the pod's quota since joule capped it (an in-place resize): its
             // value is the pod's own from now on, and what a release gives back.
             Some(w) => match read_trimmed(fx, &knob) {
@@ -285,20 +371,25 @@ impl PodCaps {
                     journal.forget(OWNER, &Undo::Write { path: knob.clone(), old: w.old })?;
                     journal.record(OWNER, Undo::Write { path: knob.clone(), old: now.clone() })?;
                     self.written.insert(knob.clone(), Written { old: now.clone(), ours: now.clone() });
-                    parse_quota(&now, &self.hier)
+                    Some(parse_quota(&now, &self.hier))
                 }
-                _ => parse_quota(&w.old, &self.hier),
+                _ => Some(parse_quota(&w.old, &self.hier)),
             },
-            None => match self.read_quota(fx, dir) {
-                Some(q) => q,
-                None => return Ok(()), // the pod is gone
-            },
-        };
-        let quota = self.share(class, pct, own.1);
+            None => self.read_quota(fx, dir),
+        })
+    }
+
+    /// Holds `dir` (a pod's cgroup) at `share_us` per 100 ms (scaled to its own period, at
+    /// least the kernel's minimum) or below what it had: lowers the containers' quotas above it
+    /// first on v1. The quota written, per 100 ms.
+    fn cap_pod(&mut self, journal: &Journal, fx: &dyn Effects, dir: &Path, share_us: u64, own: (Option<u64>, u64)) -> Result<u64, QosError> {
+        let knob = self.knob(dir);
+        let quota = (share_us.saturating_mul(own.1) / DEFAULT_CFS_PERIOD_US).max(MIN_QUOTA_US);
         let quota = own.0.map_or(quota, |q| q.min(quota));
+        let in_force = quota.saturating_mul(DEFAULT_CFS_PERIOD_US) / own.1.max(1);
         let value = self.value(quota, own.1);
         if self.written.get(&knob).is_some_and(|w| w.ours == value) {
-            return Ok(());
+            return Ok(in_force);
         }
         if matches!(self.hier, CpuHier::V1(_)) {
             let children = fx.list_dir(dir).unwrap_or_default().into_iter().map(|n| dir.join(n)).filter(|c| fx.exists(&c.join("cpu.cfs_quota_us")));
@@ -320,11 +411,13 @@ impl PodCaps {
                 journal.record(OWNER, undo)?;
             }
         }
-        self.write(journal, fx, &knob, value)
+        self.write(journal, fx, &knob, value)?;
+        Ok(in_force)
     }
 
     /// Gives `dir` (and on v1 its containers) back what it had.
     fn uncap_pod(&mut self, journal: &Journal, fx: &dyn Effects, dir: &Path) -> Result<(), QosError> {
+        self.samples.remove(dir);
         self.unwrite(journal, fx, &self.knob(dir))?;
         let children: Vec<PathBuf> = self.written.keys().filter(|k| k.parent().and_then(Path::parent) == Some(dir)).cloned().collect();
         for k in children {
@@ -342,14 +435,14 @@ impl PodCaps {
             for (path, pod) in before {
                 if !now.get(class).is_some_and(|n| n.contains_key(path)) {
                     self.uncap_pod(journal, fx, &pod.dir)?;
-                    notes.push(format!("class {class}: pod {}/{} left", pod.namespace, pod.name));
+                    notes.push(format!("class {class}: pod {} left", pod.label()));
                 }
             }
         }
         for (class, pods) in &now {
             for (path, pod) in pods {
                 if !self.pods.get(class).is_some_and(|b| b.contains_key(path)) {
-                    notes.push(format!("class {class}: pod {}/{} ({}) joined, held in its own cgroup", pod.namespace, pod.name, pod.qos));
+                    notes.push(format!("class {class}: pod {} ({}) joined, held in its own cgroup", pod.label(), pod.qos));
                 }
             }
         }
@@ -357,33 +450,67 @@ impl PodCaps {
         self.pods = now;
         if changed {
             for (class, pct) in self.pct.clone() {
-                self.apply_cap(journal, fx, &class, pct)?;
+                self.apply_cap(journal, fx, &class, pct, Instant::now())?;
             }
         }
         Ok(ReconcileReport { notes, ..Default::default() })
     }
 
-    fn apply_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pct: f64) -> Result<(), QosError> {
-        let dirs: Vec<PathBuf> = self.pods.get(class).map(|p| p.values().map(|t| t.dir.clone()).collect()).unwrap_or_default();
-        for d in &dirs {
-            if pct < 100.0 {
-                self.cap_pod(journal, fx, d, pct, class)?;
-            } else {
-                self.uncap_pod(journal, fx, d)?;
+    /// Holds `class`'s pods at `pct` % of the machine between them, split by their use as
+    /// measured at `now`.
+    fn apply_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pct: f64, now: Instant) -> Result<(), QosError> {
+        let pods: Vec<PodTarget> = self.pods.get(class).map(|p| p.values().cloned().collect()).unwrap_or_default();
+        let period_us = DEFAULT_CFS_PERIOD_US;
+        let knob = pods.first().map(|p| self.knob(&p.dir)).unwrap_or_default();
+        if pct >= 100.0 {
+            for p in &pods {
+                self.uncap_pod(journal, fx, &p.dir)?;
+            }
+            self.split_at.remove(class);
+            self.caps.insert(class.to_string(), ClassCap { cpu_pct: pct, quota_us: None, period_us, ratio: 1.0, knob });
+            return Ok(());
+        }
+        let mut held = Vec::new();
+        for p in &pods {
+            let Some(own) = self.own_quota(journal, fx, &p.dir)? else { continue }; // the pod is gone
+                                                                                    // A pod cannot use more than its own limit: the rest is the others'.
+            let limit = own.0.map(|q| q.saturating_mul(DEFAULT_CFS_PERIOD_US) / own.1.max(1));
+            let demand = self.demand(fx, p, now).unwrap_or(0);
+            held.push((p.dir.clone(), own, limit.map_or(demand, |l| demand.min(l))));
+        }
+        let total = self.total_us(pct);
+        let shares = split_by_demand(total, &held.iter().map(|h| h.2).collect::<Vec<_>>(), FLOOR_US);
+        for ((dir, own, _), share) in held.iter().zip(shares) {
+            let in_force = self.cap_pod(journal, fx, dir, share, *own)?;
+            if let Some(s) = self.samples.get_mut(dir) {
+                s.quota_us = Some(in_force);
             }
         }
-        let period_us = DEFAULT_CFS_PERIOD_US;
-        let quota_us = (pct < 100.0).then(|| self.share(class, pct, period_us) * dirs.len().max(1) as u64);
-        let ratio = quota_us.map_or(1.0, |q| (q as f64 / (self.ncpus as f64 * period_us as f64)).min(1.0));
-        let knob = dirs.first().map(|d| self.knob(d)).unwrap_or_default();
-        self.caps.insert(class.to_string(), ClassCap { cpu_pct: pct, quota_us, period_us, ratio, knob });
+        self.split_at.insert(class.to_string(), now);
+        let ratio = (total as f64 / (self.ncpus as f64 * period_us as f64)).min(1.0);
+        self.caps.insert(class.to_string(), ClassCap { cpu_pct: pct, quota_us: Some(total), period_us, ratio, knob });
         Ok(())
     }
 
-    /// Holds `class`'s pods at `cpu_pct` % of the machine between them.
+    /// Splits a capped class's cap again by its pods' use when [`RESPLIT_GAP`] has passed
+    /// since the last split at `now`.
+    pub(crate) fn resplit_at(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, now: Instant) -> Result<(), QosError> {
+        let Some(&pct) = self.pct.get(class) else { return Ok(()) };
+        if self.split_at.get(class).is_some_and(|t| now.saturating_duration_since(*t) < RESPLIT_GAP) {
+            return Ok(());
+        }
+        self.apply_cap(journal, fx, class, pct, now)
+    }
+
+    /// Holds `class`'s pods at `cpu_pct` % of the machine between them; true when the cap
+    /// changed (a split that follows the pods' use under the same cap is not a change).
     pub fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
         let before = self.pct.get(class).copied();
-        if before == Some(cpu_pct) || (before.is_none() && cpu_pct >= 100.0) {
+        if before == Some(cpu_pct) {
+            self.resplit_at(journal, fx, class, Instant::now())?;
+            return Ok(false);
+        }
+        if before.is_none() && cpu_pct >= 100.0 {
             self.caps.entry(class.to_string()).or_insert(ClassCap {
                 cpu_pct,
                 quota_us: None,
@@ -398,7 +525,7 @@ impl PodCaps {
         } else {
             self.pct.insert(class.to_string(), cpu_pct);
         }
-        self.apply_cap(journal, fx, class, cpu_pct)?;
+        self.apply_cap(journal, fx, class, cpu_pct, Instant::now())?;
         Ok(true)
     }
 
@@ -418,6 +545,8 @@ impl PodCaps {
             self.unwrite(journal, fx, &k)?;
         }
         self.pct.clear();
+        self.samples.clear();
+        self.split_at.clear();
         Ok(RestoreReport { undone: n, ..Default::default() })
     }
 }
@@ -433,75 +562,15 @@ fn parse_quota(old: &str, hier: &CpuHier) -> (Option<u64>, u64) {
     }
 }
 
-/// Pod classes beside the other classes' backend (`inner`): each call reaches the one holding
-/// the class.
-pub struct WithPods {
-    pub pods: PodCaps,
-    pub inner: Option<Box<dyn CpuBackend>>,
-}
+// A pod's use, read from its own accounting.
+#[path = "pod_cpu_use.rs"]
+mod usage;
+use usage::Sample;
 
-impl CpuBackend for WithPods {
-    fn kind(&self) -> String {
-        let pods = format!("pods in place for {} pod class(es)", self.pods.len());
-        self.inner.as_ref().map_or(pods.clone(), |i| format!("{} + {pods}", i.kind()))
-    }
-    fn classes(&self) -> usize {
-        self.pods.len() + self.inner.as_ref().map_or(0, |i| i.classes())
-    }
-    fn places(&self) -> Vec<ClassPlace> {
-        self.inner.as_ref().map(|i| i.places()).unwrap_or_default()
-    }
-    fn apply(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<ApplyReport, QosError> {
-        let mut r = match &mut self.inner {
-            Some(i) => i.apply(journal, fx)?,
-            None => ApplyReport::default(),
-        };
-        r.notes.push(format!("{} pod class(es) act in their pods' own cgroups: no process is moved", self.pods.len()));
-        Ok(r)
-    }
-    fn hold(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        let p = self.pods.hold(journal, fx, members)?;
-        let mut r = match &mut self.inner {
-            Some(i) => i.hold(journal, fx, members)?,
-            None => ReconcileReport::default(),
-        };
-        r.notes.extend(p.notes);
-        Ok(r)
-    }
-    fn set_cap(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, cpu_pct: f64) -> Result<bool, QosError> {
-        match &mut self.inner {
-            Some(i) if !self.pods.has(class) => i.set_cap(journal, fx, class, cpu_pct),
-            _ => self.pods.set_cap(journal, fx, class, cpu_pct),
-        }
-    }
-    fn caps(&self) -> BTreeMap<String, ClassCap> {
-        let mut caps = self.inner.as_ref().map(|i| i.caps()).unwrap_or_default();
-        caps.extend(self.pods.caps().clone());
-        caps
-    }
-    fn release(&mut self, journal: &Journal, fx: &dyn Effects) -> Result<RestoreReport, QosError> {
-        let mut r = self.pods.release(journal, fx)?;
-        if let Some(i) = &mut self.inner {
-            let more = i.release(journal, fx)?;
-            r.undone += more.undone;
-            r.already_gone += more.already_gone;
-            r.failed.extend(more.failed);
-        }
-        Ok(r)
-    }
-    fn drift(&mut self, fx: &dyn Effects) -> Vec<joule_qos::Drift> {
-        self.inner.as_mut().map(|i| i.drift(fx)).unwrap_or_default()
-    }
-    fn recheck(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<ReconcileReport, QosError> {
-        match &mut self.inner {
-            Some(i) => i.recheck(journal, fx, members),
-            None => Ok(ReconcileReport::default()),
-        }
-    }
-    fn pods(&self) -> Option<PodsStatus> {
-        Some(self.pods.status())
-    }
-}
+// Pod classes beside the other classes' backend.
+#[path = "pod_cpu_backend.rs"]
+mod backend;
+pub use backend::WithPods;
 
 #[cfg(test)]
 #[path = "pod_cpu_tests.rs"]

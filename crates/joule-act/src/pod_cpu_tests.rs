@@ -1,12 +1,14 @@
 //! Pod classes on a fake cgroupfs (v1 and v2 kubelet trees, cgroupfs driver): a best-effort
 //! pod class's cap goes into each Burstable/BestEffort pod's own quota, never above the
 //! kubelet's, v1 containers above it first; a Guaranteed pod is never written; a pod that leaves
-//! and a lifted cap give the kubelet's values back, the kubelet's own change since stays.
+//! and a lifted cap give the kubelet's values back, the kubelet's own change since stays; the
+//! cap is split by the pods' use, and a pod the runtime has not named is held fail-closed.
 
 use super::*;
 use joule_core::effects::{FakeEffects, Files};
 use joule_core::membership::Member;
 use joule_core::procfs::TaskCgroups;
+use std::time::{Duration, Instant};
 
 const BURST: &str = "0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c";
 const GUAR: &str = "1c2f6d3b-5a4e-4f9b-8d2c-3e4f5a6b7c8d";
@@ -105,5 +107,104 @@ fn v2_caps_each_pod_with_a_share_and_gives_back_a_pod_that_left_unless_the_kubel
     fx.write(std::path::Path::new(&format!("{b}/cpu.max")), "150000 100000").unwrap();
     pods.release(&journal, &fx).unwrap();
     assert_eq!(file(&fx, &format!("{b}/cpu.max")), "150000 100000");
+    assert!(joule_core::journal::entries(jd.path()).unwrap().is_empty());
+}
+
+fn uid(i: usize) -> String {
+    format!("{i:08x}-4f3d-4e8a-9c1b-2d3e4f5a6b7c")
+}
+
+/// A busy BestEffort pod capped alone, then nine idle ones in the class: the busy pod keeps
+/// its cap but for the idle pods' floors, the idle ones get the kernel's least quota, and the
+/// class's total is what the stage allows (an even split gave the busy pod a tenth).
+#[test]
+fn idle_pods_joining_a_capped_class_take_only_their_floor_from_its_busy_pod() {
+    let dir = |i: usize| format!("/cg/kubepods/besteffort/pod{}", uid(i));
+    let mut fx = FakeEffects::default();
+    for i in 0..10 {
+        fx = fx.with_file(format!("{}/cpu.max", dir(i)), "max 100000").with_file(format!("{}/cpu.stat", dir(i)), "usage_usec 0\nuser_usec 0\n");
+    }
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let mut pods = PodCaps::new(["batch".to_string()], CpuHier::V2("/cg".into()), 2);
+    let m = |n: usize| reading((0..n).map(|i| member(10 + i as i32, &format!("0::/kubepods/besteffort/pod{}/{ID}\n", uid(i)))).collect());
+    pods.hold(&journal, &fx, &m(1)).unwrap();
+    pods.set_cap(&journal, &fx, "batch", 15.0).unwrap();
+    let quota = |i: usize| file(&fx, &format!("{}/cpu.max", dir(i)));
+    assert_eq!(quota(0), "30000 100000", "15 % of 2 CPUs, alone");
+    // The busy pod uses all of it for a second: it is held back.
+    let t0 = Instant::now();
+    fx.write(std::path::Path::new(&format!("{}/cpu.stat", dir(0))), "usage_usec 300000\n").unwrap();
+    pods.resplit_at(&journal, &fx, "batch", t0 + Duration::from_secs(1)).unwrap();
+    assert_eq!(quota(0), "30000 100000");
+    pods.hold(&journal, &fx, &m(10)).unwrap();
+    fx.write(std::path::Path::new(&format!("{}/cpu.stat", dir(0))), "usage_usec 600000\n").unwrap();
+    pods.resplit_at(&journal, &fx, "batch", t0 + Duration::from_secs(2)).unwrap();
+    fx.write(std::path::Path::new(&format!("{}/cpu.stat", dir(0))), "usage_usec 891000\n").unwrap();
+    pods.resplit_at(&journal, &fx, "batch", t0 + Duration::from_secs(3)).unwrap();
+    assert_eq!(quota(0), format!("{} 100000", 30_000 - 9 * FLOOR_US), "the busy pod keeps its cap but for nine floors");
+    for i in 1..10 {
+        assert_eq!(quota(i), "1000 100000", "an idle pod gets the kernel's least quota");
+    }
+    assert_eq!(pods.caps()["batch"].quota_us, Some(30_000), "the class's total");
+    // One of them wakes and uses its quota: held back, it shares with the busy pod.
+    fx.write(std::path::Path::new(&format!("{}/cpu.stat", dir(3))), "usage_usec 10000\n").unwrap();
+    fx.write(std::path::Path::new(&format!("{}/cpu.stat", dir(0))), "usage_usec 1180000\n").unwrap();
+    pods.resplit_at(&journal, &fx, "batch", t0 + Duration::from_secs(4)).unwrap();
+    assert_eq!((quota(0), quota(3)), ("14600 100000".to_string(), "14600 100000".to_string()), "two held back share what the idle leave");
+    pods.release(&journal, &fx).unwrap();
+    assert!((0..10).all(|i| quota(i) == "max 100000"));
+    assert!(joule_core::journal::entries(jd.path()).unwrap().is_empty());
+}
+
+/// A pod the runtime has not named is held by the first capping class whose rules could be
+/// its, until it is named; never when its cgroup rules it out, never a Guaranteed one.
+#[test]
+fn a_pod_the_runtime_has_not_named_is_held_by_the_first_class_that_could_be_its() {
+    use joule_core::kubepods::Qos;
+    use joule_core::membership::UnnamedPod;
+    let (b, e, g) = (uid(1), uid(2), uid(3));
+    let path = |qos: &str, u: &str| if qos.is_empty() { format!("/kubepods/pod{u}") } else { format!("/kubepods/{qos}/pod{u}") };
+    let fx = FakeEffects::default()
+        .with_file(format!("/cg{}/cpu.max", path("burstable", &b)), "max 100000")
+        .with_file(format!("/cg{}/cpu.max", path("besteffort", &e)), "max 100000")
+        .with_file(format!("/cg{}/cpu.max", path("", &g)), "20000 100000");
+    let jd = tempfile::tempdir().unwrap();
+    let journal = Journal::open(jd.path()).unwrap();
+    let rules = |ns: &str, qos: &[&str]| joule_core::config::PodRules {
+        namespace: vec![ns.into()],
+        qos: qos.iter().map(|q| q.to_string()).collect(),
+        ..Default::default()
+    };
+    let holders = vec![("only-besteffort".to_string(), rules("a", &["BestEffort"])), ("any".to_string(), rules("b", &[]))];
+    let mut pods = PodCaps::new(["only-besteffort".to_string(), "any".to_string()], CpuHier::V2("/cg".into()), 4).holding_unnamed(holders);
+    let unnamed = |u: &str, qos: Qos, p: String| (u.to_string(), UnnamedPod { qos, pod_path: p, since_unix_ms: 1 });
+    let m = Membership {
+        unnamed_pods: std::sync::Arc::new(
+            [
+                unnamed(&b, Qos::Burstable, path("burstable", &b)),
+                unnamed(&e, Qos::BestEffort, path("besteffort", &e)),
+                unnamed(&g, Qos::Guaranteed, path("", &g)),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+        ..reading(Vec::new())
+    };
+    let r = pods.hold(&journal, &fx, &m).unwrap();
+    assert!(r.notes.iter().any(|n| n.contains("not named by the runtime yet")), "{:?}", r.notes);
+    let st = pods.status();
+    let held = |c: &str| st.pods[c].iter().map(|p| p.uid.clone()).collect::<Vec<_>>();
+    assert_eq!((held("only-besteffort"), held("any")), (vec![e.clone()], vec![b.clone()]), "the Burstable pod is not the first class's: its cgroup says so");
+    pods.set_cap(&journal, &fx, "only-besteffort", 15.0).unwrap();
+    pods.set_cap(&journal, &fx, "any", 15.0).unwrap();
+    assert_eq!(file(&fx, &format!("/cg{}/cpu.max", path("besteffort", &e))), "60000 100000");
+    assert_eq!(file(&fx, &format!("/cg{}/cpu.max", path("burstable", &b))), "60000 100000");
+    assert_eq!(file(&fx, &format!("/cg{}/cpu.max", path("", &g))), "20000 100000", "never a Guaranteed pod");
+    let rows = PodCaps::rows(&pods.status());
+    assert!(rows.iter().any(|(l, _)| l.contains(&("pod".into(), e.clone()))), "an unnamed pod is shown by its UID: {rows:?}");
+    // Named, and not the class's: given back.
+    pods.hold(&journal, &fx, &reading(Vec::new())).unwrap();
+    assert_eq!(file(&fx, &format!("/cg{}/cpu.max", path("besteffort", &e))), "max 100000");
     assert!(joule_core::journal::entries(jd.path()).unwrap().is_empty());
 }

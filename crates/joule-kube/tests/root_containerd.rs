@@ -1,7 +1,8 @@
 //! Tier 2 (root): joule's view of pods against a real containerd (issue 37). Pods are made
 //! through CRI as a kubelet makes them; joule reads them back read-only over CRI
-//! (`joule_kube::Cri`), names each process's pod from its cgroup (`joule_core::kubepods`) and
-//! matches class rules on both (`PodRules`). One containerd for every check.
+//! (`joule_kube::Cri`), the whole node or one pod by the id its cgroup carries, names each
+//! process's pod from its cgroup (`joule_core::kubepods`) and matches class rules on both
+//! (`PodRules`). One containerd for every check.
 
 use joule_core::config::PodRules;
 use joule_core::kubepods::{self, KubeCgroup, Qos};
@@ -73,6 +74,20 @@ fn root_kube_pods_from_a_real_containerd_are_named_and_matched() {
     assert_eq!(meta.annotations.get("joule.io/cap").map(String::as_str), Some("true"));
     assert_eq!(meta.containers.get(&web.container_id).map(String::as_str), Some("app"));
     assert!(meta.sandbox_ids.contains(&web.sandbox_id));
+
+    // One pod asked about alone, by the id its cgroup carries: that pod, and only when the
+    // UID asked is its own.
+    let ask = |uid: &str, id: &str| joule_core::membership::PodQuery { uid: uid.into(), ids: [id.to_string()].into() };
+    let t1 = Instant::now();
+    let one = cri.lookup(&[ask("0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c", &web.container_id)]).unwrap();
+    eprintln!("one pod asked about: {:?}", t1.elapsed());
+    assert_eq!(one.len(), 1);
+    assert_eq!(one["0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c"], *meta, "the same as the node's listing says");
+    assert!(
+        cri.lookup(&[ask("0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c", &web.sandbox_id)]).unwrap().contains_key("0b1e5c2a-4f3d-4e8a-9c1b-2d3e4f5a6b7c"),
+        "by its pause container's id"
+    );
+    assert!(cri.lookup(&[ask("1c2f6d3b-5a4e-4f9b-8d2c-3e4f5a6b7c8d", &web.container_id)]).unwrap().is_empty(), "web's container is not db's");
 
     // Class rules on the real processes.
     let rules = |t: &str| toml::from_str::<PodRules>(t).unwrap();

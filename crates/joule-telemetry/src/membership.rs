@@ -59,6 +59,9 @@ impl Source for MembershipSource {
             .into_iter()
             .map(|(class, processes)| ClassMembers { cgroup2_id: m.cgroup2_id(&class), class, processes, source: Origin::Kernel })
             .collect();
+        if self.pods.has_source() {
+            snap.pods = Some(self.pods.stats().clone());
+        }
         snap.membership = m;
         Ok(())
     }

@@ -158,6 +158,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         ),
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_deferred_total as f64)).collect()),
     );
+    pod_families(s, &mut push);
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -359,6 +360,54 @@ fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, 
     );
 }
 
+/// What the container runtime has said about the pods the agent saw, when a class matches pods
+/// by name: the agent's own bookkeeping of its questions (no `source` label). A pod seen in the
+/// kubelet's cgroups and not named is held by the capping pod classes; the stale age says how
+/// long the oldest has waited, so a runtime that stopped answering is not silent.
+fn pod_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
+    let Some(p) = &s.pods else { return };
+    let one = |v: f64| vec![(Vec::new(), Value::Number(v))];
+    push(
+        def!(
+            "joule_pod_index_pods",
+            Gauge,
+            None,
+            "",
+            "Pods the container runtime has named (namespace, name, labels), asked about one at a time as their processes appear."
+        ),
+        one(p.pods as f64),
+    );
+    push(
+        def!(
+            "joule_pod_index_unnamed_pods",
+            Gauge,
+            None,
+            "",
+            "Pods seen in the kubelet's cgroups that the container runtime has not named (it did not answer, or does not list them yet): the capping pod classes whose rules could be theirs hold them at their cap."
+        ),
+        one(p.unnamed as f64),
+    );
+    let stale_s = p.stale_since_unix_ms.map_or(0.0, |t| s.taken_at_ms.saturating_sub(t) as f64 / 1e3);
+    push(
+        def!(
+            "joule_pod_index_stale_seconds",
+            Gauge,
+            None,
+            "",
+            "How long the oldest pod seen and not named has waited for the container runtime's word (0: every pod seen is named)."
+        ),
+        one(stale_s),
+    );
+    push(
+        def!("joule_pod_index_refreshes", Counter, None, "", "Rounds of questions to the container runtime about the pods waiting to be named."),
+        one(p.refreshes_total as f64),
+    );
+    push(
+        def!("joule_pod_index_errors", Counter, None, "", "Rounds of questions the container runtime did not answer (last_error in snapshot.json's pods)."),
+        one(p.errors_total as f64),
+    );
+}
+
 /// The flow monitor's families (issue 11). Flow labels are bounded: `[net] top_n` flows and
 /// one `flow="other"` series.
 fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
@@ -450,7 +499,7 @@ fn net_families(s: &Snapshot, push: &mut impl FnMut(MetricDef, Vec<(Labels, Valu
 
 /// Every family joule can publish, for `joule monitor --list-metrics` and the docs.
 pub fn catalogue() -> Vec<MetricDef> {
-    let s = Snapshot { psi: Some(Default::default()), net: Some(Default::default()), ..Default::default() };
+    let s = Snapshot { psi: Some(Default::default()), net: Some(Default::default()), pods: Some(Default::default()), ..Default::default() };
     let mut f: Vec<MetricDef> = families(&s, &AgentStats::default()).into_iter().map(|f| f.def).collect();
     f.extend(control_families(&Plan::default(), &[]).into_iter().map(|f| f.def));
     f.extend(joule_act::metric_defs());
@@ -499,7 +548,12 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 14] = [
+    const NO_SOURCE: [(&str, &str); 19] = [
+        ("joule_pod_index_pods", "the agent's own bookkeeping of the runtime's answers"),
+        ("joule_pod_index_unnamed_pods", "the agent's own bookkeeping of the runtime's answers"),
+        ("joule_pod_index_stale_seconds", "the agent's own bookkeeping of the runtime's answers"),
+        ("joule_pod_index_refreshes", "the agent's own bookkeeping of the runtime's answers"),
+        ("joule_pod_index_errors", "the agent's own bookkeeping of the runtime's answers"),
         ("joule_thermal_stage_threshold_celsius", "a setting chosen at start, not a reading"),
         ("joule_thermal_limit_celsius", "a setting chosen at start, not a reading"),
         ("joule_power_stage_threshold_watts", "a setting, not a reading"),
@@ -525,6 +579,7 @@ mod tests {
         s.cgroups = vec![CgroupCpu { path: "/app".into(), hierarchy: "v2".into(), usage_us: 5, source: Origin::Kernel, ..Default::default() }];
         s.task_wait = vec![TaskWait { pid: 7, comm: "w".into(), wait_us: 10, source: Origin::Ebpf }];
         s.classes = vec![ClassMembers { class: "web".into(), processes: 3, cgroup2_id: None, source: Origin::Kernel }];
+        s.pods = Some(joule_core::membership::PodStats { pods: 3, unnamed: 1, stale_since_unix_ms: Some(1), ..Default::default() });
         s.process_events = Some(ProcessEvents {
             events_total: 5,
             lost_total: 1,
@@ -589,6 +644,10 @@ mod tests {
             "joule_actuator_errors",
             "joule_class_moves",
             "joule_class_pods",
+            "joule_pod_index_pods",
+            "joule_pod_index_unnamed_pods",
+            "joule_pod_index_refreshes",
+            "joule_pod_index_errors",
             "joule_unit_drift",
             "joule_cpufreq_drift",
             "joule_cpufreq_yielded_cpus",
@@ -633,6 +692,7 @@ mod tests {
             "joule_thermal_class_cap_",
             "joule_class_moves",
             "joule_class_pods",
+            "joule_pod_index_",
             "joule_unit_drift",
             "joule_cpufreq_",
             "joule_knob_",
@@ -779,5 +839,21 @@ mod tests {
         assert_eq!(f.def.kind, Kind::Histogram);
         let Value::Histogram(h) = &f.samples[0].1 else { panic!("not a histogram") };
         assert_eq!(h, &Histogram { buckets: vec![(1.024e-6, 1), (2.048e-6, 3)], count: 4, sum: 9e-6 });
+    }
+
+    #[test]
+    fn pods_not_named_are_counted_with_how_long_the_oldest_has_waited() {
+        let pods = joule_core::membership::PodStats { pods: 4, unnamed: 2, stale_since_unix_ms: Some(1_000), errors_total: 3, ..Default::default() };
+        let mut s = Snapshot { taken_at_ms: 41_000, pods: Some(pods), ..Default::default() };
+        let get = |s: &Snapshot, name: &str| {
+            families(s, &AgentStats::default()).into_iter().find(|f| f.def.name == name).map(|f| f.samples[0].1.clone()).unwrap_or_else(|| panic!("no {name}"))
+        };
+        assert_eq!(get(&s, "joule_pod_index_stale_seconds"), Value::Number(40.0));
+        assert_eq!(get(&s, "joule_pod_index_unnamed_pods"), Value::Number(2.0));
+        assert_eq!(get(&s, "joule_pod_index_errors"), Value::Number(3.0));
+        s.pods.as_mut().unwrap().stale_since_unix_ms = None;
+        assert_eq!(get(&s, "joule_pod_index_stale_seconds"), Value::Number(0.0), "every pod seen is named");
+        s.pods = None;
+        assert!(!families(&s, &AgentStats::default()).iter().any(|f| f.def.name.starts_with("joule_pod_index_")), "no pod class, no pod families");
     }
 }

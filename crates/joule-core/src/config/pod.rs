@@ -37,10 +37,12 @@ pub struct PodRules {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubernetesConfig {
-    /// The container runtime's CRI socket, read-only (ListPodSandbox, ListContainers). Unset:
-    /// containerd's `/run/containerd/containerd.sock`, else CRI-O's `/run/crio/crio.sock`.
+    /// The container runtime's CRI socket, read-only (ListContainers and ListPodSandbox, each
+    /// filtered to one pod's ids). Unset: containerd's `/run/containerd/containerd.sock`, else
+    /// CRI-O's `/run/crio/crio.sock`, whichever is there when a pod is asked about.
     pub cri_socket: Option<std::path::PathBuf>,
-    /// How long one refresh of the pod list may take before it is given up (the loop waits).
+    /// How long the questions about one pod may take before the round is given up (the loop
+    /// waits); the pods asked about stay unnamed, held at the capping classes' cap.
     pub cri_timeout_ms: u64,
 }
 
@@ -81,6 +83,14 @@ impl PodRules {
     /// Whether the rules need the runtime's word (anything but `qos`).
     pub fn needs_runtime(&self) -> bool {
         !(self.namespace.is_empty() && self.name.is_empty() && self.labels.is_empty() && self.annotations.is_empty() && self.container.is_empty())
+    }
+
+    /// Whether a capping class with these rules holds a pod the runtime has not named: its
+    /// rules need the runtime's word, which is missing, and what the pod's cgroup proves (its
+    /// QoS class) does not rule it out. Failing closed: until it is named, such a pod might be
+    /// any pod, this class's too.
+    pub fn holds_unnamed(&self, qos: Qos) -> bool {
+        self.needs_runtime() && (self.qos.is_empty() || self.qos.iter().any(|q| q == qos.as_str()))
     }
 
     /// Whether a task in these cgroups matches (true when no pod rule is given).
@@ -274,6 +284,15 @@ mod tests {
         let conmon = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/crio-conmon-{APP}.scope", UID.replace('-', "_"));
         assert!(!r("namespace = [\"shop\"]").matches([conmon.as_str()], &pods), "CRI-O's conmon is not the pod");
         assert!(PodRules::default().matches(["/anything"], &pods), "no pod rule: nothing to hold");
+    }
+
+    #[test]
+    fn an_unnamed_pod_is_held_by_name_rules_unless_its_cgroup_rules_it_out() {
+        let r = |t: &str| toml::from_str::<PodRules>(t).unwrap();
+        assert!(r("namespace = [\"batch\"]").holds_unnamed(Qos::Burstable), "its namespace is unknown: it might be batch's");
+        assert!(r("labels = { tier = \"x\" }\nqos = [\"BestEffort\"]").holds_unnamed(Qos::BestEffort));
+        assert!(!r("namespace = [\"batch\"]\nqos = [\"BestEffort\"]").holds_unnamed(Qos::Burstable), "its cgroup says Burstable");
+        assert!(!r("qos = [\"BestEffort\"]").holds_unnamed(Qos::BestEffort), "a QoS rule needs no name: it matches the pod itself");
     }
 
     fn class(toml_text: &str) -> (super::super::ClassConfig, super::super::Config) {

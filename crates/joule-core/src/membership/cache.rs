@@ -332,6 +332,9 @@ impl ProcessCache {
     /// reading, the places with their cgroup ids read through `fx`.
     pub fn reading(&mut self, fx: &dyn Files) -> Membership {
         self.refresh_pods();
+        if self.needs_pods {
+            self.pods.prune(self.procs.values().flat_map(|p| p.cgroups.paths()));
+        }
         Membership {
             members: self.members.clone(),
             changed: std::mem::take(&mut self.changed).into_iter().collect(),
@@ -341,6 +344,7 @@ impl ProcessCache {
             procfs: self.procfs.clone(),
             generation: next_generation(),
             pods: self.pods.shared(),
+            unnamed_pods: self.pods.shared_unnamed(),
         }
     }
 

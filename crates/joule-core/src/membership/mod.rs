@@ -14,7 +14,7 @@ pub mod matching;
 pub mod pods;
 
 pub use cache::{ProcChange, ProcessCache};
-pub use pods::{PodSource, PodStats, PodTracker};
+pub use pods::{PodQuery, PodSource, PodStats, PodTracker, UnnamedPod, UnnamedPods};
 
 use crate::cgroupfs::Hier;
 use crate::config::ClassConfig;
@@ -87,6 +87,9 @@ pub struct Membership {
     /// What the node's container runtime said about its pods when this reading was made
     /// (empty without one): the pod classes' actuator names the pods it acts on from it.
     pub pods: std::sync::Arc<crate::config::PodIndex>,
+    /// The pods seen in the kubelet's cgroups that the runtime has not named: the capping pod
+    /// classes hold them until it does.
+    pub unnamed_pods: std::sync::Arc<UnnamedPods>,
 }
 
 /// The generation of the last reading in this process.
@@ -141,6 +144,7 @@ impl Membership {
                 pods.saw(p.cgroups.paths());
             }
             pods.refresh_if_wanted();
+            pods.prune(procs.iter().flat_map(|p| p.cgroups.paths()));
         }
         let assigned = matching::assign(&procs, classes, previous.map(|m| &m.members), pods.index());
         let pod_index = pods.shared();
@@ -163,6 +167,7 @@ impl Membership {
             procfs: procfs.to_path_buf(),
             generation: next_generation(),
             pods: pod_index,
+            unnamed_pods: pods.shared_unnamed(),
         }
     }
 

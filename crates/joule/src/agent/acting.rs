@@ -78,6 +78,16 @@ pub fn pod_classes(cfg: &Config) -> Vec<String> {
     cfg.classes.iter().filter(|c| !c.matches.pod.is_empty()).map(|c| c.name.clone()).collect()
 }
 
+/// The capping pod classes (thermal best-effort, rules on what the runtime says), in config
+/// order: a pod the runtime has not named is held by the first whose rules could be its.
+pub fn unnamed_holders(cfg: &Config) -> Vec<(String, joule_core::config::PodRules)> {
+    cfg.classes
+        .iter()
+        .filter(|c| c.thermal == joule_core::config::ThermalRole::BestEffort && c.matches.pod.needs_runtime())
+        .map(|c| (c.name.clone(), c.matches.pod.clone()))
+        .collect()
+}
+
 /// The classes that are systemd units (`match = { unit = [...] }` and nothing else), acted on
 /// through systemd's D-Bus API (docs/systemd.md); None when there are none.
 pub fn unit_classes(cfg: &Config, root: bool) -> anyhow::Result<Option<UnitClasses>> {
@@ -231,7 +241,9 @@ pub fn actuators(cfg: &Config, i: Inputs) -> anyhow::Result<Vec<Box<dyn Actuator
                 anyhow::anyhow!("pod classes {} need a cgroup cpu controller (v1 or v2) under {}", pods.join(", "), cfg.telemetry.cgroup_root.display())
             })?;
             let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Some(Box::new(WithPods { pods: PodCaps::new(pods, hier, ncpus), inner }) as Box<dyn CpuBackend>)
+            let cpuacct = PodCaps::detect_cpuacct(&cfg.telemetry.cgroup_root, fx.as_ref());
+            let caps = PodCaps::new(pods, hier, ncpus).with_cpuacct(cpuacct).holding_unnamed(unnamed_holders(cfg));
+            Some(Box::new(WithPods { pods: caps, inner }) as Box<dyn CpuBackend>)
         }
         (false, cpu) => cpu,
     };

@@ -78,6 +78,8 @@ pub struct Summary {
     pub classes: Vec<ClassLine>,
     /// The threads that waited longest for a CPU over the last interval, longest first.
     pub waiting: Vec<Waiting>,
+    /// What the container runtime has named, when a class matches pods by name.
+    pub pods: Option<PodsLine>,
     pub recent: Recent,
 }
 
@@ -88,6 +90,18 @@ pub struct Waiting {
     pub comm: String,
     /// Time it was runnable but not running, ms per second of the interval.
     pub wait_ms_per_s: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PodsLine {
+    pub source: String,
+    pub named: u64,
+    /// Pods seen in the kubelet's cgroups the runtime has not named, held by capping classes.
+    pub unnamed: u64,
+    /// How long the oldest of them has waited.
+    pub stale_s: Option<f64>,
+    pub errors_total: u64,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -233,6 +247,15 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
     s.mechanisms = mechanisms(v);
     s.classes = classes(v);
     s.waiting = waiting(snap);
+    let p = &snap["pods"];
+    s.pods = p.is_object().then(|| PodsLine {
+        source: st(&p["source"]),
+        named: p["pods"].as_u64().unwrap_or(0),
+        unnamed: p["unnamed"].as_u64().unwrap_or(0),
+        stale_s: p["stale_since_unix_ms"].as_u64().map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
+        errors_total: p["errors_total"].as_u64().unwrap_or(0),
+        last_error: p["last_error"].as_str().map(String::from),
+    });
     s.recent = Recent {
         conflicts: v["plan"]["conflicts"]
             .as_array()
@@ -441,6 +464,19 @@ pub fn render(s: &Summary) -> String {
         o += "\nWaiting longest for a CPU (last interval)\n";
         for w in &s.waiting {
             o += &format!("  tid {:<8} {:<20} {:6.1} ms/s\n", w.tid, escape(&w.comm), w.wait_ms_per_s);
+        }
+    }
+    if let Some(p) = &s.pods {
+        o += &format!("\nPods: {} named by {}", p.named, p.source);
+        match p.stale_s {
+            Some(age) => {
+                o += &format!(
+                    "; {} not named, the oldest for {age:.0} s: held at the cap of the capping pod classes that could be theirs{}\n",
+                    p.unnamed,
+                    p.last_error.as_ref().map(|e| format!(" (the runtime: {e})")).unwrap_or_default()
+                )
+            }
+            None => o += "; every pod seen is named\n",
         }
     }
     let r = &s.recent;

@@ -130,3 +130,19 @@ fn names_and_reasons_from_the_machine_reach_the_terminal_escaped() {
     let back: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(back["waiting"][2]["comm"], "\u{9b}2J\u{9d}0;x\u{9c}", "the JSON keeps the name as it is");
 }
+
+#[test]
+fn pods_the_runtime_has_not_named_are_said_with_their_age_and_why() {
+    let mut v = view();
+    v["snapshot"]["pods"] = json!({ "source": "cri:/run/containerd/containerd.sock", "pods": 18, "unnamed": 2, "stale_since_unix_ms": 1_060_000, "errors_total": 4, "last_error": "connection refused" });
+    let text = render(&summarize(&v, 1_100_000));
+    assert!(
+        text.contains("Pods: 18 named by cri:/run/containerd/containerd.sock; 2 not named, the oldest for 40 s: held at the cap")
+            && text.contains("(the runtime: connection refused)"),
+        "{text}"
+    );
+    v["snapshot"]["pods"]["stale_since_unix_ms"] = Value::Null;
+    assert!(render(&summarize(&v, 1_100_000)).contains("every pod seen is named"));
+    v["snapshot"].as_object_mut().unwrap().remove("pods");
+    assert!(!render(&summarize(&v, 1_100_000)).contains("Pods:"), "no pod class: no line");
+}

@@ -52,21 +52,26 @@ pub fn source(cfg: &Config, places: Vec<ClassPlace>, bpf: bool) -> anyhow::Resul
 }
 
 /// Where pods' names and labels come from: the node's container runtime over CRI, when a class
-/// matches pods by anything but their QoS class; nothing otherwise. A missing socket is said
-/// once and leaves such classes matching nothing (no runtime's word: no match).
+/// matches pods by anything but their QoS class; nothing otherwise. A socket missing at start
+/// (a runtime that starts after joule) is said once and looked for again at each question;
+/// until one answers, name rules match no pod and the capping pod classes hold the pods seen.
 pub fn pod_tracker(cfg: &Config) -> PodTracker {
     if !cfg.classes.iter().any(|c| c.matches.pod.needs_runtime()) {
         return PodTracker::default();
     }
     let k = &cfg.kubernetes;
-    let Some(socket) = k.cri_socket.clone().or_else(|| joule_kube::Cri::find_socket(Path::new("/"))) else {
-        tracing::warn!(
-            "classes match pods by name, namespace, labels or annotations, but no container runtime's CRI socket was found ({}): set kubernetes.cri_socket; until then they match no pod",
-            joule_kube::DEFAULT_SOCKETS.join(", ")
-        );
-        return PodTracker::default();
+    let timeout = Duration::from_millis(k.cri_timeout_ms);
+    let cri = match k.cri_socket.clone().or_else(|| joule_kube::Cri::find_socket(Path::new("/"))) {
+        Some(socket) => joule_kube::Cri::new(&socket, timeout),
+        None => {
+            tracing::warn!(
+                "classes match pods by name, namespace, labels or annotations, but no container runtime's CRI socket was found ({}): set kubernetes.cri_socket; until one answers they match no pod, and the capping pod classes hold every pod they could match",
+                joule_kube::DEFAULT_SOCKETS.join(", ")
+            );
+            joule_kube::Cri::discovering("/", timeout)
+        }
     };
-    match joule_kube::Cri::new(&socket, Duration::from_millis(k.cri_timeout_ms)) {
+    match cri {
         Ok(cri) => PodTracker::new(Some(Box::new(cri))),
         Err(e) => {
             tracing::warn!("{e}: classes that match pods by name or labels match no pod");
