@@ -12,6 +12,7 @@
 mod cache;
 pub mod matching;
 pub mod pods;
+pub mod prefilter;
 
 pub use cache::{ProcChange, ProcessCache};
 pub use pods::{PodSource, PodStats, PodTracker};
