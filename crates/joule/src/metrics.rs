@@ -158,6 +158,26 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         ),
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_deferred_total as f64)).collect()),
     );
+    push(
+        def!(
+            "joule_membership_dropped_events",
+            Counter,
+            None,
+            "/process_events",
+            "Process events the kernel's filter kept (they could change no class: a process nobody follows forking, exiting, or renamed, moved or setuid to what no class takes), summed over the CPUs; they never reach the agent."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.dropped_total as f64)).collect()),
+    );
+    push(
+        def!(
+            "joule_membership_discoveries",
+            Counter,
+            None,
+            "/process_events",
+            "Walks of /proc (among joule_membership_resyncs) to find children the kernel's filter had not sent: of a process that joined a class, or that a followed reaper took in."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.discoveries_total as f64)).collect()),
+    );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -532,6 +552,8 @@ mod tests {
             resync_seconds_total: 0.02,
             resyncs_deferred_total: 2,
             resync_pending: false,
+            dropped_total: 7,
+            discoveries_total: 1,
             processes: 80,
             source: Origin::Ebpf,
         });
@@ -582,6 +604,8 @@ mod tests {
             "joule_membership_lost_events",
             "joule_membership_resyncs",
             "joule_membership_resyncs_deferred",
+            "joule_membership_dropped_events",
+            "joule_membership_discoveries",
             "joule_plan_decisions",
             "joule_plan_knobs",
             "joule_plan_conflicts",

@@ -14,7 +14,7 @@ pub mod matching;
 pub mod pods;
 pub mod prefilter;
 
-pub use cache::{ProcChange, ProcessCache};
+pub use cache::{ProcChange, ProcessCache, Track};
 pub use pods::{PodSource, PodStats, PodTracker};
 
 use crate::cgroupfs::Hier;
