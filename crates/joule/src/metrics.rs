@@ -29,6 +29,10 @@ pub struct AgentStats {
     pub limits: Limits,
     /// What the start's replay of the undo journal found a previous run had left.
     pub recovered: Recovered,
+    /// When the loop published the reading these stats came with: a scrape serves it as it
+    /// is, and says how old it is (freshen.rs).
+    #[serde(skip)]
+    pub published_at: Option<std::time::Instant>,
 }
 
 /// The thermal stage's thresholds and the limit they keep under (`joule_thermal_limit_celsius`).
@@ -311,6 +315,16 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     push(
         def!(
+            "joule_agent_reading_age_seconds",
+            Gauge,
+            None,
+            "",
+            "Age of the reading a scrape is served from: a resting loop publishes once per agent.rest_period_ms, and a scrape never waits for a new one (a reading older than half a rest asks for one, once per rest at most)."
+        ),
+        num(a.published_at.map(|t| (vec![], t.elapsed().as_secs_f64())).into_iter().collect()),
+    );
+    push(
+        def!(
             "joule_agent_rests_ended",
             Counter,
             None,
@@ -519,7 +533,7 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 14] = [
+    const NO_SOURCE: [(&str, &str); 15] = [
         ("joule_thermal_stage_threshold_celsius", "a setting chosen at start, not a reading"),
         ("joule_thermal_limit_celsius", "a setting chosen at start, not a reading"),
         ("joule_power_stage_threshold_watts", "a setting, not a reading"),
@@ -527,6 +541,7 @@ mod tests {
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_period_seconds", "the agent's own bookkeeping"),
         ("joule_agent_rests_ended", "the agent's own bookkeeping"),
+        ("joule_agent_reading_age_seconds", "the agent's own bookkeeping"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
