@@ -338,7 +338,8 @@ enum joule_proc_limits {
 	JOULE_PROC_TRACK_MAX = 262144,
 	/* Cgroup directories marked as satisfying a class's cgroup, unit or slice rule. */
 	JOULE_PROC_MAX_MARKS = 16384,
-	/* A cgroup's basename as the mkdir hook compares it (longer names compare truncated). */
+	/* A cgroup's or an executable's basename as the kernel compares it (longer names compare
+	 * truncated). */
 	JOULE_PROC_CG_NAME_LEN = 64,
 	/* Ancestors looked at for a mark, and hierarchies per task; deeper means "may match". */
 	JOULE_PROC_CG_DEPTH = 16,
@@ -393,15 +394,16 @@ enum joule_proc_track_flags {
 
 /* What the classes' rules ask for, one bit per class (bit i: the i-th class in config order).
  * A class's bit is in a kind's mask when the class has rules of that kind; `classes` has the
- * classes that can match at all. exe and pod rules the kernel cannot decide: they never
- * narrow, they only make exec (exe) relevant. */
+ * classes that can match at all. The kernel cannot read an exe's path, but an exec opened the
+ * file, whose name is the path's basename: exe rules narrow by it at an exec only. Pod rules
+ * it cannot decide: they never narrow. */
 struct joule_proc_rules {
 	__u64 classes;
 	__u64 comm;
 	__u64 uid;
 	__u64 pid;
 	__u64 cgroup;      /* cgroup, unit and slice rules: marks on cgroup directories */
-	__u64 exe;
+	__u64 exe;         /* exe rules: at an exec, by the executable's basename */
 };
 
 struct joule_proc_comm {

@@ -4,7 +4,8 @@
  * period: its cost follows the churn, not the number of processes.
  *
  * With a filter (`filtering`, set before load), the classes' rules that the kernel can decide
- * (comm, uid, pid, cgroup/unit/slice as marks on cgroup directories) are in maps, and an event
+ * (comm, uid, pid, cgroup/unit/slice as marks on cgroup directories, exe by the executable's
+ * basename at an exec) are in maps, and an event
  * that cannot change any class stays here, counted per CPU in proc_dropped: a fork whose parent
  * user space does not follow, a rename or exec to a name no rule names, a move or setuid that
  * meets no class, the exit of a process nobody follows. Rules the kernel cannot decide (exe,
@@ -91,6 +92,14 @@ struct {
 	__type(key, struct joule_proc_cg_name);
 	__type(value, __u64);
 } rule_cg_names SEC(".maps");
+
+/* Basenames of the executables exe rules name. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, JOULE_PROC_MAX_RULES);
+	__type(key, struct joule_proc_cg_name);
+	__type(value, __u64);
+} rule_exes SEC(".maps");
 
 /* Cgroup directory (kernfs id, any hierarchy) → the classes whose cgroup-kind rule it and
  * everything below it satisfy. */
@@ -285,13 +294,18 @@ static __always_inline __u32 real_uid(struct task_struct *t)
 }
 
 /* The classes among `relevant` whose kernel-decidable rules the task meets now (with `comm`
- * as its name, and, for a move, `dst` as one of its cgroups); 0: no class among them can take
- * it, so the event cannot change its class. */
-static __always_inline __u64 candidate(struct task_struct *t, __u64 relevant, struct joule_proc_comm *comm, struct cgroup *dst)
+ * as its name, at an exec `exe` as its executable's basename, and, for a move, `dst` as one of
+ * its cgroups); 0: no class among them can take it, so the event cannot change its class. */
+static __always_inline __u64 candidate(struct task_struct *t, __u64 relevant, struct joule_proc_comm *comm, struct joule_proc_cg_name *exe,
+				       struct cgroup *dst)
 {
 	__u64 ok = rules.classes & relevant;
 	if (!ok)
 		return 0;
+	if (exe && (ok & rules.exe)) {
+		__u64 *b = bpf_map_lookup_elem(&rule_exes, exe);
+		ok &= ~rules.exe | (b ? *b : 0);
+	}
 	if (ok & rules.comm) {
 		__u64 *b = bpf_map_lookup_elem(&rule_comms, comm);
 		ok &= ~rules.comm | (b ? *b : 0);
@@ -371,7 +385,7 @@ int BPF_PROG(joule_proc_fork, struct task_struct *parent, struct task_struct *ch
 		if (!from_followed && ppid != self_tgid) {
 			struct joule_proc_comm k = {};
 			leader_comm(child, &k);
-			if (!candidate(child, rules.pid, &k, 0)) {
+			if (!candidate(child, rules.pid, &k, 0, 0)) {
 				dropped(JOULE_PROC_FORK);
 				return 0;
 			}
@@ -394,10 +408,14 @@ int BPF_PROG(joule_proc_exec, struct task_struct *p, pid_t old_pid, struct linux
 	__u64 ticks = start_ticks(p);
 	struct joule_proc_track *e = tracked(tgid, ticks);
 	if (filter_on && !followed(e)) {
-		/* A new name and a new exe: only a class with a comm or an exe rule can now take it. */
+		/* A new name and a new exe: only a class with a comm or an exe rule can now take it.
+		 * The file it runs (an interpreter's, for a script) is /proc/PID/exe: a rule's path
+		 * can only match where its basename is the file's name. */
 		struct joule_proc_comm k = {};
+		struct joule_proc_cg_name x = {};
 		leader_comm(p, &k);
-		if (!candidate(p, rules.comm | rules.exe, &k, 0)) {
+		bpf_probe_read_kernel_str(x.name, sizeof(x.name), BPF_CORE_READ(bprm, file, f_path.dentry, d_name.name));
+		if (!candidate(p, rules.comm | rules.exe, &k, &x, 0)) {
 			dropped(JOULE_PROC_EXEC);
 			return 0;
 		}
@@ -460,7 +478,7 @@ int BPF_PROG(joule_proc_rename, struct task_struct *t, const char *comm)
 		 * class whose comm rule names the new name. */
 		struct joule_proc_comm k = {};
 		bpf_probe_read_kernel_str(k.comm, sizeof(k.comm), comm);
-		if ((followed(e) && (flags_of(e) & JOULE_TRACK_MEMBER)) || !candidate(t, rules.comm, &k, 0)) {
+		if ((followed(e) && (flags_of(e) & JOULE_TRACK_MEMBER)) || !candidate(t, rules.comm, &k, 0, 0)) {
 			dropped(JOULE_PROC_RENAME);
 			return 0;
 		}
@@ -491,7 +509,7 @@ int BPF_PROG(joule_proc_cgroup, struct cgroup *dst, const char *path, struct tas
 		/* Read back through its own css: a plain value, as joule_marks_up takes (a global
 		 * function accepts no trusted pointer). */
 		struct cgroup *d = BPF_CORE_READ(dst, self.cgroup);
-		if (!candidate(t, ~0ULL, &k, d)) {
+		if (!candidate(t, ~0ULL, &k, 0, d)) {
 			dropped(JOULE_PROC_CGROUP);
 			return 0;
 		}
@@ -529,7 +547,7 @@ int BPF_PROG(joule_proc_creds, struct pt_regs *regs, long ret)
 		 * (a kept child of a member, which may follow its parent again, is followed). */
 		struct joule_proc_comm k = {};
 		leader_comm(t, &k);
-		if (!candidate(t, rules.uid, &k, 0)) {
+		if (!candidate(t, rules.uid, &k, 0, 0)) {
 			dropped(JOULE_PROC_CREDS);
 			return 0;
 		}

@@ -216,11 +216,13 @@ impl ProcMonitor {
         for (pid, bits) in &f.rules.pids {
             bpf("filling rule_pids", m.rule_pids.update(&pid.to_ne_bytes(), &bits.to_ne_bytes(), any))?;
         }
-        for (name, bits) in &f.rules.cgroup_names {
-            let k = filter::cg_name(name);
-            // SAFETY: joule_proc_cg_name is a bindgen struct of one char array: plain bytes.
-            let key = unsafe { std::slice::from_raw_parts((&k as *const intf::joule_proc_cg_name).cast::<u8>(), std::mem::size_of_val(&k)) };
-            bpf("filling rule_cg_names", m.rule_cg_names.update(key, &bits.to_ne_bytes(), any))?;
+        for (map, names, what) in [(&m.rule_cg_names, &f.rules.cgroup_names, "filling rule_cg_names"), (&m.rule_exes, &f.rules.exes, "filling rule_exes")] {
+            for (name, bits) in names {
+                let k = filter::cg_name(name);
+                // SAFETY: joule_proc_cg_name is a bindgen struct of one char array: plain bytes.
+                let key = unsafe { std::slice::from_raw_parts((&k as *const intf::joule_proc_cg_name).cast::<u8>(), std::mem::size_of_val(&k)) };
+                bpf(what, map.update(key, &bits.to_ne_bytes(), any))?;
+            }
         }
         let marks = filter::marks(&f.rules, &f.cgroup_mounts);
         let (mut levels, mut hiers) = (0u64, 0u64);

@@ -1,13 +1,14 @@
-//! The rule compiler: the classes' rules the kernel can decide (comm, uid, pid, and cgroup,
-//! unit and slice as marks on cgroup directories), as the process monitor's maps, so that a
+//! The rule compiler: the classes' rules the kernel can decide (comm, uid, pid, cgroup, unit
+//! and slice as marks on cgroup directories, exe by the executable's basename at an exec), as
+//! the process monitor's maps, so that a
 //! process event that cannot change any class stays in the kernel (joule-bpf's procmon,
 //! docs/bpf.md). One bit per class, in config order; a kind's mask has the bits of the classes
 //! with rules of that kind, and a value maps to the classes whose rule of that kind it meets.
 //!
 //! The kernel may only let too much through: every value here is a superset of what the
 //! matcher (`MatchRules::matches`) accepts (a comm rule longer than a comm is cut to one, a
-//! cgroup rule also marks any directory of its basename made later), and exe and pod rules,
-//! which the kernel cannot decide, never narrow. [`Prefilter::candidates`] is the kernel's
+//! cgroup rule also marks any directory of its basename made later, an exe rule holds wherever
+//! its basename does), and pod rules, which the kernel cannot decide, never narrow. [`Prefilter::candidates`] is the kernel's
 //! decision in Rust, for the tests that hold it to the matcher.
 
 use crate::config::ClassConfig;
@@ -33,11 +34,13 @@ pub struct Prefilter {
     pub pid: u64,
     /// cgroup, unit and slice rules: met where a marked directory is the task's cgroup or above it.
     pub cgroup: u64,
-    /// exe rules: the kernel cannot read the exe, so they only make an exec relevant.
+    /// exe rules: the kernel cannot read the exe's path; at an exec it knows the file's name.
     pub exe: u64,
     pub comms: BTreeMap<[u8; COMM_LEN], u64>,
     pub uids: BTreeMap<u32, u64>,
     pub pids: BTreeMap<u32, u64>,
+    /// Basenames of the executables exe rules name (cut like cgroup names).
+    pub exes: BTreeMap<Vec<u8>, u64>,
     /// Basenames (at most `CG_NAME_LEN - 1` bytes) whose new directories the kernel marks.
     pub cgroup_names: BTreeMap<Vec<u8>, u64>,
     /// `cgroup` rules as paths, in every hierarchy ("" for the root).
@@ -109,6 +112,10 @@ impl Prefilter {
             for pid in &m.pid {
                 *f.pids.entry(*pid as u32).or_default() |= bit;
             }
+            for exe in &m.exe {
+                let base = exe.rsplit('/').next().unwrap_or_default();
+                *f.exes.entry(cg_name_key(base)).or_default() |= bit;
+            }
             for rule in &m.cgroup {
                 let path = rule.trim_end_matches('/');
                 *f.cgroup_paths.entry(path.to_string()).or_default() |= bit;
@@ -122,7 +129,7 @@ impl Prefilter {
                 *f.cgroup_names.entry(cg_name_key(name)).or_default() |= bit;
             }
         }
-        let too_many = [f.comms.len(), f.uids.len(), f.pids.len(), f.cgroup_names.len()].into_iter().any(|n| n > MAX_RULES);
+        let too_many = [f.comms.len(), f.uids.len(), f.pids.len(), f.exes.len(), f.cgroup_names.len()].into_iter().any(|n| n > MAX_RULES);
         (!too_many).then_some(f)
     }
 
@@ -138,11 +145,15 @@ impl Prefilter {
     }
 
     /// The kernel's decision: the classes among `relevant` whose decidable rules a process
-    /// with this name, uid and pid meets, its cgroups meeting the cgroup-kind rules of the
-    /// classes in `cgroup_bits`. Empty: the event stays in the kernel.
-    pub fn candidates(&self, relevant: u64, comm: &[u8], uid: u32, pid: u32, cgroup_bits: u64) -> u64 {
+    /// with this name, uid and pid meets (and, at an exec, this executable), its cgroups
+    /// meeting the cgroup-kind rules of the classes in `cgroup_bits`. Empty: the event stays in
+    /// the kernel.
+    pub fn candidates(&self, relevant: u64, comm: &[u8], exe: Option<&str>, uid: u32, pid: u32, cgroup_bits: u64) -> u64 {
         let mut ok = self.classes & relevant;
         let lookup = |v: Option<&u64>| v.copied().unwrap_or(0);
+        if let Some(exe) = exe {
+            ok &= !self.exe | lookup(self.exes.get(&cg_name_key(exe.rsplit('/').next().unwrap_or_default())));
+        }
         ok &= !self.comm | lookup(self.comms.get(&comm_key(comm)));
         ok &= !self.uid | lookup(self.uids.get(&uid));
         ok &= !self.pid | lookup(self.pids.get(&pid));

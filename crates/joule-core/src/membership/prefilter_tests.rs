@@ -88,9 +88,10 @@ fn matched(classes: &[ClassConfig], p: &Proc) -> u64 {
         .fold(0, |bits, (i, _)| bits | 1 << i)
 }
 
-fn decided(f: &Prefilter, relevant: u64, p: &Proc) -> u64 {
+/// The kernel's decision about `p`; `exec`: at an exec, which sees the executable's name.
+fn decided(f: &Prefilter, relevant: u64, p: &Proc, exec: bool) -> u64 {
     let cg = p.cgroups.iter().fold(0, |b, c| b | f.cgroup_bits(c));
-    f.candidates(relevant, p.comm.as_bytes(), p.uid, p.pid as u32, cg)
+    f.candidates(relevant, p.comm.as_bytes(), exec.then_some(p.exe.as_str()), p.uid, p.pid as u32, cg)
 }
 
 #[test]
@@ -103,7 +104,7 @@ fn whatever_a_class_accepts_the_kernel_lets_through() {
         for _ in 0..50 {
             let p = random_proc(&mut r);
             let want = matched(&classes, &p);
-            let got = decided(&f, f.relevant(Change::Cgroup), &p);
+            let got = decided(&f, f.relevant(Change::Cgroup), &p, false) & decided(&f, f.relevant(Change::Cgroup), &p, true);
             assert_eq!(want & !got, 0, "classes {want:b} match {} but the filter says {got:b}: {classes:#?}", p.comm);
             matches += want.count_ones();
         }
@@ -130,7 +131,7 @@ fn an_event_that_brings_a_process_into_a_class_is_relevant_to_it() {
                 Change::Fork => unreachable!(),
             }
             let joined = matched(&classes, &after) & !matched(&classes, &before);
-            let got = decided(&f, f.relevant(change), &after);
+            let got = decided(&f, f.relevant(change), &after, change == Change::Exec);
             assert_eq!(joined & !got, 0, "{change:?} brings {} into {joined:b}, the filter lets {got:b} through", after.comm);
             joins += joined.count_ones();
         }
@@ -146,9 +147,9 @@ fn a_child_of_a_parent_in_no_class_differs_only_by_its_pid() {
     ];
     let f = Prefilter::compile(&classes).unwrap();
     let relevant = f.relevant(Change::Fork);
-    assert_eq!(f.candidates(relevant, b"nginx", 0, 4243, 0), 0, "only a pid rule can tell a child from its parent");
-    assert_eq!(f.candidates(relevant, b"sh", 0, 4242, 0), 0b10, "the pid a pid rule names");
-    assert_eq!(f.candidates(relevant, b"sh", 1000, 4242, 0), 0, "and the rest of its rules");
+    assert_eq!(f.candidates(relevant, b"nginx", None, 0, 4243, 0), 0, "only a pid rule can tell a child from its parent");
+    assert_eq!(f.candidates(relevant, b"sh", None, 0, 4242, 0), 0b10, "the pid a pid rule names");
+    assert_eq!(f.candidates(relevant, b"sh", None, 1000, 4242, 0), 0, "and the rest of its rules");
 }
 
 #[test]
@@ -170,6 +171,10 @@ fn values_compile_to_the_classes_that_name_them() {
     assert_eq!(f.cgroup_bits("/batch/jobs/x"), 0b100);
     assert_eq!(f.cgroup_bits("/batch/jobsx"), 0);
     assert_eq!(f.cgroup_bits("/system.slice/web.service"), 0b100);
+    assert_eq!(f.exes[&b"x".to_vec()], 0b100);
+    let exec = f.relevant(Change::Exec);
+    assert_eq!(f.candidates(exec, b"nginx", Some("/opt/x"), 33, 1, 0b100), 0b101, "an exe of that basename may be the rule's");
+    assert_eq!(f.candidates(exec, b"nginx", Some("/bin/y"), 33, 1, 0b100), 0b001, "another cannot");
     let many: Vec<ClassConfig> = (0..65).map(|i| ClassConfig { name: format!("c{i}"), ..Default::default() }).collect();
     assert_eq!(Prefilter::compile(&many), None, "65 classes do not fit in one filter's bits");
 }
