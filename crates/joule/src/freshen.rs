@@ -2,7 +2,8 @@
 //! scrape may find a reading up to a rest old. It is served at once from that reading, whose age
 //! `/metrics` says (`joule_agent_reading_age_seconds`), and a reading older than half a rest
 //! period asks the loop for a new one — at most once per rest period, however many clients
-//! scrape how often, so the next scrape is fresher and nobody outside keeps the loop awake: the
+//! scrape how often, so later scrapes are fresher (none is served a reading older than a rest)
+//! and nobody outside keeps the loop awake: the
 //! metrics thread answers every scrape, the control loop runs at most twice per rest period
 //! (its rest and one refresh), never per scrape. The loop stays the one thing that reads
 //! sources and decides (node_exporter's read-when-scraped would be a second reader).
