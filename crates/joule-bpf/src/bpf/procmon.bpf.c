@@ -377,11 +377,18 @@ int BPF_PROG(joule_proc_fork, struct task_struct *parent, struct task_struct *ch
 		return 0;
 	}
 	if (filter_on) {
-		/* A child starts as its parent is (name, exe, uid, cgroups): a parent nobody follows is
-		 * in no class and the child would be in none either, but for a pid rule. The agent's own
-		 * children are never members, whatever they match, so they are sent as well. */
+		/* A child starts as its forker is (name, exe, uid, cgroups) and follows its parent,
+		 * the same process but for a CLONE_PARENT fork (a container runtime's last init stage,
+		 * made in the pod's cgroup, is runc's child). A process nobody follows is in no class:
+		 * when neither is followed the child can be in none either, but for a pid rule. The
+		 * agent's own children are never members, whatever they match, so they are sent too. */
 		struct joule_proc_track *pe = tracked(ppid, start_ticks(rp));
 		bool from_followed = followed(pe) && !(flags_of(pe) & JOULE_TRACK_NOFOLLOW);
+		__u32 forker = BPF_CORE_READ(parent, tgid);
+		if (!from_followed && forker != ppid) {
+			struct joule_proc_track *fe = tracked(forker, start_ticks(parent));
+			from_followed = followed(fe) && !(flags_of(fe) & JOULE_TRACK_NOFOLLOW);
+		}
 		if (!from_followed && ppid != self_tgid) {
 			struct joule_proc_comm k = {};
 			leader_comm(child, &k);

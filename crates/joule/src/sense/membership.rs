@@ -163,6 +163,7 @@ impl EventMembership {
         self.stats.events_total += events.len() as u64;
         let mut changes = Vec::with_capacity(events.len());
         for d in &events {
+            tracing::trace!("process event {:?} (seq {}, adopted {}, children {})", d.event, d.seq, d.adopted, d.children);
             self.discover |= self.following.note(d, &self.cache);
             // A rename the filter kept in the kernel (a member's) shows in the next event's name:
             // the cache takes it first, so no decision is made on a stale one.
@@ -183,6 +184,7 @@ impl EventMembership {
     /// Tells the kernel what was decided about the processes touched since the last time.
     fn settle(&mut self, changed: &[i32]) {
         let (settlements, discover) = self.following.settle(&mut self.cache, changed);
+        tracing::trace!("settled {settlements:?}");
         self.discover |= discover;
         if let Err(e) = self.monitor.settle(&settlements) {
             tracing::warn!("settling {} process(es) in the process monitor: {e}", settlements.len());
