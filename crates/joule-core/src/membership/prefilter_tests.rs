@@ -48,11 +48,11 @@ fn random_classes(r: &mut Rng) -> Vec<ClassConfig> {
             let matches = MatchRules {
                 comm: s(COMMS, r),
                 uid: r.some(UIDS, 2),
-                pid: if r.next() % 4 == 0 { r.some(PIDS, 1) } else { vec![] },
-                exe: if r.next() % 3 == 0 { s(EXES, r) } else { vec![] },
-                cgroup: if r.next() % 2 == 0 { s(&CGROUPS[1..], r) } else { vec![] },
-                unit: if r.next() % 4 == 0 { vec![r.pick(&UNITS[..1]).to_string()] } else { vec![] },
-                slice: if r.next() % 4 == 0 { vec![r.pick(&UNITS[1..]).to_string()] } else { vec![] },
+                pid: if r.next().is_multiple_of(4) { r.some(PIDS, 1) } else { vec![] },
+                exe: if r.next().is_multiple_of(3) { s(EXES, r) } else { vec![] },
+                cgroup: if r.next().is_multiple_of(2) { s(&CGROUPS[1..], r) } else { vec![] },
+                unit: if r.next().is_multiple_of(4) { vec![r.pick(&UNITS[..1]).to_string()] } else { vec![] },
+                slice: if r.next().is_multiple_of(4) { vec![r.pick(&UNITS[1..]).to_string()] } else { vec![] },
                 ..Default::default()
             };
             ClassConfig { name: format!("c{i}"), matches, ..Default::default() }
