@@ -31,7 +31,7 @@ pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;
 pub use probe::probe;
-pub use procmon::{ProcEvent, ProcMonitor, ProcMonitorOpts};
+pub use procmon::{Delivered, Follow, ProcEvent, ProcFilter, ProcMonitor, ProcMonitorOpts, Settlement};
 pub use ring::RingStop;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};
 pub use scx::{Scx, ScxOpts, ScxStats};

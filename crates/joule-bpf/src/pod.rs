@@ -33,6 +33,7 @@ pod!(
     crate::intf::joule_cgroup_net,
     crate::intf::joule_softirq_time,
     crate::intf::joule_netlimit_rule,
+    crate::intf::joule_proc_track,
     u32,
     u64
 );

@@ -691,7 +691,7 @@ fn root_nap_counts_live_tcp_sockets_on_a_watched_port_up_and_down() {
 #[test]
 #[ignore = "tier 2: root"]
 fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
-    use joule_bpf::{FlowMonitor, NapProbe, NapProto, NetlimitClassifier, NetlimitRule, ProcMonitor, ProcMonitorOpts, Scx, ScxOpts};
+    use joule_bpf::{FlowMonitor, NapProbe, NapProto, NetlimitClassifier, NetlimitRule, ProcMonitor, Scx, ScxOpts};
     require_root!();
     let Some(cg2) = cgroup2_mount() else {
         require(false, "a cgroup2 mount (the flow monitor attaches there)");
@@ -707,7 +707,8 @@ fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
     let mut loaded: Vec<(&str, &str, Box<dyn std::any::Any>)> = vec![
         ("runqlat", "joule_sched_swi", Box::new(runqlat_for_this_machine())),
         ("thermal", "joule_thermal_t", Box::new(ThermalStage::load(thermal, None).expect("loading thermal.bpf.c"))),
-        ("procmon", "joule_proc_cred", Box::new(ProcMonitor::load(&ProcMonitorOpts { creds: true, ..Default::default() }).expect("loading procmon.bpf.c"))),
+        // With a filter of every rule kind: the verifier prunes the filter's code when it is off.
+        ("procmon", "joule_proc_cred", Box::new(ProcMonitor::load(&filtered_procmon()).expect("loading procmon.bpf.c"))),
         ("nap", "nap_sock_state", Box::new(NapProbe::load(&[(NapProto::Tcp, 8080), (NapProto::Udp, 5353)]).expect("loading nap.bpf.c"))),
         ("flow", "joule_flow_egre", Box::new(FlowMonitor::load(&cg2).expect("loading flow.bpf.c"))),
         ("netlimit", "joule_netlimit_", Box::new(NetlimitClassifier::load(&[rule], &[(1, 0x10002)]).expect("loading netlimit.bpf.c"))),
@@ -730,6 +731,18 @@ fn root_every_bpf_program_loads_and_attaches_on_this_kernel() {
         assert!(Instant::now() < deadline, "programs left in the kernel after every loader was dropped: {:?}", programs());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The process monitor's options with a filter that has rules of every kind.
+fn filtered_procmon() -> joule_bpf::ProcMonitorOpts {
+    let cfg = joule_core::config::Config::parse(
+        "[[class]]\nname = \"a\"\nmatch = { comm = [\"jx-a\"], uid = [0], pid = [4242], exe = [\"/bin/true\"] }\n\
+         [[class]]\nname = \"b\"\nmatch = { cgroup = [\"/joule-test-none\"], unit = [\"joule-test-none.service\"] }\n",
+    )
+    .unwrap();
+    let rules = joule_core::membership::prefilter::Prefilter::compile(&cfg.classes).unwrap();
+    let filter = joule_bpf::ProcFilter { rules, cgroup_mounts: vec![move_target_root()], own_pid: std::process::id() };
+    joule_bpf::ProcMonitorOpts { creds: true, filter: Some(filter), ..Default::default() }
 }
 
 fn kernel_release() -> String {

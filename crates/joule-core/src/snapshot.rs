@@ -69,7 +69,15 @@ pub struct ProcessEvents {
     /// then, so the control loop keeps its full period (it must not rest past the walk).
     #[serde(default)]
     pub resync_pending: bool,
-    /// Processes the cache knows.
+    /// Events the kernel's filter kept (they could change no class), summed over the CPUs.
+    #[serde(default)]
+    pub dropped_total: u64,
+    /// Walks of /proc to find the children of a process that joined a class, or whose children
+    /// a followed reaper took in, which the filter had not sent (counted in `resyncs_total`).
+    #[serde(default)]
+    pub discoveries_total: u64,
+    /// Processes the cache knows: with the kernel's filter, those it follows (members, their
+    /// other children, pods' processes waiting for the runtime's word).
     pub processes: usize,
     pub source: Origin,
 }

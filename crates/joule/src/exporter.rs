@@ -2,8 +2,8 @@
 //! (exposition.rs, both rendered from the table in metrics.rs), the snapshot at
 //! `/snapshot.json`, and the plan with the actuators' state at `/plan.json`. The agent
 //! publishes; scrapes never block the control loop for longer than building the table. A
-//! scrape of a reading older than the loop's full period (a loop at rest) first asks the loop
-//! for a new one and waits for it, briefly (freshen.rs).
+//! scrape is served from the reading there is, with its age; a stale one asks the loop for a
+//! new one, at most once per rest period (freshen.rs).
 //!
 //! Anyone who can reach the address is a client, so the server is bounded (issue 17,
 //! docs/security.md): hyper's HTTP/1 on a one-thread tokio runtime, at most
@@ -46,7 +46,7 @@ pub struct Published {
     pub actuators: Vec<ActuatorStatus>,
     pub agent: AgentStats,
     /// When the loop published this (None: nothing yet), and a number that grows with each
-    /// publication: a scrape that refreshed a stale reading waits for it to change (freshen.rs).
+    /// publication.
     pub published_at: Option<std::time::Instant>,
     pub generation: u64,
 }
@@ -242,7 +242,7 @@ struct Server {
 
 /// Starts the HTTP server on its own thread (one tokio worker, one blocking thread for
 /// bcrypt). Returns the bound address (useful with port 0). With `freshen`, a scrape of a
-/// reading older than the loop's full period refreshes it first (freshen.rs).
+/// stale reading asks the loop for a new one (freshen.rs).
 pub fn serve(
     addr: &str,
     shared: Shared,

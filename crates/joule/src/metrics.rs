@@ -29,6 +29,10 @@ pub struct AgentStats {
     pub limits: Limits,
     /// What the start's replay of the undo journal found a previous run had left.
     pub recovered: Recovered,
+    /// When the loop published the reading these stats came with: a scrape serves it as it
+    /// is, and says how old it is (freshen.rs).
+    #[serde(skip)]
+    pub published_at: Option<std::time::Instant>,
 }
 
 /// The thermal stage's thresholds and the limit they keep under (`joule_thermal_limit_celsius`).
@@ -159,6 +163,26 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
         num(pe.iter().map(|p| (l(&[src(p.source)]), p.resyncs_deferred_total as f64)).collect()),
     );
     pod_families(s, &mut push);
+    push(
+        def!(
+            "joule_membership_dropped_events",
+            Counter,
+            None,
+            "/process_events",
+            "Process events the kernel's filter kept (they could change no class: a process nobody follows forking, exiting, or renamed, moved or setuid to what no class takes), summed over the CPUs; they never reach the agent."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.dropped_total as f64)).collect()),
+    );
+    push(
+        def!(
+            "joule_membership_discoveries",
+            Counter,
+            None,
+            "/process_events",
+            "Walks of /proc (among joule_membership_resyncs) to find children the kernel's filter had not sent: of a process that joined a class, or that a followed reaper took in."
+        ),
+        num(pe.iter().map(|p| (l(&[src(p.source)]), p.discoveries_total as f64)).collect()),
+    );
     let iv = (s.interval_ms.max(1)) as f64 * 1000.0;
     push(
         def!(
@@ -289,6 +313,16 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
             "The sleep the control loop chose after its last iteration: agent.period_ms while something is in motion, agent.rest_period_ms when nothing is (less when an armed nap falls due sooner); `why` says which (rest, stage, near_threshold, busy, power_budget, class_change, resync_pending, plan_change, following_threads, nap_due)."
         ),
         num(vec![(l(&[("why", a.pace.why.as_str())]), a.pace.period_ms as f64 / 1e3)]),
+    );
+    push(
+        def!(
+            "joule_agent_reading_age_seconds",
+            Gauge,
+            None,
+            "",
+            "Age of the reading a scrape is served from: a resting loop publishes once per agent.rest_period_ms, and a scrape never waits for a new one (a reading older than half a rest asks for one, once per rest at most)."
+        ),
+        num(a.published_at.map(|t| (vec![], t.elapsed().as_secs_f64())).into_iter().collect()),
     );
     push(
         def!(
@@ -548,7 +582,7 @@ mod tests {
     const UNITS: [&str; 8] = ["_ratio", "_seconds", "_watts", "_joules", "_celsius", "_hertz", "_bytes_per_second", "_bytes"];
 
     /// Families that carry no measured value, and why they have no `source` label.
-    const NO_SOURCE: [(&str, &str); 19] = [
+    const NO_SOURCE: [(&str, &str); 20] = [
         ("joule_pod_index_pods", "the agent's own bookkeeping of the runtime's answers"),
         ("joule_pod_index_unnamed_pods", "the agent's own bookkeeping of the runtime's answers"),
         ("joule_pod_index_stale_seconds", "the agent's own bookkeeping of the runtime's answers"),
@@ -561,6 +595,7 @@ mod tests {
         ("joule_thermal_stage", "a decision, not a reading: labelled computed_by and temp_source instead"),
         ("joule_agent_period_seconds", "the agent's own bookkeeping"),
         ("joule_agent_rests_ended", "the agent's own bookkeeping"),
+        ("joule_agent_reading_age_seconds", "the agent's own bookkeeping"),
         ("joule_agent_samples", "the agent's own bookkeeping"),
         ("joule_agent_cpu_seconds", "the agent's own bookkeeping"),
         ("joule_agent_loop_duration_seconds", "the agent's own bookkeeping"),
@@ -587,6 +622,8 @@ mod tests {
             resync_seconds_total: 0.02,
             resyncs_deferred_total: 2,
             resync_pending: false,
+            dropped_total: 7,
+            discoveries_total: 1,
             processes: 80,
             source: Origin::Ebpf,
         });
@@ -637,6 +674,8 @@ mod tests {
             "joule_membership_lost_events",
             "joule_membership_resyncs",
             "joule_membership_resyncs_deferred",
+            "joule_membership_dropped_events",
+            "joule_membership_discoveries",
             "joule_plan_decisions",
             "joule_plan_knobs",
             "joule_plan_conflicts",

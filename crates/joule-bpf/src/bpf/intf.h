@@ -309,29 +309,126 @@ struct joule_netlimit_rule {
  * buffer, so user space keeps class membership without walking /proc every period (the way
  * Tetragon keeps its process cache). Events for processes only (thread-group leaders), except
  * JOULE_PROC_CREDS, sent by any thread whose setuid-family syscall succeeded. A reservation that
- * fails (the buffer full) is counted in proc_lost; user space then walks /proc again. */
+ * fails (the buffer full) is counted in proc_lost; user space then walks /proc again.
+ *
+ * With a filter (the classes' rules compiled into maps, docs/bpf.md), an event that cannot
+ * change any class stays in the kernel and is counted in proc_dropped instead. */
 enum joule_proc_kind {
 	JOULE_PROC_FORK = 1,   /* a new process (not a thread): pid, ppid, start */
 	JOULE_PROC_EXEC = 2,   /* pid ran execve: new comm; exe and uid are read from /proc */
-	JOULE_PROC_EXIT = 3,   /* the thread-group leader exited */
+	JOULE_PROC_EXIT = 3,   /* the process's last thread exited */
 	JOULE_PROC_RENAME = 4, /* the leader's comm changed (prctl, /proc/PID/comm) */
 	JOULE_PROC_CGROUP = 5, /* pid (and its threads) moved to another cgroup, by anyone */
 	JOULE_PROC_CREDS = 6,  /* a setuid/setreuid/setresuid succeeded in pid (its uids may differ) */
+	/* Entries of proc_dropped: one per kind above, index = kind. */
+	JOULE_PROC_KINDS = 7,
 };
 
 enum joule_proc_limits {
 	JOULE_PROC_COMM_LEN = 16,
-	/* Default ring buffer: ~8,000 events, 0.1 s of a 80,000 starts/s storm. */
+	/* Default ring buffer: ~10,000 events, 0.1 s of a 100,000 starts/s storm. */
 	JOULE_PROC_RINGBUF_BYTES = 512 * 1024,
+	/* The kernel's USER_HZ: /proc/PID/stat's start time is in 1/100 s. */
+	JOULE_USER_HZ = 100,
+	/* Classes one filter can tell apart (a bit each); more and the filter is not used. */
+	JOULE_PROC_MAX_CLASSES = 64,
+	/* Values of each kind of rule (comm, uid, pid, cgroup name) the rule maps hold. */
+	JOULE_PROC_MAX_RULES = 1024,
+	/* Processes whose events user space follows (members, their children, candidates). */
+	JOULE_PROC_TRACK_MAX = 262144,
+	/* Cgroup directories marked as satisfying a class's cgroup, unit or slice rule. */
+	JOULE_PROC_MAX_MARKS = 16384,
+	/* A cgroup's or an executable's basename as the kernel compares it (longer names compare
+	 * truncated). */
+	JOULE_PROC_CG_NAME_LEN = 64,
+	/* Ancestors looked at for a mark, and hierarchies per task; deeper means "may match". */
+	JOULE_PROC_CG_DEPTH = 16,
+	JOULE_PROC_MAX_HIERARCHIES = 16,
+	/* Ancestors looked at for the reaper of an exiting process's children. */
+	JOULE_PROC_REAPER_DEPTH = 16,
+	/* Settlements one run of the settle program applies. */
+	JOULE_PROC_SETTLE_MAX = 1024,
+};
+
+/* joule_proc_event.flags */
+enum joule_proc_event_flags {
+	/* The process was not followed before this event: what the cache knew of it is gone. */
+	JOULE_PROC_F_ADOPTED = 1,
+	/* It has children now (or may: it has several threads), which may be unknown to user space. */
+	JOULE_PROC_F_CHILDREN = 2,
+	/* EXIT: its children go to a reaper (a subreaper, a pid namespace's init) that is followed,
+	 * whose class they may follow. */
+	JOULE_PROC_F_ORPHANS_FOLLOWED = 4,
 };
 
 struct joule_proc_event {
 	__u32 kind;        /* enum joule_proc_kind */
 	__u32 pid;         /* the process (tgid) */
 	__u32 ppid;        /* FORK: the parent process */
-	__u32 _pad;
+	__u32 flags;       /* enum joule_proc_event_flags */
 	__u64 start_ns;    /* the process's start_boottime (ns since boot, as /proc/PID/stat's field 22 before its division) */
+	__u64 seq;         /* the process's proc_track sequence after this event (0: not followed) */
 	char comm[JOULE_PROC_COMM_LEN];
+};
+
+/* proc_track's value: a process whose events user space follows. `state` is seq << 8 | flags:
+ * every event delivered for the process adds one to seq and clears the flags, so a settlement
+ * user space decided before it (with an older seq) no longer applies. */
+struct joule_proc_track {
+	__u64 start_ticks; /* the process's start time in USER_HZ ticks: with the pid, its identity */
+	__u64 state;
+};
+
+enum joule_proc_track_flags {
+	JOULE_TRACK_SEQ_SHIFT = 8,
+	JOULE_TRACK_FLAGS_MASK = 0xff,
+	/* In a class: a rename changes nothing (membership is sticky), so renames stay here. */
+	JOULE_TRACK_MEMBER = 1,
+	/* Not in a class, followed for its parent's sake (a uid change may make it follow its
+	 * parent): its children cannot follow it, so its forks stay here. */
+	JOULE_TRACK_NOFOLLOW = 2,
+	/* Not followed: its events pass the rules like any other process's; the entry waits for
+	 * the process's exit (or its next candidate event). */
+	JOULE_TRACK_PRUNED = 4,
+};
+
+/* What the classes' rules ask for, one bit per class (bit i: the i-th class in config order).
+ * A class's bit is in a kind's mask when the class has rules of that kind; `classes` has the
+ * classes that can match at all. The kernel cannot read an exe's path, but an exec opened the
+ * file, whose name is the path's basename: exe rules narrow by it at an exec only. Pod rules
+ * it cannot decide: they never narrow. */
+struct joule_proc_rules {
+	__u64 classes;
+	__u64 comm;
+	__u64 uid;
+	__u64 pid;
+	__u64 cgroup;      /* cgroup, unit and slice rules: marks on cgroup directories */
+	__u64 exe;         /* exe rules: at an exec, by the executable's basename */
+};
+
+struct joule_proc_comm {
+	char comm[JOULE_PROC_COMM_LEN];
+};
+
+struct joule_proc_cg_name {
+	char name[JOULE_PROC_CG_NAME_LEN];
+};
+
+enum joule_proc_settle_op {
+	/* Set the flags if the entry's seq is still `seq`; seq 0: insert the entry if absent. */
+	JOULE_SETTLE_FLAGS = 1,
+	/* Delete the entry of this process (pid and start time). */
+	JOULE_SETTLE_FORGET = 2,
+};
+
+/* One settlement, in the settle program's queue (.bss, written by user space). */
+struct joule_proc_settle {
+	__u32 pid;
+	__u8 op;           /* enum joule_proc_settle_op */
+	__u8 flags;        /* enum joule_proc_track_flags */
+	__u16 _pad;
+	__u64 start_ticks;
+	__u64 seq;
 };
 
 #endif /* __JOULE_INTF_H */

@@ -2,12 +2,18 @@
 //! the ring buffer; [`ProcMonitor::drain`] hands over, without blocking, every event the kernel
 //! sent since the last call (a new process, an exec, a rename, a cgroup move, a setuid, an exit),
 //! and [`ProcMonitor::lost`] how many did not fit in the buffer (user space then walks /proc).
+//! With a [`ProcFilter`], events that cannot change any class stay in the kernel
+//! ([`ProcMonitor::dropped`]); user space turns the filter on once it has walked /proc and
+//! tells the kernel what it decided about the processes it follows ([`ProcMonitor::settle`]).
+
+mod filter;
+pub use filter::{Follow, ProcFilter, Settlement};
 
 use crate::error::{bpf, BpfError};
 use crate::intf;
 use crate::storage::ObjectStorage;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramInput, RingBuffer, RingBufferBuilder};
 use skel::{ProcmonSkel, ProcmonSkelBuilder};
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
@@ -18,7 +24,7 @@ mod skel {
 }
 
 /// The kernel's USER_HZ: /proc/PID/stat's start time is in these ticks.
-const USER_HZ: u64 = 100;
+const USER_HZ: u64 = intf::JOULE_USER_HZ as u64;
 
 /// One change the kernel reported. `started` is the process's start time in clock ticks after
 /// boot, as /proc/PID/stat field 22 gives it: with the pid, its identity.
@@ -71,6 +77,18 @@ impl ProcEvent {
         }
     }
 
+    /// The process's start time (clock ticks after boot).
+    pub fn started(&self) -> u64 {
+        match *self {
+            ProcEvent::Fork { started, .. }
+            | ProcEvent::Exec { started, .. }
+            | ProcEvent::Exit { started, .. }
+            | ProcEvent::Rename { started, .. }
+            | ProcEvent::Cgroup { started, .. }
+            | ProcEvent::Creds { started, .. } => started,
+        }
+    }
+
     fn decode(e: &intf::joule_proc_event) -> Option<ProcEvent> {
         let (pid, started) = (e.pid as i32, e.start_ns / (1_000_000_000 / USER_HZ));
         let len = e.comm.iter().position(|c| *c == 0).unwrap_or(e.comm.len());
@@ -87,6 +105,23 @@ impl ProcEvent {
     }
 }
 
+/// An event as the kernel sent it, with what the filter knew of the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub event: ProcEvent,
+    /// The process's name when the event was sent (every kind carries it): a rename the filter
+    /// kept in the kernel shows here.
+    pub comm: String,
+    /// Its entry's sequence number after the event (0: not followed), for [`Settlement`].
+    pub seq: u64,
+    /// Nobody followed it before this event: user space knows nothing of it.
+    pub adopted: bool,
+    /// It has children (or may: several threads) user space may not know.
+    pub children: bool,
+    /// An exit whose children go to a followed reaper (a subreaper, a namespace's init).
+    pub orphans_followed: bool,
+}
+
 /// What to load.
 #[derive(Debug, Clone, Default)]
 pub struct ProcMonitorOpts {
@@ -96,6 +131,8 @@ pub struct ProcMonitorOpts {
     /// Ring buffer size in bytes (a power of two, at least a page); default
     /// `JOULE_PROC_RINGBUF_BYTES`. Tests make it tiny to force lost events.
     pub ringbuf_bytes: Option<u32>,
+    /// Keep the events that cannot change any class in the kernel. None: send every event.
+    pub filter: Option<ProcFilter>,
 }
 
 /// The attached process monitor. Dropping it detaches the programs.
@@ -103,7 +140,8 @@ pub struct ProcMonitor {
     /// Some until Drop, which frees it before the programs and maps it reads.
     ring: Option<RingBuffer<'static>>,
     creds: bool,
-    events: Arc<Mutex<Vec<ProcEvent>>>,
+    filtering: bool,
+    events: Arc<Mutex<Vec<Delivered>>>,
     lost: MapHandle,
     skel: ManuallyDrop<ProcmonSkel<'static>>,
     _storage: ObjectStorage,
@@ -119,8 +157,18 @@ impl ProcMonitor {
             bpf("sizing proc_events", open.maps.proc_events.set_max_entries(bytes))?;
         }
         open.progs.joule_proc_creds.set_autoload(opts.creds);
-        open.maps.rodata_data.as_mut().expect("procmon has a .rodata section").watch_creds = opts.creds;
+        let rodata = open.maps.rodata_data.as_mut().expect("procmon has a .rodata section");
+        rodata.watch_creds = opts.creds;
+        if let Some(f) = &opts.filter {
+            let r = &f.rules;
+            rodata.filtering = true;
+            rodata.self_tgid = f.own_pid;
+            rodata.rules = skel::types::joule_proc_rules { classes: r.classes, comm: r.comm, uid: r.uid, pid: r.pid, cgroup: r.cgroup, exe: r.exe };
+        }
         let mut skel = bpf("loading procmon into the kernel", open.load())?;
+        if let Some(f) = &opts.filter {
+            Self::fill_rules(&mut skel, f)?;
+        }
         bpf("attaching the process monitor's tracepoints", skel.attach())?;
         let lost = bpf("opening proc_lost", MapHandle::try_from(&skel.maps.proc_lost))?;
         let ring_map = bpf("opening proc_events", MapHandle::try_from(&skel.maps.proc_events))?;
@@ -134,23 +182,126 @@ impl ProcMonitor {
                     // SAFETY: the kernel wrote a joule_proc_event (intf.h) of this size;
                     // read_unaligned because ring buffer records are only 8-byte aligned.
                     let e: intf::joule_proc_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-                    if let Some(ev) = ProcEvent::decode(&e) {
-                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(ev);
+                    if let Some(event) = ProcEvent::decode(&e) {
+                        let d = Delivered {
+                            event,
+                            comm: crate::pod::c_string(&e.comm),
+                            seq: e.seq,
+                            adopted: e.flags & intf::JOULE_PROC_F_ADOPTED != 0,
+                            children: e.flags & intf::JOULE_PROC_F_CHILDREN != 0,
+                            orphans_followed: e.flags & intf::JOULE_PROC_F_ORPHANS_FOLLOWED != 0,
+                        };
+                        sink.lock().unwrap_or_else(|e| e.into_inner()).push(d);
                     }
                 }
                 0
             }),
         )?;
         let ring = bpf("building the process monitor's ring buffer", b.build())?;
-        Ok(ProcMonitor { ring: Some(ring), creds: opts.creds, events, lost, skel: ManuallyDrop::new(skel), _storage: storage })
+        let filtering = opts.filter.is_some();
+        Ok(ProcMonitor { ring: Some(ring), creds: opts.creds, filtering, events, lost, skel: ManuallyDrop::new(skel), _storage: storage })
+    }
+
+    /// The rules into their maps and the directories that meet cgroup-kind rules now marked,
+    /// before the programs attach (the kernel marks directories made from then on).
+    fn fill_rules(skel: &mut ProcmonSkel<'static>, f: &ProcFilter) -> Result<(), BpfError> {
+        let any = MapFlags::ANY;
+        let m = &skel.maps;
+        for (comm, bits) in &f.rules.comms {
+            bpf("filling rule_comms", m.rule_comms.update(comm, &bits.to_ne_bytes(), any))?;
+        }
+        for (uid, bits) in &f.rules.uids {
+            bpf("filling rule_uids", m.rule_uids.update(&uid.to_ne_bytes(), &bits.to_ne_bytes(), any))?;
+        }
+        for (pid, bits) in &f.rules.pids {
+            bpf("filling rule_pids", m.rule_pids.update(&pid.to_ne_bytes(), &bits.to_ne_bytes(), any))?;
+        }
+        for (map, names, what) in [(&m.rule_cg_names, &f.rules.cgroup_names, "filling rule_cg_names"), (&m.rule_exes, &f.rules.exes, "filling rule_exes")] {
+            for (name, bits) in names {
+                let k = filter::cg_name(name);
+                // SAFETY: joule_proc_cg_name is a bindgen struct of one char array: plain bytes.
+                let key = unsafe { std::slice::from_raw_parts((&k as *const intf::joule_proc_cg_name).cast::<u8>(), std::mem::size_of_val(&k)) };
+                bpf(what, map.update(key, &bits.to_ne_bytes(), any))?;
+            }
+        }
+        let marks = filter::marks(&f.rules, &f.cgroup_mounts);
+        let (mut levels, mut hiers) = (0u64, 0u64);
+        for mk in &marks {
+            bpf("marking cgroups", m.cg_marks.update(&mk.id.to_ne_bytes(), &mk.bits.to_ne_bytes(), any))?;
+            levels |= 1 << mk.level.min(63);
+            hiers = u64::MAX; // which hierarchy id a mount is, only the kernel says: all may hold marks
+        }
+        if let Some(bss) = skel.maps.bss_data.as_deref_mut() {
+            bss.marked_levels = levels;
+            bss.marked_hiers = hiers;
+        }
+        tracing::debug!("process monitor's filter: {} cgroup director(ies) marked for cgroup, unit and slice rules", marks.len());
+        Ok(())
     }
 
     /// Every event sent since the last call, in order, without blocking.
     pub fn drain(&mut self) -> Result<Vec<ProcEvent>, BpfError> {
+        Ok(self.drain_delivered()?.into_iter().map(|d| d.event).collect())
+    }
+
+    /// [`drain`](Self::drain), with what the filter knew of each process.
+    pub fn drain_delivered(&mut self) -> Result<Vec<Delivered>, BpfError> {
         if let Some(r) = &self.ring {
             bpf("consuming proc_events", r.consume())?;
         }
         Ok(std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    /// Whether a filter was loaded.
+    pub fn filtering(&self) -> bool {
+        self.filtering
+    }
+
+    /// Turns the filter on (after user space walked /proc and settled what it found) or off
+    /// (while it walks again: every event is sent meanwhile, so none is missed).
+    pub fn set_filter_on(&mut self, on: bool) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: a plain u32 of the mmapped .bss, which the programs only read.
+            unsafe { std::ptr::write_volatile(&mut bss.filter_on, u32::from(on && self.filtering)) };
+        }
+    }
+
+    /// Applies `all` in the kernel, a queue of `JOULE_PROC_SETTLE_MAX` per syscall.
+    pub fn settle(&mut self, all: &[Settlement]) -> Result<(), BpfError> {
+        if !self.filtering {
+            return Ok(());
+        }
+        for chunk in all.chunks(intf::JOULE_PROC_SETTLE_MAX as usize) {
+            let Some(bss) = self.skel.maps.bss_data.as_deref_mut() else { return Ok(()) };
+            for (slot, s) in bss.settle_queue.iter_mut().zip(chunk) {
+                let r = s.raw();
+                *slot = skel::types::joule_proc_settle { pid: r.pid, op: r.op, flags: r.flags, _pad: 0, start_ticks: r.start_ticks, seq: r.seq };
+            }
+            bss.settle_len = chunk.len() as u32;
+            bpf("running the settle program", self.skel.progs.joule_proc_settle.test_run(ProgramInput::default()))?;
+        }
+        Ok(())
+    }
+
+    /// Every process the kernel follows now: (pid, start ticks, seq).
+    pub fn followed(&self) -> Vec<(i32, u64, u64)> {
+        crate::batch::read_all::<u32, intf::joule_proc_track, _>(&self.skel.maps.proc_track, "proc_track")
+            .into_iter()
+            .map(|(pid, t)| (pid as i32, t.start_ticks, t.state >> intf::JOULE_TRACK_SEQ_SHIFT))
+            .collect()
+    }
+
+    /// Events the filter kept in the kernel since load, summed over the CPUs.
+    pub fn dropped(&self) -> u64 {
+        let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
+        match crate::batch::lookup_all_percpu::<u32, u64, _>(&self.skel.maps.proc_dropped, ncpus) {
+            Ok(all) => all.iter().flat_map(|(_, per_cpu)| per_cpu.iter()).sum(),
+            Err(_) => (0..intf::JOULE_PROC_KINDS)
+                .filter_map(|k| self.skel.maps.proc_dropped.lookup_percpu(&k.to_ne_bytes(), MapFlags::ANY).ok().flatten())
+                .flatten()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
+                .sum(),
+        }
     }
 
     /// A descriptor of the ring buffer that `poll` reports readable while an event waits to

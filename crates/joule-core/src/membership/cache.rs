@@ -353,6 +353,10 @@ impl ProcessCache {
     }
 }
 
+#[path = "cache_tracking.rs"]
+mod tracking;
+pub use tracking::Track;
+
 #[cfg(test)]
 #[path = "cache_tests.rs"]
 mod tests;

@@ -12,8 +12,9 @@
 mod cache;
 pub mod matching;
 pub mod pods;
+pub mod prefilter;
 
-pub use cache::{ProcChange, ProcessCache};
+pub use cache::{ProcChange, ProcessCache, Track};
 pub use pods::{PodQuery, PodSource, PodStats, PodTracker, UnnamedPod, UnnamedPods};
 
 use crate::cgroupfs::Hier;

@@ -304,7 +304,9 @@ fn run_loop(
     let procs = exporter::Processes::policy(exporter::proc_hides_pids(&cfg.telemetry.procfs_root), loopback, cfg.agent.metrics_show_processes);
     let (tls, auth) = web.as_ref().map(|w| (w.tls.is_some(), w.needs_auth())).unwrap_or_default();
     let scrape_poker = wake.poker()?;
-    let freshen = crate::freshen::Freshen::for_period(Duration::from_millis(cfg.agent.period_ms), move || scrape_poker.poke());
+    let freshen = crate::freshen::Freshen::for_loop(Duration::from_millis(cfg.agent.period_ms), Duration::from_millis(cfg.agent.rest_period_ms()), move || {
+        scrape_poker.poke()
+    });
     let addr = exporter::serve(&cfg.agent.metrics_addr, shared.clone(), procs, exporter::Limits::default(), web, Some(freshen))?;
     let url = format!("{}://{addr}/metrics", if tls { "https" } else { "http" });
     tracing::info!("metrics on {url} (per-process data {procs:?}, basic auth {})", if auth { "on" } else { "off" });
@@ -431,7 +433,7 @@ fn run_loop(
                 snapshot: snap,
                 plan,
                 actuators: actuators.status().to_vec(),
-                agent: stats.clone(),
+                agent: AgentStats { published_at: Some(Instant::now()), ..stats.clone() },
                 published_at: Some(Instant::now()),
                 generation,
             };

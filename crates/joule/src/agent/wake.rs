@@ -1,8 +1,10 @@
 //! What ends the control loop's sleep before its time (issue 36): the loop sleeps in one
 //! `ppoll` on a socket that threads and signal handlers write a byte to (the in-kernel stage's
-//! change thread, SIGINT/SIGTERM) and on the ring buffers whose data the loop itself reads
-//! each period (the process monitor's events). No thread polls on a timer for it, so a
-//! machine at rest sees the loop once per rest period and not more.
+//! change thread, SIGINT/SIGTERM, a scrape of a stale reading at most once per rest period) and
+//! on the ring buffers whose data the loop itself reads each period (the process monitor's
+//! events, which the kernel sends only when they can change a class, waking the loop for the
+//! first of a batch). No thread polls on a timer for it, so a machine at rest sees the loop
+//! once per rest period, whatever other users do, and not more.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -5,9 +5,13 @@
 //! many events are lost (a user renaming a process in a loop floods the ring buffer: issue 33
 //! measured 149 walks in 15 s), and the walks' count and time are reported (`process_events` in
 //! the snapshot, `joule_membership_*` metrics).
+//!
+//! The process monitor filters in the kernel (docs/bpf.md): it sends only what can change a
+//! class, and this source tells it, once a period, which processes it follows and how
+//! (`follow.rs`). A walk turns the filter off while it reads /proc, so nothing is missed.
 
 use anyhow::Context;
-use joule_bpf::{ProcEvent, ProcMonitor, ProcMonitorOpts};
+use joule_bpf::{Delivered, ProcEvent, ProcFilter, ProcMonitor, ProcMonitorOpts};
 use joule_core::config::{ClassConfig, Config};
 use joule_core::effects::RealEffects;
 use joule_core::membership::{ClassPlace, PodTracker, ProcChange, ProcessCache};
@@ -101,6 +105,10 @@ pub struct EventMembership {
     /// When /proc was last walked; a loss since then that is still waiting for its walk.
     walked_at: Instant,
     pending: bool,
+    /// Children the filter never sent are to be found by a walk (after the same gap as a loss's,
+    /// at the next period: unlike a loss it does not keep the loop from resting).
+    discover: bool,
+    following: super::follow::Following,
 }
 
 impl EventMembership {
@@ -109,13 +117,96 @@ impl EventMembership {
     /// [`RINGBUF_ENV`] sizes the ring buffer (tests make it tiny to force losses).
     pub fn new(procfs: &Path, classes: &[ClassConfig], places: Vec<ClassPlace>, creds: bool, pods: PodTracker) -> anyhow::Result<EventMembership> {
         let ringbuf_bytes = std::env::var(RINGBUF_ENV).ok().and_then(|v| v.parse().ok());
-        let opts = ProcMonitorOpts { creds, ringbuf_bytes };
+        let filter = filter(procfs, classes);
+        let opts = ProcMonitorOpts { creds, ringbuf_bytes, filter };
         let monitor = ProcMonitor::load(&opts).context("while loading the process monitor")?;
-        let mut cache = ProcessCache::new(procfs, classes, places).with_pods(pods);
-        cache.walk();
-        let stats = ProcessEvents { processes: cache.processes(), source: Origin::Ebpf, ..Default::default() };
-        Ok(EventMembership { lost_seen: monitor.lost(), cache, monitor, classes: classes.to_vec(), stats, walked_at: Instant::now(), pending: false })
+        let cache = ProcessCache::new(procfs, classes, places).with_pods(pods);
+        let stats = ProcessEvents { source: Origin::Ebpf, ..Default::default() };
+        let mut m = EventMembership {
+            lost_seen: monitor.lost(),
+            cache,
+            monitor,
+            classes: classes.to_vec(),
+            stats,
+            walked_at: Instant::now(),
+            pending: false,
+            discover: false,
+            following: Default::default(),
+        };
+        m.walk();
+        m.stats.processes = m.cache.processes();
+        Ok(m)
     }
+
+    /// Walks /proc and rebuilds the cache; with the filter, turned off meanwhile (every event is
+    /// sent), then every process decided and the filter on again.
+    fn walk(&mut self) {
+        let filtering = self.monitor.filtering();
+        let before = if filtering {
+            self.monitor.set_filter_on(false);
+            self.monitor.followed()
+        } else {
+            Vec::new()
+        };
+        self.cache.walk();
+        self.walked_at = Instant::now();
+        if !filtering {
+            return;
+        }
+        self.following.walked(before, &self.cache);
+        // What was sent while walking, so that the settlements below have seen it.
+        match self.monitor.drain_delivered() {
+            Ok(events) => self.apply(events),
+            Err(e) => tracing::warn!("reading the process monitor after a walk: {e}"),
+        }
+        self.settle(&[]);
+        self.monitor.set_filter_on(true);
+    }
+
+    /// Applies what the kernel sent (after noting what it says for the filter).
+    fn apply(&mut self, events: Vec<Delivered>) {
+        self.stats.events_total += events.len() as u64;
+        let mut changes = Vec::with_capacity(events.len());
+        for d in &events {
+            tracing::trace!("process event {:?} (seq {}, adopted {}, children {})", d.event, d.seq, d.adopted, d.children);
+            self.discover |= self.following.note(d, &self.cache);
+            // A rename the filter kept in the kernel (a member's) shows in the next event's name:
+            // the cache takes it first, so no decision is made on a stale one.
+            let (pid, started) = (d.event.pid(), d.event.started());
+            let renamed = matches!(d.event, ProcEvent::Cgroup { .. } | ProcEvent::Creds { .. })
+                && self.cache.started_of(pid) == Some(started)
+                && self.cache.comm_of(pid).is_some_and(|c| c != d.comm);
+            if renamed {
+                changes.push(ProcEvent::Rename { pid, started, comm: d.comm.clone() });
+            }
+            changes.push(d.event.clone());
+        }
+        for e in rereads_once(changes) {
+            self.cache.apply(&change(e));
+        }
+    }
+
+    /// Tells the kernel what was decided about the processes touched since the last time.
+    fn settle(&mut self, changed: &[i32]) {
+        let (settlements, discover) = self.following.settle(&mut self.cache, changed);
+        tracing::trace!("settled {settlements:?}");
+        self.discover |= discover;
+        if let Err(e) = self.monitor.settle(&settlements) {
+            tracing::warn!("settling {} process(es) in the process monitor: {e}", settlements.len());
+        }
+    }
+}
+
+/// The filter for these classes: their rules and the cgroup hierarchies mounted here. None when
+/// they do not fit in one (every event is then sent, as without a filter).
+fn filter(procfs: &Path, classes: &[ClassConfig]) -> Option<ProcFilter> {
+    let Some(rules) = joule_core::membership::prefilter::Prefilter::compile(classes) else {
+        tracing::warn!("the classes' rules do not fit in the process monitor's filter (more than 64 classes, or more than 1,024 values of a kind): every process event is read");
+        return None;
+    };
+    let mounts = joule_core::mountinfo::read(&procfs.join("self/mountinfo"));
+    let cgroup_mounts = mounts.into_iter().filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2").map(|m| m.mount_point).collect();
+    Some(ProcFilter { rules, cgroup_mounts, own_pid: std::process::id() })
 }
 
 /// `events` without the cgroup moves and setuids of a process that a later event of the same
@@ -153,11 +244,8 @@ impl Source for EventMembership {
     }
 
     fn sample(&mut self, snap: &mut Snapshot) -> Result<(), SourceError> {
-        let events = self.monitor.drain().map_err(|e| SourceError::Other(e.to_string()))?;
-        self.stats.events_total += events.len() as u64;
-        for e in rereads_once(events) {
-            self.cache.apply(&change(e));
-        }
+        let events = self.monitor.drain_delivered().map_err(|e| SourceError::Other(e.to_string()))?;
+        self.apply(events);
         let lost = self.monitor.lost();
         if lost > self.lost_seen {
             if !self.pending && self.walked_at.elapsed() < MIN_RESYNC_GAP {
@@ -167,23 +255,33 @@ impl Source for EventMembership {
             self.stats.lost_total = lost;
             self.lost_seen = lost;
         }
-        if self.pending && self.walked_at.elapsed() >= MIN_RESYNC_GAP {
+        if (self.pending || self.discover) && self.walked_at.elapsed() >= MIN_RESYNC_GAP {
             let t0 = Instant::now();
-            self.cache.walk();
-            self.walked_at = Instant::now();
-            self.pending = false;
+            let discovery = !self.pending;
+            self.walk();
+            let took = self.walked_at.duration_since(t0).as_secs_f64();
             self.stats.resyncs_total += 1;
-            self.stats.resync_seconds_total += self.walked_at.duration_since(t0).as_secs_f64();
-            tracing::warn!(
-                "the process monitor lost events ({} since start): walked /proc again in {:.1} ms (at most one walk every {} s)",
-                lost,
-                self.walked_at.duration_since(t0).as_secs_f64() * 1e3,
-                MIN_RESYNC_GAP.as_secs()
-            );
+            self.stats.discoveries_total += u64::from(discovery);
+            self.stats.resync_seconds_total += took;
+            if discovery {
+                tracing::debug!("walked /proc in {:.1} ms for children the filter had not sent", took * 1e3);
+            } else {
+                tracing::warn!(
+                    "the process monitor lost events ({} since start): walked /proc again in {:.1} ms (at most one walk every {} s)",
+                    lost,
+                    took * 1e3,
+                    MIN_RESYNC_GAP.as_secs()
+                );
+            }
+            (self.pending, self.discover) = (false, false);
         }
         self.stats.resync_pending = self.pending;
-        self.stats.processes = self.cache.processes();
         let m = self.cache.reading(&RealEffects);
+        if self.monitor.filtering() {
+            self.settle(if m.full { &[] } else { &m.changed });
+            self.stats.dropped_total = self.monitor.dropped();
+        }
+        self.stats.processes = self.cache.processes();
         snap.classes = m
             .counts(&self.classes)
             .into_iter()

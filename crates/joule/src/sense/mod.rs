@@ -7,6 +7,7 @@
 //! it was asked for and cannot run, that is an error, and every snapshot says whether it is on.
 
 mod flow;
+mod follow;
 pub(crate) mod membership;
 mod runq;
 pub(crate) mod stage;
