@@ -5,22 +5,26 @@
 //! first login during and after the flood).
 //!
 //! Clients are counted by group (client_group.rs: all of loopback, an IPv4 /24, an IPv6 /64), so
-//! rotating the source address buys nothing. A group has one turn: one of its requests at a time
-//! waits for a check, the others are told to come back later (HTTP 429) without a bcrypt. The
-//! turn's holder has a check at once while the group's burst lasts, and otherwise waits for the
-//! group's next token (at most half a second); a token is spent only when a bcrypt runs. The
-//! turn is a [`Permit`] that gives itself back when dropped, whatever ends the request: its
-//! answer, a connection closed by the client, by a full server or by its lifetime. The blocking
-//! thread holds at most [`MAX_QUEUED`] checks, and one whose connection is gone is not run, so a
+//! rotating the source address buys nothing. A group has one turn, handed to its requests in
+//! the order they came: inside a group every connection gets its go in turn, and one whose
+//! connection closes leaves the line. A request that does not get the turn within
+//! [`MAX_TURN_WAIT`] is told to come back later (HTTP 429) without a bcrypt. The turn's holder
+//! has a check at once while the group's burst lasts, and otherwise waits for the group's next
+//! token (at most half a second); a token is spent only when a bcrypt runs. The turn is a
+//! [`Permit`] that gives itself back when dropped, whatever ends the request: its answer, a
+//! connection closed by the client, by a full server or by its lifetime. The blocking thread
+//! holds at most [`MAX_QUEUED`] checks, and one whose connection is gone is not run, so a
 //! flood's backlog ends with the flood. A remembered good password needs no check at all
 //! (`webconfig.rs`). The table of groups is bounded; a full one forgets the group it saw
-//! longest ago (never one holding its turn), which costs nothing but that group's spent burst.
+//! longest ago (never one whose turn is held or waited for), which costs nothing but that
+//! group's spent burst.
 
 use crate::client_group::Group;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Checks a group may have back to back.
 const BURST: f64 = 3.0;
@@ -31,17 +35,26 @@ const MAX_GROUPS: usize = 4096;
 /// Checks queued or running at once, all groups together: what a backlog can cost past its end
 /// when its connections stay open (those that close are skipped).
 pub const MAX_QUEUED: usize = 8;
+/// How long a request waits in its group's line for the turn.
+pub const MAX_TURN_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct Entry {
     tokens: f64,
     at: Instant,
-    /// Whether a request of the group holds its turn.
-    turn: bool,
-    /// Which entry of the group this is (a permit releases only the entry it took).
+    /// The group's one turn; its line is the semaphore's (first come, first served).
+    turn: Arc<Semaphore>,
+    /// Which entry of the group this is (a permit spends only from the entry it took).
     id: u64,
     /// Its key in `Table::by_age`.
     seen: u64,
+}
+
+impl Entry {
+    /// Whether a request holds the turn or waits for it (each holds a handle of it).
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.turn) > 1
+    }
 }
 
 #[derive(Debug, Default)]
@@ -59,10 +72,10 @@ impl Table {
         self.clock
     }
 
-    /// Forgets the group that asked longest ago and holds no turn (the turns held are at most
-    /// one per open connection, far fewer than the table holds).
+    /// Forgets the group that asked longest ago and whose turn nobody holds or waits for (those
+    /// are at most one per open connection, far fewer than the table holds).
     fn forget_oldest(&mut self) {
-        let old = self.by_age.iter().find(|(_, g)| self.groups.get(g).is_some_and(|e| !e.turn)).map(|(&seen, &g)| (seen, g));
+        let old = self.by_age.iter().find(|(_, g)| self.groups.get(g).is_some_and(|e| !e.in_use())).map(|(&seen, &g)| (seen, g));
         if let Some((seen, g)) = old {
             self.by_age.remove(&seen);
             self.groups.remove(&g);
@@ -86,34 +99,59 @@ pub struct Permit {
     /// When the group has a token for this check.
     pub ready_at: Instant,
     queued: bool,
+    _turn: OwnedSemaphorePermit,
+}
+
+/// A request's place in its group's line.
+struct Place {
+    group: Group,
+    id: u64,
+    turn: Arc<Semaphore>,
 }
 
 impl AuthBudget {
-    /// The turn of `ip`'s group, or None when another request of the group holds it.
-    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
-        self.take_at(ip, Instant::now())
+    /// The turn of `ip`'s group, once the requests before it in the group's line are done; None
+    /// when that takes longer than `wait`. Dropping the future leaves the line.
+    pub async fn take(self: &Arc<Self>, ip: IpAddr, wait: Duration) -> Option<Permit> {
+        let place = self.enter(ip, Instant::now());
+        let turn = tokio::time::timeout(wait, place.turn.clone().acquire_owned()).await.ok()?.ok()?;
+        Some(self.permit(place, turn, Instant::now()))
     }
 
-    fn take_at(self: &Arc<Self>, ip: IpAddr, now: Instant) -> Option<Permit> {
+    /// The turn of `ip`'s group if it is free now.
+    #[cfg(test)]
+    fn try_take_at(self: &Arc<Self>, ip: IpAddr, now: Instant) -> Option<Permit> {
+        let place = self.enter(ip, now);
+        let turn = place.turn.clone().try_acquire_owned().ok()?;
+        Some(self.permit(place, turn, now))
+    }
+
+    fn enter(&self, ip: IpAddr, now: Instant) -> Place {
         let group = Group::of(ip);
         let mut t = self.lock();
         if !t.groups.contains_key(&group) && t.groups.len() >= MAX_GROUPS {
             t.forget_oldest();
         }
         let seen = t.tick();
-        let fresh = Entry { tokens: BURST, at: now, turn: false, id: seen, seen };
-        let old_seen = std::mem::replace(&mut t.groups.entry(group).or_insert(fresh).seen, seen);
+        let fresh = || Entry { tokens: BURST, at: now, turn: Arc::new(Semaphore::new(1)), id: seen, seen };
+        let e = t.groups.entry(group).or_insert_with(fresh);
+        let old_seen = std::mem::replace(&mut e.seen, seen);
+        let place = Place { group, id: e.id, turn: e.turn.clone() };
         t.by_age.remove(&old_seen);
         t.by_age.insert(seen, group);
-        let e = t.groups.get_mut(&group).expect("just inserted");
-        if e.turn {
-            return None;
-        }
-        e.tokens = refill(e, now);
-        e.at = now;
-        e.turn = true;
-        let wait_s = ((1.0 - e.tokens) / PER_S).max(0.0);
-        Some(Permit { budget: self.clone(), group, id: e.id, ready_at: now + Duration::from_secs_f64(wait_s), queued: false })
+        place
+    }
+
+    fn permit(self: &Arc<Self>, place: Place, turn: OwnedSemaphorePermit, now: Instant) -> Permit {
+        let mut t = self.lock();
+        // The entry stays while its turn is held or waited for: `place` holds a handle of it.
+        let tokens = t.groups.get_mut(&place.group).filter(|e| e.id == place.id).map_or(BURST, |e| {
+            e.tokens = refill(e, now);
+            e.at = now;
+            e.tokens
+        });
+        let wait_s = ((1.0 - tokens) / PER_S).max(0.0);
+        Permit { budget: self.clone(), group: place.group, id: place.id, ready_at: now + Duration::from_secs_f64(wait_s), queued: false, _turn: turn }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -154,11 +192,8 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut t = self.budget.lock();
-        t.queued -= self.queued as usize;
-        if let Some(e) = t.groups.get_mut(&self.group).filter(|e| e.id == self.id) {
-            e.turn = false;
-        }
+        // The turn itself goes back with `_turn`, to the next in the group's line.
+        self.budget.lock().queued -= self.queued as usize;
     }
 }
 

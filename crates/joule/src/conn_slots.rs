@@ -7,10 +7,11 @@
 //! Here clients are counted by group (client_group.rs), and a connection serving a request (a
 //! login waiting for its check, a scrape waiting for a fresh reading) is closed only when every
 //! connection is. Among the others, the group holding the most loses, on a tie the group whose
-//! newest connection is the newest (the latecomer, not the one that was there first), and
-//! within the group its oldest idle connection goes: inside loopback, where every local user
-//! is one group, every connection is its own client. So a group can only ever push out its own
-//! connections while any other group holds fewer.
+//! newest connection is the newest, and within the group its newest idle connection goes: the
+//! latecomer, not the one that was there first. Inside loopback, where every local user is one
+//! group, every connection is so its own client: a local flood of idle connections churns its
+//! own newest ones and leaves an older connection (a scraper's kept-alive one) alone. So a group
+//! can only ever push out its own connections while any other group holds fewer.
 
 use crate::client_group::Group;
 use std::collections::{HashMap, VecDeque};
@@ -90,13 +91,13 @@ impl<T> Slots<T> {
     fn victim(&self) -> Option<usize> {
         let idle = |s: &Slot<T>| !s.busy.is_busy();
         let candidate: &dyn Fn(&Slot<T>) -> bool = if self.open.iter().any(idle) { &idle } else { &|_| true };
-        // Per group: (connections, its newest's index, its oldest candidate's index).
+        // Per group: (connections, its newest's index, its newest candidate's index).
         let mut groups: HashMap<Group, (usize, usize, Option<usize>)> = HashMap::new();
         for (i, s) in self.open.iter().enumerate() {
             let g = groups.entry(s.group).or_insert((0, i, None));
             g.0 += 1;
             g.1 = i;
-            if g.2.is_none() && candidate(s) {
+            if candidate(s) {
                 g.2 = Some(i);
             }
         }

@@ -1,5 +1,5 @@
 //! Which connection a full server closes: by group, never one serving a request while another
-//! is idle, the latecomer on a tie.
+//! is idle, the latecomer.
 
 use super::*;
 
@@ -13,13 +13,13 @@ fn rotating_lo(k: u32) -> IpAddr {
 }
 
 #[test]
-fn a_flooding_group_pushes_out_only_its_own_connections_oldest_first() {
+fn a_flooding_group_pushes_out_only_its_own_newest_connections() {
     let mut s = Slots::new(4);
     s.push(ip("10.0.0.1"), Busy::default(), 0);
     for i in 1..100 {
         s.push(ip(&format!("10.0.1.{i}")), Busy::default(), i); // one /24, a new address each time
     }
-    assert_eq!(s.held(), [&0, &97, &98, &99], "the other group's connection stays; the flood's oldest went first");
+    assert_eq!(s.held(), [&0, &1, &2, &99], "the other group's connection stays; the flood's newest went each time");
 }
 
 /// The third audit: every rotating address held one connection, so the globally oldest was
@@ -57,21 +57,21 @@ fn a_busy_connection_goes_only_when_all_are_busy() {
     s.push(ip("10.0.0.3"), b, 3);
     assert_eq!(s.held(), [&1, &3], "the idle one went, though the busy one is older");
     s.push(ip("10.0.1.1"), Busy::default(), 4);
-    assert_eq!(s.held(), [&3, &4], "all busy: the group holding the most lost its oldest");
+    assert_eq!(s.held(), [&1, &4], "all busy: the group holding the most lost its newest");
 }
 
 #[test]
 fn a_request_answered_makes_its_connection_idle_again() {
     let mut s = Slots::new(3);
-    let a = Busy::default();
-    let serving = a.serving();
+    let (a, b) = (Busy::default(), Busy::default());
+    let (serving, _b) = (a.serving(), b.serving());
     s.push(ip("10.0.0.1"), a, 1);
-    s.push(ip("10.0.0.2"), Busy::default(), 2);
+    s.push(ip("10.0.0.2"), b, 2);
     s.push(ip("10.0.1.1"), Busy::default(), 3);
     s.close_one();
-    assert_eq!(s.held(), [&1, &3], "the group holding the most lost its idle one");
+    assert_eq!(s.held(), [&1, &2], "the group holding the most serves on both: the other's idle one went");
     drop(serving);
-    s.push(ip("10.0.0.3"), Busy::default(), 4);
+    s.push(ip("10.0.1.2"), Busy::default(), 4);
     s.close_one();
-    assert_eq!(s.held(), [&3, &4], "answered, the first is that group's oldest idle one");
+    assert_eq!(s.held(), [&2, &4], "answered, the first is its group's one idle connection");
 }

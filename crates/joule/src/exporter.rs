@@ -321,8 +321,8 @@ async fn accept_loop(listener: tokio::net::TcpListener, server: Server) {
 enum Verdict {
     Allowed,
     Denied,
-    /// Its group holds its turn, or the queue of checks is full: come back later, nothing was
-    /// checked.
+    /// Its group's turn did not come in time, or the queue of checks is full: come back later,
+    /// nothing was checked.
     TooMany,
 }
 
@@ -336,7 +336,7 @@ async fn authorised(server: &Server, peer: std::net::IpAddr, req: &Request<Incom
         Auth::Verify(hash, password, key) => {
             // Dropped with this future (the connection closed) or by the job: the turn is given
             // back on every path.
-            let Some(mut permit) = server.budget.take(peer) else { return Verdict::TooMany };
+            let Some(mut permit) = server.budget.take(peer, crate::auth_budget::MAX_TURN_WAIT).await else { return Verdict::TooMany };
             let wait = permit.ready_in();
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
