@@ -252,9 +252,9 @@ fn samples(addr: &str) -> (f64, Duration) {
     (n.unwrap_or_else(|| panic!("no joule_agent_samples_total in:\n{body}")), t.elapsed())
 }
 
-/// Issue 44: a scrape of a resting agent is served at once from the last reading, whose age
-/// it says, and asks for a new one at most once per rest (issue 36's agent ended its rest for
-/// every scrape of a reading two periods old). Scraped twice a second for 12 s at a 10 s rest:
+/// A scrape of a resting agent is served at once from the last reading, whose age it says, and
+/// asks for a new one at most once per rest (an agent that ended its rest for every scrape of a
+/// reading two periods old was kept awake by a client scraping in a loop). Scraped twice a second for 12 s at a 10 s rest:
 /// every answer within half a second, none older than the rest, a reading older than half a
 /// rest refreshed, at most two iterations per rest; and left alone it rests.
 #[test]
