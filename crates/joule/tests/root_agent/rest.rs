@@ -48,8 +48,8 @@ impl Drop for PidsCgroup {
     }
 }
 
-/// Issue 44 (a rest no one else can end): every process event and every scrape of a stale
-/// reading ended the rest — 5.2 iterations/s while a user renamed itself 5 times a second,
+/// As the attempt was made: every process event and every scrape of a stale reading ended the
+/// rest — 5.2 iterations/s while a user renamed itself 5 times a second,
 /// 4.9/s while it scraped. Both at once now leave the loop at or under one a second.
 #[test]
 #[ignore = "tier 2: root"]
