@@ -6,6 +6,7 @@ use anyhow::Context;
 use joule_core::config::Config;
 use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
+use joule_core::text::escape;
 use joule_qos::{QosController, QosOpts};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -158,7 +159,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                     c.layout().kind,
                     c.layout().hiers.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ")
                 );
-                print!("{}", c.report().render());
+                print!("{}", joule_core::text::escape_lines(&c.report().render()));
             }
             if !c.plan().admitted() {
                 return Err(crate::UsageError("admission refused the classes (nothing was written)".into()).into());
@@ -173,7 +174,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
             let r = c.apply(&j, &fx).context("while applying classes (everything this apply did was undone)")?;
             println!("applied: {} cgroup(s) created, {} knob write(s), {} task(s) moved", r.created.len(), r.writes, r.moved.len());
             for n in &r.notes {
-                println!("note: {n}");
+                println!("note: {}", escape(n));
             }
             if let Some(secs) = follow {
                 let end = std::time::Instant::now() + Duration::from_secs(*secs);
@@ -181,7 +182,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
                     std::thread::sleep(Duration::from_millis(200));
                     let r = c.reconcile(&j, &fx)?;
                     for (pid, class) in &r.moved {
-                        println!("moved pid {pid} into {class}");
+                        println!("moved pid {pid} into {}", escape(class));
                     }
                 }
             }
@@ -212,7 +213,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
             let r = j.restore_owner(joule_qos::OWNER, &fx)?;
             println!("released: {} change(s) undone, {} already gone, {} failed", r.undone, r.already_gone, r.failed.len());
             for f in &r.failed {
-                eprintln!("  failed (kept in the journal for a retry): {f}");
+                eprintln!("  failed (kept in the journal for a retry): {}", escape(f));
             }
             anyhow::ensure!(r.failed.is_empty(), "some changes could not be undone");
         }

@@ -6,6 +6,7 @@
 use anyhow::Context;
 use joule_core::effects::RealEffects;
 use joule_core::journal;
+use joule_core::text::escape;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -43,7 +44,7 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
         } else {
             println!("{} record(s) in {} (newest first):", entries.len(), a.journal_dir.display());
             for e in entries.iter().rev() {
-                println!("  [{}] {:?}", e.owner, e.undo);
+                println!("  [{}] {}", escape(&e.owner), escape(&format!("{:?}", e.undo)));
             }
         }
         return Ok(());
@@ -79,10 +80,10 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
             report.skipped.len()
         );
         for f in &report.failed {
-            println!("  failed: {f}");
+            println!("  failed: {}", escape(f));
         }
         for s in &report.skipped {
-            println!("  skipped: {s}");
+            println!("  skipped: {}", escape(s));
         }
         if !leftover.is_empty() {
             println!(
@@ -92,10 +93,10 @@ pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
                 leftover.removed.len()
             );
             for (pid, to) in &leftover.moved {
-                println!("  pid {pid} -> {to}");
+                println!("  pid {pid} -> {}", escape(to));
             }
             for f in &leftover.failed {
-                println!("  failed: {f}");
+                println!("  failed: {}", escape(f));
             }
         }
     }
