@@ -38,8 +38,13 @@ const KNOBS: &[(&str, &str)] = &[
 ];
 
 impl CgFake {
+    /// The tests' fixture /proc trees live in temporary directories: read from disk, as the
+    /// machine's /proc would be, through the same seam.
+    fn new() -> Self {
+        CgFake { fx: FakeEffects::default().with_tree(std::env::temp_dir()), ..Default::default() }
+    }
     fn v1() -> Self {
-        let f = CgFake::default();
+        let f = CgFake::new();
         for h in ["cpu", "cpuset", "cpuacct"] {
             f.mkdir_raw(&format!("/cg/{h}"));
         }
@@ -54,7 +59,7 @@ impl CgFake {
     }
     /// A v2 root at /cg offering cpuset and cpu, with `cpus` effective.
     fn v2(cpus: &str) -> Self {
-        let f = CgFake::default();
+        let f = CgFake::new();
         f.mkdir_raw("/cg");
         f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
         f.set("/cg/cpuset.cpus.effective", cpus);
@@ -108,6 +113,12 @@ impl CgFake {
 impl Files for CgFake {
     fn read(&self, p: &Path) -> io::Result<String> {
         self.fx.read(p)
+    }
+    fn read_bytes(&self, p: &Path) -> io::Result<Vec<u8>> {
+        self.fx.read_bytes(p)
+    }
+    fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+        self.fx.read_link(p)
     }
     fn write(&self, p: &Path, v: &str) -> io::Result<()> {
         if let Some((_, _, e)) =
