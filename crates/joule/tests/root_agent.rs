@@ -732,6 +732,8 @@ mod fleet;
 mod kube;
 #[path = "root_agent/membership.rs"]
 mod membership;
+#[path = "root_agent/names.rs"]
+mod names;
 #[path = "root_agent/status.rs"]
 mod status;
 #[path = "root_agent/thermal.rs"]

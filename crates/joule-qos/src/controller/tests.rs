@@ -753,3 +753,54 @@ fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release
     }
     assert!(journal::entries(jd.path()).unwrap().is_empty());
 }
+
+/// A member named in any bytes, in a cgroup whose owner named it in any bytes: it is moved in,
+/// its origin journalled exactly and put back there; a member whose stat cannot be read at the
+/// write is neither moved (it could not be pinned) nor called vanished, and the others move.
+#[test]
+fn a_member_named_in_any_bytes_goes_back_to_its_cgroup_named_in_any_bytes_and_an_unpinned_one_waits() {
+    use std::os::unix::ffi::OsStringExt;
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let cs = vec![ClassConfig { name: "u".into(), matches: MatchRules { uid: vec![64001], ..Default::default() }, ..Default::default() }];
+    let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
+    let origin = PathBuf::from(std::ffi::OsString::from_vec(b"/cg/cpu/\xff\x1b/cgroup.procs".to_vec()));
+    f.fx.files.lock().unwrap().insert(origin.clone(), String::new());
+    for pid in [500, 501] {
+        let d = pd.path().join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        let stat = [format!("{pid} (").as_bytes(), b"\xff\xfeaudjx", &stat_line(pid, "x").as_bytes()[format!("{pid} (x").len()..]].concat();
+        std::fs::write(d.join("stat"), &stat).unwrap();
+        std::fs::write(d.join("status"), b"Name:\t\xff\xfeaudjx\nUid:\t64001\t64001\t64001\t64001\n").unwrap();
+        std::fs::write(d.join("cgroup"), b"3:cpuset:/\n2:cpuacct:/\n1:cpu:/\xff\x1b\n0::/\n").unwrap();
+        f.fx.raw.lock().unwrap().insert(format!("/proc/{pid}/stat").into(), stat);
+        // the journal's /proc
+    }
+    let members = c.scan_members(&f);
+    assert_eq!(members.of("u").count(), 2, "both seen, by uid");
+    f.fx.fail_calls_times(&format!("read {}/501/stat", pd.path().display()), libc::EACCES, 1);
+    let e = c.hold(&j, &f, &members).unwrap_err().to_string();
+    assert!(e.contains("pin pid 501 by its start time"), "{e}");
+    let l = log(&f);
+    assert!(l.contains(&"write /cg/cpu/joule/u/cgroup.procs 500".to_string()), "{l:#?}");
+    assert!(!l.iter().any(|x| x.ends_with(" 501")), "an unpinned pid is not moved: {l:#?}");
+    let r = c.hold(&j, &f, &members).unwrap();
+    assert!(r.vanished.is_empty() && log(&f).contains(&"write /cg/cpu/joule/u/cgroup.procs 501".to_string()), "moved once /proc could say");
+    let moves: Vec<PathBuf> = journal::entries(jd.path())
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.undo {
+            Undo::MoveTask { pid: 500, procs_file, .. } => Some(procs_file),
+            _ => None,
+        })
+        .collect();
+    assert!(moves.contains(&origin), "the origin, byte for byte: {moves:?}");
+    c.release(&j, &f).unwrap();
+    let l = log(&f);
+    let back = |pid: i32| l.contains(&format!("write {} {pid}", origin.display()));
+    assert!(back(500) && back(501), "both back where they came from: {l:#?}");
+    assert_eq!(f.fx.file(&origin).as_deref(), Some("500"), "at the exact path (newest first: 500 last)");
+}
