@@ -139,7 +139,7 @@ image: build
 clean:
 	$(CARGO) clean
 
-# Fuzz the config loader and the journal reader (needs a nightly toolchain and cargo-fuzz;
+# Fuzz the config loader, the journal reader and the /proc parsers (needs a nightly toolchain and cargo-fuzz;
 # `make test` replays their corpus on stable: joule-core/tests/fuzz_corpus.rs).
 fuzz:
-	cd fuzz && cargo +nightly fuzz run config -- -max_total_time=60 && cargo +nightly fuzz run journal -- -max_total_time=60
+	cd fuzz && cargo +nightly fuzz run config -- -max_total_time=60 && cargo +nightly fuzz run journal -- -max_total_time=60 && cargo +nightly fuzz run procfs -- -max_total_time=60

@@ -13,6 +13,7 @@ use joule_qos::{AdmissionEnv, QosOpts};
 fn applies_holds_the_members_and_the_merged_cap_then_releases() {
     let fx = cgroup_v2("0-3");
     let pd = tempfile::tempdir().unwrap();
+    fx.trees.lock().unwrap().push(pd.path().into()); // its fixture /proc, read through the fake
     let jd = tempfile::tempdir().unwrap();
     let cfg = joule_core::config::Config::parse("[[class]]\nname = \"batch\"\nthermal = \"best_effort\"\nmatch = { comm = [\"thirdparty\"] }\n").unwrap();
     let ctl =

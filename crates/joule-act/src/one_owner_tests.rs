@@ -34,6 +34,7 @@ impl Trigger for NoTrigger {
 fn the_class_mover_and_the_nap_agree_on_one_cgroup_per_process() {
     let fx = cgroup_v1();
     let pd = tempfile::tempdir().unwrap();
+    fx.trees.lock().unwrap().push(pd.path().into()); // its fixture /proc, read through the fake
     let jd = tempfile::tempdir().unwrap();
     let cfg = joule_core::config::Config::parse("[[class]]\nname = \"web\"\nweight = 100\nmatch = { comm = [\"nginx\"] }\n").unwrap();
     let opts = QosOpts { cgroup_root: "/cg".into(), procfs_root: pd.path().into(), also_in: vec![Hier::Freezer], ..Default::default() };

@@ -312,7 +312,7 @@ fn root_task_waits_reports_the_threads_that_waited_with_their_tid_and_comm() {
     for w in &first {
         eprintln!("  {:>7} {:<16} {:>9} us", w.pid, w.comm, w.wait_us);
     }
-    let ours: Vec<_> = first.iter().filter(|w| w.comm.starts_with("jwait-")).collect();
+    let ours: Vec<_> = first.iter().filter(|w| w.comm.as_bytes().starts_with(b"jwait-")).collect();
     let tids = tids.lock().unwrap().clone();
     assert_eq!(ours.iter().filter(|w| w.comm == "jwait-busy").count(), 3, "{first:#?}");
     assert_eq!(ours.iter().filter(|w| w.comm == "jwait-sleeper").count(), 1, "{first:#?}");

@@ -2,11 +2,12 @@
 //! Snapshot that sources fill and policies read, the agent config, the undo journal that makes
 //! every actuator reversible, the one trait in front of privileged side effects, and how the
 //! machine names tasks: where the cgroup hierarchies are (`cgroupfs`) and what /proc says about
-//! a task (`procfs`).
+//! a task (`procfs`, its name byte for byte: `Comm`).
 
 pub mod agent_lock;
 pub mod cgroupfs;
 pub mod clock;
+pub mod comm;
 pub mod config;
 pub mod control;
 pub mod cpulist;
@@ -33,5 +34,6 @@ pub mod text;
 pub mod thermal_sensors;
 pub mod upgrade;
 
+pub use comm::Comm;
 pub use origin::Origin;
 pub use snapshot::Snapshot;

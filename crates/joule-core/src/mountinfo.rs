@@ -1,5 +1,7 @@
 //! `/proc/<pid>/mountinfo` parsed into what joule asks of it: where each filesystem is mounted,
-//! its type and its superblock options (`hidepid`). Format: proc(5).
+//! its type and its superblock options (`hidepid`). Format: proc(5). Read as bytes: a user
+//! mounts a FUSE filesystem (or a desktop a USB stick by its label) at a path of their naming,
+//! and one byte of theirs that is not UTF-8 must not hide every other mount.
 
 use std::path::{Path, PathBuf};
 
@@ -17,24 +19,30 @@ impl MountEntry {
     }
 }
 
-/// Parses mountinfo text; lines it cannot read are skipped. Mount points keep the kernel's
-/// octal escapes (`\040` for a space): joule only compares them with paths it chose.
-pub fn parse(text: &str) -> Vec<MountEntry> {
-    text.lines()
+/// Parses mountinfo; lines it cannot read are skipped. Mount points are kept byte for byte,
+/// with the kernel's octal escapes (`\040` for a space): joule only compares them with paths
+/// it chose.
+pub fn parse<B: AsRef<[u8]> + ?Sized>(bytes: &B) -> Vec<MountEntry> {
+    use std::os::unix::ffi::OsStrExt;
+    let words = |s: &'_ [u8]| s.split(|b| *b == b' ').filter(|w| !w.is_empty()).map(<[u8]>::to_vec).collect::<Vec<_>>();
+    let text = |w: &[u8]| String::from_utf8_lossy(w).into_owned();
+    bytes
+        .as_ref()
+        .split(|b| *b == b'\n')
         .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let mut r = right.split_whitespace();
-            let fstype = r.next()?;
-            let super_options = r.nth(1).unwrap_or("");
-            Some(MountEntry { mount_point: mount_point.into(), fstype: fstype.into(), super_options: super_options.into() })
+            let sep = l.windows(3).position(|w| w == b" - ")?;
+            let (left, right) = (words(&l[..sep]), words(&l[sep + 3..]));
+            let mount_point = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(left.get(4)?));
+            let fstype = text(right.first()?);
+            let super_options = right.get(2).map(|w| text(w)).unwrap_or_default();
+            Some(MountEntry { mount_point, fstype, super_options })
         })
         .collect()
 }
 
 /// Reads and parses `path` (empty when unreadable).
 pub fn read(path: &Path) -> Vec<MountEntry> {
-    std::fs::read_to_string(path).map(|t| parse(&t)).unwrap_or_default()
+    std::fs::read(path).map(|b| parse(&b)).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -51,5 +59,17 @@ mod tests {
         assert_eq!(m.len(), 3);
         assert_eq!((m[1].mount_point.as_path(), m[1].fstype.as_str()), (Path::new("/sys/fs/bpf"), "bpf"));
         assert!(m[0].hides_pids() && !m[1].hides_pids() && !m[2].hides_pids());
+    }
+
+    /// A user's FUSE mount at a path that is not UTF-8 (fusermount is setuid) hides nothing.
+    #[test]
+    fn a_mount_point_that_is_not_utf8_hides_no_other_mount() {
+        use std::os::unix::ffi::OsStrExt;
+        let text = b"40 25 0:50 / /home/u/\xff\xfe rw,nosuid - fuse.sshfs u@h:/ rw,user_id=1001\n\
+                     22 1 0:21 / /proc rw,nosuid - proc proc rw,hidepid=invisible\n";
+        let m = parse(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mount_point.as_os_str().as_bytes(), b"/home/u/\xff\xfe");
+        assert!(m[1].mount_point == Path::new("/proc") && m[1].hides_pids());
     }
 }

@@ -138,7 +138,8 @@ pub struct CgroupCpu {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TaskWait {
     pub pid: i32,
-    pub comm: String,
+    /// The thread's name, byte for byte (its process chose it); JSON gets `Comm::text`.
+    pub comm: crate::Comm,
     /// Time spent runnable but waiting for a CPU over the interval.
     pub wait_us: u64,
     /// `ebpf` (sched_switch accounting in the kernel) or `kernel` (/proc schedstat run delay).

@@ -51,7 +51,8 @@ fn cgroups_under(dir: &Path, fx: &dyn Effects) -> Vec<PathBuf> {
 /// its start time: a parent starts no later than its child, so a pid that names a task
 /// started later (reused after the parent exited), or another task by the time its cgroup
 /// was read, ends the walk (the process then goes to the root, and the report says so).
-fn home(pid: i32, procfs: &Path, cgroup_root: &Path, fx: &dyn Effects) -> Option<String> {
+/// The cgroup is returned byte for byte (its name is whoever made it's), relative to the root.
+fn home(pid: i32, procfs: &Path, cgroup_root: &Path, fx: &dyn Effects) -> Option<Vec<u8>> {
     let me = Stat::read(fx, procfs, pid)?;
     let (mut p, mut child_start) = (me.ppid, me.start_time_ticks);
     for _ in 0..MAX_ANCESTORS {
@@ -64,17 +65,23 @@ fn home(pid: i32, procfs: &Path, cgroup_root: &Path, fx: &dyn Effects) -> Option
                 return None;
             }
         }
-        let cg = TaskCgroups::read(fx, procfs, p)?.path(None)?.to_string();
+        let cg = TaskCgroups::read(fx, procfs, p)?.raw_path(None)?.to_vec();
         if Stat::read(fx, procfs, p)?.start_time_ticks != st.start_time_ticks {
             return None;
         }
-        let ours = cg == "/joule" || cg.starts_with("/joule/");
-        if !ours && cg != "/" && fx.exists(&cgroup_root.join(cg.trim_start_matches('/')).join("cgroup.procs")) {
+        let ours = cg == b"/joule" || cg.starts_with(b"/joule/");
+        if !ours && cg != b"/" && fx.exists(&under(cgroup_root, &cg).join("cgroup.procs")) {
             return Some(cg);
         }
         (p, child_start) = (st.ppid, st.start_time_ticks);
     }
     None
+}
+
+/// `rel` (a cgroup path as /proc/PID/cgroup spells it) under `root`, exactly.
+fn under(root: &Path, rel: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    root.join(std::ffi::OsStr::from_bytes(&rel[rel.iter().take_while(|b| **b == b'/').count()..]))
 }
 
 /// Empties and removes `<cgroup_root>/joule` (see the module doc). Nothing when there is none.
@@ -91,7 +98,7 @@ pub fn undo_leftover_tree(cgroup_root: &Path, procfs: &Path, fx: &dyn Effects) -
             let to = home(pid, procfs, cgroup_root, fx);
             let moved = to
                 .as_deref()
-                .and_then(|cg| fx.write(&cgroup_root.join(cg.trim_start_matches('/')).join("cgroup.procs"), &pid.to_string()).ok().map(|()| cg.to_string()))
+                .and_then(|cg| fx.write(&under(cgroup_root, cg).join("cgroup.procs"), &pid.to_string()).ok().map(|()| String::from_utf8_lossy(cg).into_owned()))
                 .or_else(|| fx.write(&cgroup_root.join("cgroup.procs"), &pid.to_string()).ok().map(|()| "/".to_string()));
             match moved {
                 Some(cg) => r.moved.push((pid, cg)),

@@ -1,8 +1,10 @@
 //! Tier 1: the fuzz targets' corpus (`fuzz/corpus`, issue 17) replayed on stable, with a few
 //! thousand deterministic mutations of each file (byte flips, cuts, repeats): the config
 //! loader and the journal reader never panic, and a replay of whatever the reader accepts, on
-//! the fake effects, never panics either. `cargo +nightly fuzz run config|journal` in `fuzz/`
-//! explores further where a nightly toolchain is present.
+//! the fake effects, never panics either; the /proc parsers never panic and give a task's name
+//! and a cgroup's path back byte for byte (`joule_core::testing::procfs_round_trips`).
+//! `cargo +nightly fuzz run config|journal|procfs` in `fuzz/` explores further where a nightly
+//! toolchain is present.
 
 use joule_core::config::Config;
 use joule_core::effects::FakeEffects;
@@ -96,4 +98,18 @@ fn the_journal_reader_and_a_replay_never_panic_on_the_corpus_or_its_mutations() 
             journal::replay_checked_all(&undos, &fx);
         }
     }
+}
+
+#[test]
+fn the_proc_parsers_never_panic_and_keep_names_byte_for_byte_on_the_corpus_or_its_mutations() {
+    let mut rng = Rng(0x7072_6f63);
+    let mut not_utf8 = 0;
+    for (_, bytes) in corpus("procfs") {
+        for i in 0..=MUTATIONS {
+            let input = if i == 0 { bytes.clone() } else { mutate(&mut rng, &bytes) };
+            not_utf8 += usize::from(std::str::from_utf8(&input).is_err());
+            joule_core::testing::procfs_round_trips(&input);
+        }
+    }
+    assert!(not_utf8 > 300, "only {not_utf8} inputs were not UTF-8");
 }

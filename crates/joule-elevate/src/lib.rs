@@ -49,7 +49,7 @@ impl Prio {
 #[derive(Debug, thiserror::Error)]
 pub enum ElevateError {
     #[error("pid {pid} is a kernel thread ({comm}); joule elevate never touches kernel threads")]
-    KernelThread { pid: i32, comm: String },
+    KernelThread { pid: i32, comm: joule_core::Comm },
     #[error("pid {0} does not exist (or exited before it could be taken)")]
     NoSuchTask(i32),
     #[error("process {pid} has no vCPU thread (no thread named `CPU n/KVM` in /proc/{pid}/task/*/comm)")]

@@ -42,9 +42,11 @@ pub fn resolve(fx: &dyn Effects, procfs: &Path, spec: &TargetSpec) -> Result<Vec
             let mut v: Vec<(u32, Target)> = threads(fx, procfs, pid)?
                 .into_iter()
                 .filter_map(|tid| {
-                    let comm = fx.read(&procfs.join(format!("{pid}/task/{tid}/comm"))).ok()?;
-                    let n = vcpu_index(comm.trim())?;
-                    Some((n, Target { tid, label: format!("{pid} {}", comm.trim()) }))
+                    // A thread's name is its process's to choose, in any bytes: read them all.
+                    let comm = fx.read_bytes(&procfs.join(format!("{pid}/task/{tid}/comm"))).ok()?;
+                    let comm = std::str::from_utf8(comm.trim_ascii()).ok()?;
+                    let n = vcpu_index(comm)?;
+                    Some((n, Target { tid, label: format!("{pid} {comm}") }))
                 })
                 .collect();
             if v.is_empty() {

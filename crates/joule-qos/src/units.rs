@@ -459,9 +459,11 @@ fn outsider(fx: &dyn Effects, dir: &Path, members: &Membership, class: &str) -> 
         {
             return Some(pid);
         }
-        for name in fx.list_dir(&d).unwrap_or_default() {
-            if fx.exists(&d.join(&name).join("cgroup.procs")) {
-                stack.push(d.join(name));
+        // Exact paths: the unit's delegate names its cgroups, in any bytes, and a lossy name
+        // would hide the processes below it.
+        for child in fx.children(&d).unwrap_or_default() {
+            if fx.exists(&child.join("cgroup.procs")) {
+                stack.push(child);
             }
         }
     }

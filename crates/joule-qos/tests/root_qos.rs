@@ -13,7 +13,7 @@ use joule_core::testing::{is_root, require};
 use joule_qos::{BackendKind, QosController, QosOpts};
 use std::cell::Cell;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -474,6 +474,12 @@ impl DiesAt {
 impl Files for DiesAt {
     fn read(&self, p: &Path) -> io::Result<String> {
         RealEffects.read(p)
+    }
+    fn read_bytes(&self, p: &Path) -> io::Result<Vec<u8>> {
+        RealEffects.read_bytes(p)
+    }
+    fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+        RealEffects.read_link(p)
     }
     fn write(&self, p: &Path, v: &str) -> io::Result<()> {
         self.change()?;

@@ -192,7 +192,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
             "/task_wait",
             "Share of the last interval the thread waited runnable for a CPU, top threads only (source=ebpf: sched_switch accounting; kernel: schedstat)."
         ),
-        num(s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm), src(t.source)]), t.wait_us as f64 / iv)).collect()),
+        num(s.task_wait.iter().map(|t| (l(&[("tid", &t.pid.to_string()), ("comm", &t.comm.text()), src(t.source)]), t.wait_us as f64 / iv)).collect()),
     );
     push(
         def!(

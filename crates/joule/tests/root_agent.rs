@@ -734,6 +734,8 @@ mod kube;
 mod login;
 #[path = "root_agent/membership.rs"]
 mod membership;
+#[path = "root_agent/names.rs"]
+mod names;
 #[path = "root_agent/rest.rs"]
 mod rest;
 #[path = "root_agent/status.rs"]

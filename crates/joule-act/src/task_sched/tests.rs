@@ -30,7 +30,7 @@ fn plan(wants: &[(&str, Want)], members: &Membership) -> Plan {
 #[test]
 fn pins_the_class_threads_journalled_first_and_the_journal_alone_puts_them_back() {
     let (pd, cfg) = procfs();
-    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default().with_tree(pd.path()));
     let fx = FakeEffects::default();
     for tid in [11, 12] {
         fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
@@ -71,7 +71,7 @@ fn pins_the_class_threads_journalled_first_and_the_journal_alone_puts_them_back(
 #[test]
 fn a_class_the_user_space_scheduler_holds_is_not_pinned_for_placement() {
     let (pd, cfg) = procfs();
-    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default().with_tree(pd.path()));
     let fx = FakeEffects::default();
     fx.affinity.lock().unwrap().insert(11, vec![0, 1]);
     let jd = tempfile::tempdir().unwrap();
@@ -103,7 +103,7 @@ fn a_class_the_user_space_scheduler_holds_is_not_pinned_for_placement() {
 fn slices_the_fair_threads_journalled_first_and_the_journal_alone_gives_the_default_back() {
     use joule_core::effects::FAKE_DEFAULT_SLICE_NS;
     let (pd, cfg) = procfs();
-    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default().with_tree(pd.path()));
     let fx = FakeEffects::default();
     // tid 0: the agent's own thread, which has the kernel's default.
     fx.slice.lock().unwrap().extend([(0, FAKE_DEFAULT_SLICE_NS), (11, FAKE_DEFAULT_SLICE_NS), (12, FAKE_DEFAULT_SLICE_NS)]);
@@ -152,7 +152,7 @@ fn slices_the_fair_threads_journalled_first_and_the_journal_alone_gives_the_defa
 #[test]
 fn a_thread_that_leaves_the_class_gets_its_affinity_back_and_a_reused_tid_is_journalled_anew() {
     let (pd, cfg) = procfs();
-    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default());
+    let members = Membership::scan(pd.path(), &cfg.classes, &[], &FakeEffects::default().with_tree(pd.path()));
     let fx = FakeEffects::default();
     for tid in [11, 12] {
         fx.affinity.lock().unwrap().insert(tid, vec![0, 1, 2, 3]);
@@ -175,7 +175,7 @@ fn a_thread_that_leaves_the_class_gets_its_affinity_back_and_a_reused_tid_is_jou
     assert_eq!(recs.len(), 2, "the new thread 12's own affinity is journalled: {recs:?}");
     assert!(matches!(&recs[1].undo, Undo::Affinity { old_cpus, started: Some(9999), .. } if old_cpus == &vec![2, 3]));
     // The process leaves the class (nothing matches it now): both threads get their affinity back.
-    let gone = Membership::scan(pd.path(), &[], &[], &FakeEffects::default());
+    let gone = Membership::scan(pd.path(), &[], &[], &FakeEffects::default().with_tree(pd.path()));
     acts.reconcile_all(&plan(&[place], &gone), &mut cx);
     assert_eq!((fx.get_affinity(11).unwrap(), fx.get_affinity(12).unwrap()), (vec![0, 1, 2, 3], vec![2, 3]));
 }

@@ -103,7 +103,7 @@ impl Drop for Stopped {
 
 /// Field 3 of /proc/PID/stat; None when the process is gone.
 fn state(pid: i32) -> Option<char> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let s = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     joule_core::procfs::Stat::parse(&s).map(|st| st.state)
 }
 

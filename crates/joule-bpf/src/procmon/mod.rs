@@ -35,23 +35,23 @@ pub enum ProcEvent {
         pid: i32,
         ppid: i32,
         started: u64,
-        comm: String,
+        comm: joule_core::Comm,
     },
     /// `pid` ran execve; its comm is now `comm`.
     Exec {
         pid: i32,
         started: u64,
-        comm: String,
+        comm: joule_core::Comm,
     },
     Exit {
         pid: i32,
         started: u64,
     },
-    /// `pid`'s comm changed to `comm`.
+    /// `pid`'s comm changed to `comm` (byte for byte).
     Rename {
         pid: i32,
         started: u64,
-        comm: String,
+        comm: joule_core::Comm,
     },
     /// `pid` was moved to another cgroup (by anyone).
     Cgroup {
@@ -91,8 +91,8 @@ impl ProcEvent {
 
     fn decode(e: &intf::joule_proc_event) -> Option<ProcEvent> {
         let (pid, started) = (e.pid as i32, e.start_ns / (1_000_000_000 / USER_HZ));
-        let len = e.comm.iter().position(|c| *c == 0).unwrap_or(e.comm.len());
-        let comm = String::from_utf8_lossy(&e.comm[..len].iter().map(|c| *c as u8).collect::<Vec<u8>>()).into_owned();
+        // The bytes the task's owner chose, as they are: matched as bytes, never as lossy text.
+        let comm = joule_core::Comm::from_nul_padded(&e.comm.map(|c| c as u8));
         Some(match e.kind {
             intf::JOULE_PROC_FORK => ProcEvent::Fork { pid, ppid: e.ppid as i32, started, comm },
             intf::JOULE_PROC_EXEC => ProcEvent::Exec { pid, started, comm },

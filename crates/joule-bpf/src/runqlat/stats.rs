@@ -39,9 +39,10 @@ pub(crate) fn top_task_waits(prev: &mut HashMap<u32, u64>, entries: &[(u32, joul
         .collect()
 }
 
-/// The thread name in an entry: bytes up to the first NUL (the kernel pads comm with NULs).
-fn comm(w: &joule_task_wait) -> String {
-    crate::pod::c_string(&w.comm)
+/// The thread name in an entry: bytes up to the first NUL (the kernel pads comm with NULs),
+/// kept as they are (the thread's owner chose them).
+fn comm(w: &joule_task_wait) -> joule_core::Comm {
+    joule_core::Comm::from_nul_padded(&w.comm.map(|c| c as u8))
 }
 
 /// The `top_n` largest waits since the previous read, largest first (ties: lower tid first),
@@ -113,7 +114,8 @@ mod tests {
     #[test]
     fn comm_stops_at_the_first_nul() {
         assert_eq!(comm(&entry(b"jwait-busy\0\0x", 0)), "jwait-busy");
-        assert_eq!(comm(&entry(&[b'a'; 16], 0)), "a".repeat(16));
+        assert_eq!(comm(&entry(&[b'a'; 16], 0)), *"a".repeat(16));
+        assert_eq!(comm(&entry(b"\xff\xfe\x1b\0", 0)).as_bytes(), b"\xff\xfe\x1b", "any bytes, kept");
     }
 
     #[test]
@@ -122,7 +124,7 @@ mod tests {
         let entries = [(7, entry(b"busy", 3_500_999)), (9, entry(b"new", 1_500))];
         let top = top_task_waits(&mut prev, &entries, 5);
         let got: Vec<_> = top.iter().map(|w| (w.pid, w.comm.as_str(), w.wait_us, w.source)).collect();
-        assert_eq!(got, vec![(7, "busy", 2_500, Origin::Ebpf), (9, "new", 1, Origin::Ebpf)]);
+        assert_eq!(got, vec![(7, Some("busy"), 2_500, Origin::Ebpf), (9, Some("new"), 1, Origin::Ebpf)]);
         assert_eq!(prev, HashMap::from([(7, 3_500_999), (9, 1_500)]));
         assert!(top_task_waits(&mut prev, &entries, 5).is_empty(), "nothing waited since");
     }

@@ -141,35 +141,46 @@ pub const DEFAULT_WEIGHT: u64 = 100;
 
 impl MatchRules {
     /// Whether a task matches: every kind of rule that is given matches (any one value within
-    /// a kind). `cgroups` are the task's cgroup paths in every hierarchy; `pods` what the
-    /// node's runtime said about its pods (empty without one).
-    pub fn matches(
+    /// a kind). `comm` and `cgroups` (the task's cgroup paths in every hierarchy) are matched as
+    /// the kernel has them, byte for byte: a rule is text, so a name that is not UTF-8 matches
+    /// no `comm` rule and never passes for one, while its uid, exe, cgroups and pod still
+    /// match. `pods`: what the node's runtime said about its pods (empty without one).
+    pub fn matches<'p>(
         &self,
         pid: i32,
-        comm: &str,
+        comm: &[u8],
         exe: Option<&std::path::Path>,
         uid: Option<u32>,
-        cgroups: impl IntoIterator<Item = impl AsRef<str>>,
+        cgroups: impl IntoIterator<Item = &'p [u8]>,
         pods: &super::PodIndex,
     ) -> bool {
         let cheap = !self.is_empty()
             && (self.pid.is_empty() || self.pid.contains(&pid))
-            && (self.comm.is_empty() || self.comm.iter().any(|c| c == comm))
+            && (self.comm.is_empty() || self.comm.iter().any(|c| c.as_bytes() == comm))
             && (self.exe.is_empty() || exe.is_some_and(|e| self.exe.iter().any(|x| std::path::Path::new(x) == e)))
             && (self.uid.is_empty() || uid.is_some_and(|u| self.uid.contains(&u)));
-        // The paths are copied only for rules that read them (a walk matches every process).
+        // The paths are collected only for rules that read them (a walk matches every process).
         if !cheap || (self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() && self.pod.is_empty()) {
             return cheap;
         }
-        let paths: Vec<String> = cgroups.into_iter().map(|p| p.as_ref().to_string()).collect();
-        self.cgroups_match(&paths) && self.pod.matches(paths.iter().map(String::as_str), pods)
+        let paths: Vec<&[u8]> = cgroups.into_iter().collect();
+        if !self.cgroups_match(&paths) {
+            return false;
+        }
+        if self.pod.is_empty() {
+            return true;
+        }
+        // The pod's and container's levels are the kubelet's and the runtime's names, text;
+        // whatever someone made below a container's cgroup does not change whose it is.
+        let texts: Vec<std::borrow::Cow<str>> = paths.iter().map(|p| String::from_utf8_lossy(p)).collect();
+        self.pod.matches(texts.iter().map(|p| p.as_ref()), pods)
     }
 
     /// The `cgroup`, `unit` and `slice` rules against a task's cgroup paths (each kind given
     /// must hold for one of them). A unit or slice is matched only where systemd puts it
     /// ([`systemd_unit_at`]), outside every delegated subtree: a user's own manager, a delegated
     /// service's or a container's processes may name a cgroup `nginx.service` too.
-    fn cgroups_match(&self, paths: &[String]) -> bool {
+    fn cgroups_match(&self, paths: &[&[u8]]) -> bool {
         if self.cgroup.is_empty() && self.unit.is_empty() && self.slice.is_empty() {
             return true;
         }
@@ -219,12 +230,13 @@ impl MatchRules {
         None
     }
 
-    /// Whether the cgroup `path` is one of the `cgroup` rules or lies below one ("" or "/"
-    /// matches everything).
-    pub fn cgroup_matches(&self, path: &str) -> bool {
+    /// Whether the cgroup `path` (byte for byte) is one of the `cgroup` rules or lies below one
+    /// ("" or "/" matches everything).
+    pub fn cgroup_matches<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> bool {
+        let path = path.as_ref();
         self.cgroup.iter().any(|rule| {
-            let rule = rule.trim_end_matches('/');
-            rule.is_empty() || path == rule || path.strip_prefix(rule).is_some_and(|r| r.starts_with('/'))
+            let rule = rule.trim_end_matches('/').as_bytes();
+            rule.is_empty() || path == rule || path.strip_prefix(rule).is_some_and(|r| r.starts_with(b"/"))
         })
     }
 
@@ -248,13 +260,15 @@ impl MatchRules {
 /// non-slice directories), so whatever lies below a service, a scope or any directory that is not
 /// a slice was made by someone the delegation trusts, not by systemd: a `nginx.service` there is
 /// not the system's nginx (issue 33).
-pub fn systemd_unit_at(path: &str, name: &str) -> bool {
-    let mut above: Option<&str> = None; // the stem of the slice above; None: the root slice
-    for seg in path.split('/').filter(|s| !s.is_empty()) {
-        let stem = seg.strip_suffix(".slice");
+/// Compared byte for byte: a level someone named in any bytes is simply not `name`.
+pub fn systemd_unit_at<P: AsRef<[u8]> + ?Sized>(path: &P, name: &str) -> bool {
+    let (path, name) = (path.as_ref(), name.as_bytes());
+    let mut above: Option<&[u8]> = None; // the stem of the slice above; None: the root slice
+    for seg in path.split(|b| *b == b'/').filter(|s| !s.is_empty()) {
+        let stem = seg.strip_suffix(b".slice");
         let linked = stem.is_some_and(|st| match above {
-            None => !st.is_empty() && !st.contains('-'),
-            Some(up) => st.strip_prefix(up).and_then(|r| r.strip_prefix('-')).is_some_and(|r| !r.is_empty() && !r.contains('-')),
+            None => !st.is_empty() && !st.contains(&b'-'),
+            Some(up) => st.strip_prefix(up).and_then(|r| r.strip_prefix(b"-")).is_some_and(|r| !r.is_empty() && !r.contains(&b'-')),
         });
         if seg == name {
             return stem.is_none() || linked;
@@ -270,8 +284,8 @@ pub fn systemd_unit_at(path: &str, name: &str) -> bool {
 /// Whether a cgroup path lies in a subtree delegated to a user (systemd's `user@UID.service`,
 /// or any `*.service` under `user.slice` that a user manager runs), where that user creates
 /// and names cgroups.
-pub fn delegated(path: &str) -> bool {
-    path.split('/').any(|seg| seg.starts_with("user@"))
+pub fn delegated<P: AsRef<[u8]> + ?Sized>(path: &P) -> bool {
+    path.as_ref().split(|b| *b == b'/').any(|seg| seg.starts_with(b"user@"))
 }
 
 #[cfg(test)]
@@ -338,11 +352,33 @@ mod tests {
     fn every_kind_given_must_match_and_any_value_within_one() {
         let cfg = Config::parse("[[class]]\nname = \"c\"\nmatch = { comm = [\"a\", \"b\"], uid = [0, 33] }\n").unwrap();
         let m = &cfg.classes[0].matches;
-        let none: [&str; 0] = [];
-        assert!(m.matches(1, "b", None, Some(33), none, &Default::default()));
-        assert!(!m.matches(1, "b", None, Some(1001), none, &Default::default()), "comm alone is not enough");
-        assert!(!m.matches(1, "c", None, Some(0), none, &Default::default()), "uid alone is not enough");
-        assert!(!m.matches(1, "a", None, None, none, &Default::default()), "an unknown uid matches no uid rule");
+        let none: [&[u8]; 0] = [];
+        assert!(m.matches(1, b"b", None, Some(33), none, &Default::default()));
+        assert!(!m.matches(1, b"b", None, Some(1001), none, &Default::default()), "comm alone is not enough");
+        assert!(!m.matches(1, b"c", None, Some(0), none, &Default::default()), "uid alone is not enough");
+        assert!(!m.matches(1, b"a", None, None, none, &Default::default()), "an unknown uid matches no uid rule");
+    }
+
+    /// A name or a cgroup that is not UTF-8 is matched as the bytes it is: never as its lossy
+    /// text (U+FFFD), and without losing the rules it does meet.
+    #[test]
+    fn names_and_cgroups_that_are_not_utf8_are_matched_as_bytes() {
+        let cfg = Config::parse(
+            "[[class]]\nname = \"lossy\"\nmatch = { comm = [\"\u{fffd}\u{fffd}audjx\"] }\n\
+             [[class]]\nname = \"uid\"\nmatch = { uid = [64001] }\n\
+             [[class]]\nname = \"tree\"\nmatch = { cgroup = [\"/jobs\"] }\n",
+        )
+        .unwrap();
+        let (lossy, uid, tree) = (&cfg.classes[0].matches, &cfg.classes[1].matches, &cfg.classes[2].matches);
+        let none: [&[u8]; 0] = [];
+        let name: &[u8] = b"\xff\xfeaudjx";
+        assert!(!lossy.matches(9, name, None, Some(64001), none, &Default::default()), "its lossy form is not its name");
+        assert!(lossy.matches(9, "\u{fffd}\u{fffd}audjx".as_bytes(), None, None, none, &Default::default()), "those very bytes are");
+        assert!(uid.matches(9, name, None, Some(64001), none, &Default::default()));
+        let weird: &[u8] = b"/jobs/\xff\xfe";
+        assert!(tree.matches(9, name, None, None, [weird], &Default::default()), "below /jobs whatever its own name");
+        assert!(!tree.matches(9, name, None, None, [&b"/jobs\xff"[..]], &Default::default()), "/jobs\\xff is not below /jobs");
+        assert!(super::delegated(&b"/user.slice/user-1.slice/user@1.service/\xff"[..]));
     }
 
     /// Issue 33, item 1: a unit or slice is where systemd puts it, not any path segment of its
@@ -373,9 +409,9 @@ mod tests {
         }
         let cfg = Config::parse("[[class]]\nname = \"c\"\nrt_runtime_us = 50000\nmatch = { unit = [\"audrt.service\"] }\n").unwrap();
         let m = &cfg.classes[0].matches;
-        assert!(m.matches(7, "x", None, Some(0), ["/system.slice/audrt.service"], &Default::default()));
+        assert!(m.matches(7, b"x", None, Some(0), [&b"/system.slice/audrt.service"[..]], &Default::default()));
         assert!(
-            !m.matches(7, "x", None, Some(1001), ["/jx-deleg/audrt.service"], &Default::default()),
+            !m.matches(7, b"x", None, Some(1001), [&b"/jx-deleg/audrt.service"[..]], &Default::default()),
             "a delegated directory's audrt.service is not the unit"
         );
     }

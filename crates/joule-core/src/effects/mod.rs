@@ -44,6 +44,12 @@ pub struct RealEffects;
 #[derive(Debug, Default)]
 pub struct FakeEffects {
     pub files: Mutex<BTreeMap<PathBuf, String>>,
+    /// Files whose content need not be text (`with_bytes`): a name that is not UTF-8.
+    pub raw: Mutex<BTreeMap<PathBuf, Vec<u8>>>,
+    /// Symlinks and their targets (`with_symlink`: /proc/PID/exe).
+    pub symlinks: Mutex<BTreeMap<PathBuf, PathBuf>>,
+    /// Directories whose files are read from disk (`with_tree`): a fixture /proc a test wrote.
+    pub trees: Mutex<Vec<PathBuf>>,
     pub dirs: Mutex<BTreeMap<PathBuf, ()>>,
     pub sched: Mutex<BTreeMap<i32, SchedAttr>>,
     /// CPUs each known thread may run on, ascending.
@@ -78,6 +84,21 @@ impl FakeEffects {
         self.files.lock().unwrap().insert(path.into(), value.to_string());
         self
     }
+    pub fn with_bytes(self, path: impl Into<PathBuf>, value: &[u8]) -> Self {
+        self.raw.lock().unwrap().insert(path.into(), value.to_vec());
+        self
+    }
+    pub fn with_symlink(self, path: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
+        self.symlinks.lock().unwrap().insert(path.into(), target.into());
+        self
+    }
+    /// Reads, listings, links and existence under `dir` come from the disk: a fixture tree the
+    /// test wrote there (its own /proc), read through the seam like the machine's would be.
+    /// Writes stay in memory.
+    pub fn with_tree(self, dir: impl Into<PathBuf>) -> Self {
+        self.trees.lock().unwrap().push(dir.into());
+        self
+    }
     pub fn with_dir(self, path: impl Into<PathBuf>) -> Self {
         self.dirs.lock().unwrap().insert(path.into(), ());
         self
@@ -86,7 +107,8 @@ impl FakeEffects {
         self.files.lock().unwrap().get(path.as_ref()).cloned()
     }
     /// Every later call whose log line starts with `prefix` (`"write /cg/x/cpu.max"`,
-    /// `"affinity 7"`, `"qdisc replace"`) fails with `errno`.
+    /// `"affinity 7"`, `"qdisc replace"`) fails with `errno`. Reads fail the same way under
+    /// `"read PATH"` (a /proc file that cannot be read: EACCES), and are never logged.
     pub fn fail_calls(&self, prefix: &str, errno: i32) {
         self.fail_calls_times(prefix, errno, usize::MAX);
     }
@@ -112,15 +134,24 @@ impl FakeEffects {
     /// Runs mutating call `line`: fails it when a `fail_calls` rule says so, else applies
     /// `apply` and logs the line when that succeeds.
     fn act<T>(&self, line: String, apply: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-        if let Some((_, errno, left)) = self.fail.lock().unwrap().iter_mut().find(|(p, _, left)| *left > 0 && line.starts_with(p.as_str())) {
-            if *left != usize::MAX {
-                *left -= 1;
-            }
-            return Err(io::Error::from_raw_os_error(*errno));
+        if let Some(e) = self.failing(&line) {
+            return Err(e);
         }
         let out = apply()?;
         self.log.lock().unwrap().push(line);
         Ok(out)
+    }
+}
+
+impl FakeEffects {
+    /// The error a `fail_calls` rule gives call `line` (counting it), if one does.
+    fn failing(&self, line: &str) -> Option<io::Error> {
+        let mut rules = self.fail.lock().unwrap();
+        let (_, errno, left) = rules.iter_mut().find(|(p, _, left)| *left > 0 && line.starts_with(p.as_str()))?;
+        if *left != usize::MAX {
+            *left -= 1;
+        }
+        Some(io::Error::from_raw_os_error(*errno))
     }
 }
 

@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
+mod path_bytes;
 mod undo;
 
 use undo::{replay_checked, tally, undo_one, Origins};
@@ -48,6 +49,8 @@ pub enum Undo {
     /// left alone. Build it with `Undo::move_task`.
     MoveTask {
         pid: i32,
+        /// Byte for byte (`path_bytes`): the task's cgroup was named by whoever owns it.
+        #[serde(with = "path_bytes")]
         procs_file: PathBuf,
         #[serde(default)]
         started: Option<u64>,
@@ -149,17 +152,21 @@ impl Undo {
     }
 }
 
-/// Start time of a task (field 22 of /proc/PID/stat, clock ticks after boot). Works for
-/// thread ids too.
+/// Start time of a task (field 22 of /proc/PID/stat, clock ticks after boot), None when it
+/// is gone or /proc could not say. Works for thread ids too.
 pub fn start_time(fx: &dyn Effects, pid: i32) -> Option<u64> {
-    crate::procfs::Stat::read(fx, Path::new("/proc"), pid)?.start_time_ticks
+    crate::procfs::start_time(fx, Path::new("/proc"), pid).ok().flatten()
 }
 
 /// Whether `pid` is still the task a record was made for. A record read from the journal
 /// without a start time is refused before this (`undo::refusal`); an in-memory rollback of
-/// a task whose start time could not be read goes ahead.
-pub(crate) fn same_task(fx: &dyn Effects, pid: i32, started: Option<u64>) -> bool {
-    started.is_none() || start_time(fx, pid) == started
+/// a task whose start time could not be read goes ahead. `Err`: /proc could not tell, which
+/// is not "gone": the record stays.
+pub(crate) fn same_task(fx: &dyn Effects, pid: i32, started: Option<u64>) -> io::Result<bool> {
+    match started {
+        None => Ok(true),
+        Some(s) => crate::procfs::same_task(fx, Path::new("/proc"), pid, s),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -332,7 +339,7 @@ impl Journal {
                 Undo::MoveTask { pid, started, .. }
                 | Undo::Sched { tid: pid, started, .. }
                 | Undo::Affinity { tid: pid, started, .. }
-                | Undo::Slice { tid: pid, started, .. } => *alive.entry((*pid, *started)).or_insert_with(|| same_task(fx, *pid, *started)),
+                | Undo::Slice { tid: pid, started, .. } => *alive.entry((*pid, *started)).or_insert_with(|| same_task(fx, *pid, *started).unwrap_or(true)),
                 _ => true,
             })
             .filter(|e| seen.insert(serde_json::to_string(&(&e.owner, &e.undo)).unwrap_or_default()))

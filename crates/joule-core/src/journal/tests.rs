@@ -179,6 +179,34 @@ fn a_reused_pid_is_not_moved_back() {
     assert_eq!(fx.file("/cg/cgroup.procs").as_deref(), Some("7"));
 }
 
+/// One `prctl(PR_SET_NAME)` must not unpin a task, nor a cgroup's name (its owner's) lose it
+/// its way home: the record holds the origin byte for byte, the restore finds the task by its
+/// start time, and a stat that cannot be read is not a task gone, so the record stays.
+#[test]
+fn a_task_named_in_any_bytes_goes_back_to_a_cgroup_named_in_any_bytes() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = tempfile::tempdir().unwrap();
+    let line = [&b"7 (\xff\xfe)"[..], &stat("x", 100).as_bytes()[5..]].concat();
+    let origin = PathBuf::from(std::ffi::OsString::from_vec(b"/cg/\xff\x1b/cgroup.procs".to_vec()));
+    let fx = FakeEffects::default().with_bytes("/proc/7/stat", &line);
+    fx.files.lock().unwrap().insert(origin.clone(), String::new());
+    let j = Journal::open(dir.path()).unwrap();
+    j.record("t", Undo::move_task(&fx, 7, origin.clone())).unwrap();
+    let back = entries(dir.path()).unwrap();
+    assert!(
+        matches!(&back[0].undo, Undo::MoveTask { procs_file, started: Some(100), .. } if procs_file.as_os_str().as_bytes() == origin.as_os_str().as_bytes())
+    );
+    assert!(std::fs::read_to_string(j.path()).unwrap().contains("\"procs_file\":[47,99,103,47,255,27,"), "its bytes, not a lossy name");
+    fx.fail_calls_times("read /proc/7/stat", libc::EACCES, 2);
+    assert_eq!(j.compact(&fx).unwrap(), 0, "unreadable is not gone: kept");
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.already_gone, r.failed.len()), (0, 0, 1), "unreadable: failed, kept for the next restore");
+    let r = j.restore_all(&fx).unwrap();
+    assert_eq!((r.undone, r.already_gone), (1, 0));
+    assert_eq!(fx.file(&origin).as_deref(), Some("7"));
+    assert!(entries(dir.path()).unwrap().is_empty());
+}
+
 #[test]
 fn torn_last_line_is_ignored() {
     let dir = tempfile::tempdir().unwrap();

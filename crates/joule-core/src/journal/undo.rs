@@ -252,7 +252,7 @@ pub(super) fn undo_one(undo: &Undo, fx: &dyn Effects, origins: &Origins) -> io::
         | Undo::Sched { tid: pid, started, .. }
         | Undo::Affinity { tid: pid, started, .. }
         | Undo::Slice { tid: pid, started, .. }
-            if !same_task(fx, *pid, *started) =>
+            if !same_task(fx, *pid, *started)? =>
         {
             Ok(Outcome::Gone)
         }

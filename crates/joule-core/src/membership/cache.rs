@@ -12,26 +12,30 @@
 use super::matching::{assign, direct_match, fits, in_pod, may_follow, read_proc, ProcInfo};
 use super::pods::{PodStats, PodTracker};
 use super::{next_generation, sticky, with_ids, ClassPlace, Member, Membership};
+use crate::comm::Comm;
 use crate::config::ClassConfig;
 use crate::effects::{Files, RealEffects};
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One change the kernel reported about process `pid` (`started`: its start time, clock ticks
 /// after boot). The agent turns joule-bpf's process monitor's events into these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcChange {
-    Fork { pid: i32, ppid: i32, started: u64, comm: String },
-    Exec { pid: i32, started: u64, comm: String },
+    Fork { pid: i32, ppid: i32, started: u64, comm: Comm },
+    Exec { pid: i32, started: u64, comm: Comm },
     Exit { pid: i32, started: u64 },
-    Rename { pid: i32, started: u64, comm: String },
+    Rename { pid: i32, started: u64, comm: Comm },
     Cgroup { pid: i32, started: u64 },
     Creds { pid: i32, started: u64 },
 }
 
 pub struct ProcessCache {
     procfs: PathBuf,
+    /// What /proc is read through (the machine's, or a test's fake).
+    fx: Arc<dyn Files + Send + Sync>,
     classes: Vec<ClassConfig>,
     places: Vec<ClassPlace>,
     /// Every process, by pid.
@@ -57,6 +61,7 @@ impl ProcessCache {
     pub fn new(procfs: impl Into<PathBuf>, classes: &[ClassConfig], places: Vec<ClassPlace>) -> ProcessCache {
         ProcessCache {
             procfs: procfs.into(),
+            fx: Arc::new(RealEffects),
             classes: classes.to_vec(),
             places,
             procs: HashMap::new(),
@@ -69,6 +74,12 @@ impl ProcessCache {
             pods: PodTracker::default(),
             needs_pods: classes.iter().any(|c| c.matches.pod.needs_runtime()),
         }
+    }
+
+    /// Reads /proc through `fx` instead of the machine's (set before the first walk).
+    pub fn with_effects(mut self, fx: Arc<dyn Files + Send + Sync>) -> ProcessCache {
+        self.fx = fx;
+        self
     }
 
     /// Where pods' names, labels and annotations come from (set before the first walk).
@@ -105,7 +116,7 @@ impl ProcessCache {
 
     /// Walks /proc and rebuilds everything (at start, and when events were lost).
     pub fn walk(&mut self) {
-        let procs = super::matching::scan(&self.procfs);
+        let procs = super::matching::scan(self.fx.as_ref(), &self.procfs);
         if self.needs_pods {
             for p in &procs {
                 self.pods.saw(p.cgroups.paths());
@@ -207,7 +218,7 @@ impl ProcessCache {
             return true;
         }
         self.forget(pid);
-        match read_proc(&self.procfs, pid).filter(|p| p.started == Some(started)) {
+        match read_proc(self.fx.as_ref(), &self.procfs, pid).filter(|p| p.started == Some(started)) {
             Some(p) => {
                 self.children.entry(p.ppid).or_default().insert(pid);
                 self.procs.insert(pid, p);
@@ -238,7 +249,8 @@ impl ProcessCache {
 
     /// Applies one event.
     pub fn apply(&mut self, change: &ProcChange) {
-        let fx = &RealEffects;
+        let fx = Arc::clone(&self.fx);
+        let fx = fx.as_ref();
         match change {
             ProcChange::Fork { pid, ppid, started, comm } => {
                 self.forget(*pid);
@@ -247,7 +259,7 @@ impl ProcessCache {
                 // move was read) gives none: the child's own are read.
                 let p = match self.procs.get(ppid).filter(|parent| parent.cgroups.paths().next().is_some()) {
                     Some(parent) => ProcInfo { pid: *pid, ppid: *ppid, comm: comm.clone(), started: Some(*started), ..parent.clone() },
-                    None => match read_proc(&self.procfs, *pid) {
+                    None => match read_proc(fx, &self.procfs, *pid) {
                         Some(p) => p,
                         None => return,
                     },
@@ -261,7 +273,7 @@ impl ProcessCache {
                 if !self.known(*pid, *started) {
                     return;
                 }
-                let exe = std::fs::read_link(task_dir(&self.procfs, *pid).join("exe")).ok();
+                let exe = fx.read_link(&task_dir(&self.procfs, *pid).join("exe")).ok();
                 // The cgroups too: a process moved by a parent that exited before its move was
                 // read (a container runtime's short-lived init stages) inherited stale ones,
                 // and a container's first exec is when its class matters.

@@ -37,7 +37,7 @@ type Classes = Vec<(i32, String)>;
 
 /// (pid, class) of the cache's members, and of a fresh walk of the same tree.
 fn both(c: &mut ProcessCache, dir: &Path) -> (Classes, Classes) {
-    let fx = FakeEffects::default();
+    let fx = FakeEffects::default().with_tree(dir);
     let r = c.reading(&fx);
     let cached: Classes = r.members.values().map(|m| (m.pid, m.class.clone())).collect();
     let sizes = |class: &str| cached.iter().filter(|(_, c)| c == class).count();
@@ -118,6 +118,43 @@ fn events_keep_the_members_a_walk_would_find() {
     assert_eq!(cached, walked);
     assert!(!cached.iter().any(|(p, _)| *p == 201));
     assert!(cached.contains(&(202, "web".into())), "{cached:?}");
+}
+
+/// A name that is not UTF-8, by walk and by event, read through the cache's own effects (an
+/// in-memory /proc): the process is seen with its uid and takes its uid's class; a comm class
+/// spelling the name's lossy text, first in order, never takes it.
+#[test]
+fn a_name_that_is_not_utf8_is_matched_as_bytes_by_walk_and_by_event() {
+    let classes = Config::parse(
+        "[[class]]\nname = \"lossy\"\nmatch = { comm = [\"\u{fffd}\u{fffd}x\"] }\n\
+         [[class]]\nname = \"u\"\nquota_us = 10000\nmatch = { uid = [1001] }\n",
+    )
+    .unwrap()
+    .classes;
+    let stat = |pid: i32, comm: &[u8]| {
+        [format!("{pid} (").as_bytes(), comm, format!(") S 1 {pid} {pid} 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 {}\n", 1000 + pid).as_bytes()].concat()
+    };
+    let status = |comm: &[u8], uid: u32| [&b"Name:\t"[..], comm, format!("\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n").as_bytes()].concat();
+    let mut fx = FakeEffects::default().with_dir("/p");
+    for (pid, comm, uid) in [(1, &b"init"[..], 0), (50, b"\xff\xfex", 1001), (60, b"sh", 2000)] {
+        let d = format!("/p/{pid}");
+        fx = fx
+            .with_dir(&d)
+            .with_bytes(format!("{d}/stat"), &stat(pid, comm))
+            .with_bytes(format!("{d}/status"), &status(comm, uid))
+            .with_file(format!("{d}/cgroup"), "0::/\n");
+    }
+    let fx = Arc::new(fx);
+    let mut c = ProcessCache::new("/p", &classes, vec![]).with_effects(fx.clone());
+    c.walk();
+    assert_eq!(c.processes(), 3, "the walk saw every process");
+    assert_eq!((class_of(&mut c, 50).as_deref(), class_of(&mut c, 60)), (Some("u"), None));
+    // uid 2000's sh renames itself to the bytes whose lossy text the first class spells.
+    fx.raw.lock().unwrap().insert("/p/60/stat".into(), stat(60, b"\xff\xfex"));
+    c.apply(&ProcChange::Rename { pid: 60, started: 1060, comm: crate::comm::Comm::new(&b"\xff\xfex"[..]) });
+    assert_eq!(class_of(&mut c, 60), None, "not its name: no class");
+    c.walk();
+    assert_eq!((class_of(&mut c, 50).as_deref(), class_of(&mut c, 60)), (Some("u"), None), "a walk agrees");
 }
 
 fn capped() -> Vec<ClassConfig> {
@@ -253,7 +290,7 @@ fn a_uid_0_class_never_catches_joules_own_guardian() {
     c.walk();
     let members: Vec<i32> = c.reading(&FakeEffects::default()).members.keys().copied().collect();
     assert_eq!(members, vec![51, 52], "the guardian (pid 50) must not be a member");
-    let scanned: Vec<i32> = Membership::scan(d.path(), &cs, &[], &FakeEffects::default()).members.keys().copied().collect();
+    let scanned: Vec<i32> = Membership::scan(d.path(), &cs, &[], &FakeEffects::default().with_tree(d.path())).members.keys().copied().collect();
     assert_eq!(scanned, vec![51, 52], "nor in a scan");
 }
 

@@ -1,12 +1,13 @@
 //! Task matching on /proc: which process belongs to which class. A process matching any rule
 //! of a class belongs to it (the first class in config order wins); a process matching none
 //! follows its nearest matching ancestor ("children follow their parent"). Kernel threads are
-//! never matched. The /proc files are parsed by `crate::procfs`; the procfs root is a
-//! parameter so tests run on fixture trees.
+//! never matched. The /proc files are read through `Effects` as bytes and parsed by
+//! `crate::procfs`; the procfs root is a parameter so tests run on fixture trees.
 
 use super::Member;
+use crate::comm::Comm;
 use crate::config::{ClassConfig, PodIndex};
-use crate::effects::RealEffects;
+use crate::effects::Files;
 use crate::procfs::{task_dir, Stat, Status, TaskCgroups};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,8 @@ use std::path::{Path, PathBuf};
 pub struct ProcInfo {
     pub pid: i32,
     pub ppid: i32,
-    pub comm: String,
+    /// Byte for byte (its owner chose it).
+    pub comm: Comm,
     pub exe: Option<PathBuf>,
     /// Real uid.
     pub uid: Option<u32>,
@@ -27,10 +29,8 @@ pub struct ProcInfo {
     pub started: Option<u64>,
 }
 
-/// Reads one process; `None` when it vanished (or is not a process directory). Reads the
-/// procfs tree itself (tests give it a fixture directory) even when the cgroups are fakes.
-pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
-    let fx = &RealEffects;
+/// Reads one process through `fx`; `None` when it vanished (or is not a process directory).
+pub fn read_proc(fx: &dyn Files, procfs: &Path, pid: i32) -> Option<ProcInfo> {
     let stat = Stat::read(fx, procfs, pid)?;
     Some(ProcInfo {
         pid,
@@ -39,16 +39,16 @@ pub fn read_proc(procfs: &Path, pid: i32) -> Option<ProcInfo> {
         started: stat.start_time_ticks,
         // stat's comm is /proc/PID/comm (the kernel prints both with proc_task_name).
         comm: stat.comm,
-        exe: std::fs::read_link(task_dir(procfs, pid).join("exe")).ok(),
+        exe: fx.read_link(&task_dir(procfs, pid).join("exe")).ok(),
         uid: Status::read(fx, procfs, pid).and_then(|s| s.uids()).map(|u| u.real),
         cgroups: TaskCgroups::read(fx, procfs, pid).unwrap_or_default(),
     })
 }
 
 /// Every process under `procfs` (those that vanish while being read are skipped).
-pub fn scan(procfs: &Path) -> Vec<ProcInfo> {
-    let Ok(rd) = std::fs::read_dir(procfs) else { return Vec::new() };
-    let mut v: Vec<ProcInfo> = rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()).filter_map(|pid| read_proc(procfs, pid)).collect();
+pub fn scan(fx: &dyn Files, procfs: &Path) -> Vec<ProcInfo> {
+    let Ok(names) = fx.list_dir(procfs) else { return Vec::new() };
+    let mut v: Vec<ProcInfo> = names.iter().filter_map(|n| n.parse::<i32>().ok()).filter_map(|pid| read_proc(fx, procfs, pid)).collect();
     v.sort_by_key(|p| p.pid);
     v
 }
@@ -66,7 +66,7 @@ pub fn direct_match<'a>(p: &ProcInfo, classes: &'a [ClassConfig], pods: &PodInde
     classes
         .iter()
         .filter(|c| c.matches.pod.is_empty() != in_pod)
-        .find(|c| c.matches.matches(p.pid, &p.comm, p.exe.as_deref(), p.uid, p.cgroups.paths(), pods))
+        .find(|c| c.matches.matches(p.pid, p.comm.as_bytes(), p.exe.as_deref(), p.uid, p.cgroups.raw_paths(), pods))
         .map(|c| c.name.as_str())
 }
 
@@ -119,7 +119,13 @@ pub fn assign(procs: &[ProcInfo], classes: &[ClassConfig], previous: Option<&imb
 mod tests {
     use super::*;
     use crate::config::MatchRules;
+    use crate::effects::FakeEffects;
     use crate::procfs::PF_KTHREAD;
+
+    /// The fixture tree under `dir`, read through the fake as the machine's /proc would be.
+    fn scan_dir(dir: &Path) -> Vec<ProcInfo> {
+        scan(&FakeEffects::default().with_tree(dir), dir)
+    }
 
     fn fixture(dir: &Path, pid: i32, ppid: i32, comm: &str, uid: u32, cg: &str, flags: u64) {
         let d = dir.join(pid.to_string());
@@ -156,7 +162,7 @@ mod tests {
         // First in order, and every kind given must match: comm player with uid 2000 is nobody.
         let mut cs = cs;
         cs.insert(0, class("both", MatchRules { comm: vec!["player".into()], uid: vec![2000], ..Default::default() }));
-        let procs = scan(p);
+        let procs = scan_dir(p);
         assert_eq!(procs.len(), 8);
         assert_eq!(procs.iter().find(|x| x.pid == 102).unwrap().comm, "helper (x)");
         let a = assign(&procs, &cs, None, &PodIndex::new());
@@ -175,9 +181,36 @@ mod tests {
             class("a", MatchRules { comm: vec!["shell".into()], ..Default::default() }),
             class("b", MatchRules { comm: vec!["game".into()], ..Default::default() }),
         ];
-        let a = assign(&scan(t.path()), &cs, None, &PodIndex::new());
+        let a = assign(&scan_dir(t.path()), &cs, None, &PodIndex::new());
         assert_eq!(a.get(&11).map(String::as_str), Some("b"));
         assert_eq!(a.len(), 2);
+    }
+
+    /// One `prctl(PR_SET_NAME, "\xff\xfe…")` by a user who wants out of a cap: the process is still seen,
+    /// with its uid and cgroups, and still matched by them; a comm rule spelling its name's
+    /// lossy text takes nothing, and neither does a name that merely looks alike.
+    #[test]
+    fn a_name_that_is_not_utf8_is_seen_and_matched_by_everything_but_comm() {
+        let t = tempfile::tempdir().unwrap();
+        fixture(t.path(), 1, 0, "init", 0, "/", 0);
+        fixture(t.path(), 50, 1, "ctl", 64001, "/jobs/a", 0);
+        let d = t.path().join("50");
+        std::fs::write(d.join("stat"), b"50 (\xff\xfeaudjx) S 1 50 50 0 -1 0 0 0 0 0 1 2\n").unwrap();
+        std::fs::write(d.join("status"), b"Name:\t\xff\xfeaudjx\nUid:\t64001\t64001\t64001\t64001\n").unwrap();
+        std::fs::write(d.join("cgroup"), b"3:cpuset:/\n1:cpu:/jobs/\xff\n0::/jobs/\xff\n").unwrap();
+        let procs = scan_dir(t.path());
+        let p = procs.iter().find(|p| p.pid == 50).expect("seen by the walk");
+        assert_eq!((p.comm.as_bytes(), p.uid), (&b"\xff\xfeaudjx"[..], Some(64001)));
+        assert_eq!(p.cgroups.raw_path(None), Some(&b"/jobs/\xff"[..]));
+        let lossy = || class("lossy", MatchRules { comm: vec!["\u{fffd}\u{fffd}audjx".into(), "audjx".into()], ..Default::default() });
+        for (second, want) in [
+            (class("capped", MatchRules { uid: vec![64001], ..Default::default() }), "capped"),
+            (class("jobs", MatchRules { cgroup: vec!["/jobs".into()], ..Default::default() }), "jobs"),
+            (class("bin", MatchRules { exe: vec!["/usr/bin/ctl".into()], ..Default::default() }), "bin"),
+        ] {
+            let a = assign(&procs, &[lossy(), second], None, &PodIndex::new());
+            assert_eq!(a.get(&50).map(String::as_str), Some(want), "the comm class is first in order and must not take it");
+        }
     }
 
     /// A node with the systemd cgroup driver on cgroup v2, CRI-O and containerd naming: a pod
@@ -207,10 +240,10 @@ mod tests {
                 MatchRules { pod: PodRules { qos: vec!["BestEffort".into()], container: vec!["none".into()], ..Default::default() }, ..Default::default() },
             ),
         ];
-        let a = assign(&scan(t.path()), &cs, None, &pods);
+        let a = assign(&scan_dir(t.path()), &cs, None, &pods);
         let want: BTreeMap<i32, String> = [(100, "web"), (101, "byname")].into_iter().map(|(k, v)| (k, v.to_string())).collect();
         assert_eq!(a, want, "102 is conmon; 103/104 are in batch with container app, not none; 104 does not follow 101 into a pod");
-        let without_runtime = assign(&scan(t.path()), &cs, None, &PodIndex::new());
+        let without_runtime = assign(&scan_dir(t.path()), &cs, None, &PodIndex::new());
         assert_eq!(without_runtime.get(&100), None, "no runtime's word: a namespace rule matches nothing");
     }
 }

@@ -117,7 +117,7 @@ pub(crate) fn is_joule(p: &matching::ProcInfo, me: i32) -> bool {
 
 impl Membership {
     /// The one scan of /proc: every process, matched to the classes (first class in config
-    /// order, children following their parent), with the places' cgroup ids read through `fx`.
+    /// order, children following their parent), read through `fx` like the places' cgroup ids.
     /// joule's own process (`me`) is never a member.
     pub fn scan(procfs: &Path, classes: &[ClassConfig], places: &[ClassPlace], fx: &dyn Files) -> Membership {
         Self::scan_after(procfs, classes, places, fx, None)
@@ -139,7 +139,7 @@ impl Membership {
         previous: Option<&Membership>,
         pods: &mut PodTracker,
     ) -> Membership {
-        let procs = matching::scan(procfs);
+        let procs = matching::scan(fx, procfs);
         if classes.iter().any(|c| c.matches.pod.needs_runtime()) {
             for p in &procs {
                 pods.saw(p.cgroups.paths());
@@ -242,7 +242,7 @@ mod tests {
             }
         }
         let cfg = crate::config::Config::parse("[[class]]\nname = \"web\"\nweight = 100\n[class.match]\ncomm = [\"web\"]\n").unwrap();
-        let fx = FakeEffects::default().with_dir("/cg/joule/web");
+        let fx = FakeEffects::default().with_dir("/cg/joule/web").with_tree(p);
         let place = ClassPlace {
             class: "web".into(),
             dirs: vec![(Hier::Unified, "/cg/joule/web".into())],

@@ -21,6 +21,7 @@ impl QosController {
     /// moves.
     pub(super) fn move_members(&mut self, journal: &Journal, fx: &dyn Effects, members: &Membership) -> Result<(Moved, Vec<i32>), QosError> {
         let (mut moved, mut vanished) = (Vec::new(), Vec::new());
+        let mut unpinned = None;
         // The scan already read each process's cgroups and start time: place from that, not
         // from /proc again.
         let plans: Vec<(&str, i32, Vec<Move>)> = members
@@ -38,11 +39,19 @@ impl QosController {
                         self.origins.insert(*pid, origin);
                     }
                 }
-                Err(Some(e)) => return Err(e),
-                Err(None) => vanished.push(*pid),
+                Err(MoveError::Failed(e)) => return Err(e),
+                // Neither gone nor pinned: the other members still move; the error makes the
+                // next reading try every member again.
+                Err(MoveError::Unpinned(e)) => {
+                    unpinned.get_or_insert(e);
+                }
+                Err(MoveError::Vanished) => vanished.push(*pid),
             }
         }
         self.take_out_leavers(fx, members);
+        if let Some(e) = unpinned {
+            return Err(e);
+        }
         // A reading without leavers (a walk of /proc each time, without eBPF) never says who
         // exited: past a bound, forget the origins of processes that are gone. The next sweep
         // waits until the map has doubled again, so a machine with that many live members pays
@@ -63,7 +72,7 @@ impl QosController {
             .hiers
             .iter()
             .filter_map(|(h, m)| {
-                let dir = m.join(cgroups.path(h.controller()).unwrap_or("/").trim_start_matches('/'));
+                let dir = cgroups.dir_in(m, h.controller());
                 (!ours(&dir, m)).then(|| (m.clone(), dir.join("cgroup.procs")))
             })
             .collect()
@@ -76,7 +85,7 @@ impl QosController {
     fn take_out_leavers(&mut self, fx: &dyn Effects, members: &Membership) {
         const MAX_HOPS: usize = 64;
         for pid in members.left().collect::<Vec<_>>() {
-            let Some(info) = read_proc(&members.procfs, pid) else {
+            let Some(info) = read_proc(fx, &members.procfs, pid) else {
                 self.origins.remove(&pid);
                 continue;
             };
@@ -88,11 +97,11 @@ impl QosController {
                     origin = Some(o.clone());
                     break;
                 }
-                cur = read_proc(&members.procfs, p.ppid);
+                cur = read_proc(fx, &members.procfs, p.ppid);
             }
             self.origins.remove(&pid);
             for (h, m) in &self.layout.hiers {
-                let dir = m.join(info.cgroups.path(h.controller()).unwrap_or("/").trim_start_matches('/'));
+                let dir = info.cgroups.dir_in(m, h.controller());
                 if !self.layout.is_ours(m, &self.plan, &dir) {
                     continue;
                 }
@@ -100,8 +109,8 @@ impl QosController {
                 let mv = [(Undo::MoveTask { pid, procs_file: dir.join("cgroup.procs"), started: info.started }, dest.clone())];
                 match write_moves(fx, &members.procfs, "(none)", pid, &mv) {
                     Ok(()) => tracing::info!("pid {pid} left its class: moved from {} back to {}", dir.display(), dest.display()),
-                    Err(None) => break,
-                    Err(Some(e)) => tracing::warn!("pid {pid} left its class but stays in {}: {e}", dir.display()),
+                    Err(MoveError::Vanished) => break,
+                    Err(MoveError::Failed(e) | MoveError::Unpinned(e)) => tracing::warn!("pid {pid} left its class but stays in {}: {e}", dir.display()),
                 }
             }
         }
@@ -115,14 +124,17 @@ impl QosController {
     /// Moves one process (or, with `thread`, one thread) into `class` in every hierarchy,
     /// recording where it came from first. Ok(false): already there. Err(None): it vanished.
     pub fn place(&mut self, journal: &Journal, fx: &dyn Effects, class: &str, pid: i32, thread: bool) -> Result<bool, Option<QosError>> {
-        let Some(info) = read_proc(&self.opts.procfs_root, pid) else { return Err(None) };
+        let Some(info) = read_proc(fx, &self.opts.procfs_root, pid) else { return Err(None) };
         let started = joule_core::journal::start_time(fx, pid);
         let moves = self.plan_moves(class, pid, started, &info.cgroups, thread);
         if moves.is_empty() {
             return Ok(false);
         }
         self.record_all(journal, moves.iter().map(|(u, _)| u.clone()).collect()).map_err(Some)?;
-        write_moves(fx, &self.opts.procfs_root, class, pid, &moves).map(|()| true)
+        write_moves(fx, &self.opts.procfs_root, class, pid, &moves).map(|()| true).map_err(|e| match e {
+            MoveError::Vanished => None,
+            MoveError::Failed(e) | MoveError::Unpinned(e) => Some(e),
+        })
     }
 
     /// The moves that put `pid` (started at `started`), whose cgroups are `cgroups`, into
@@ -131,11 +143,11 @@ impl QosController {
     fn plan_moves(&self, class: &str, pid: i32, started: Option<u64>, cgroups: &TaskCgroups, thread: bool) -> Vec<Move> {
         let mut out = Vec::new();
         for (h, m) in &self.layout.hiers {
-            let old_rel = cgroups.path(h.controller()).unwrap_or("/");
             // v1 moves one thread through `tasks`; v2 (and a v2 hierarchy beside v1 ones) has
             // no `tasks` and moves whole processes.
             let file = if thread && *h != Hier::Unified && self.layout.kind == BackendKind::V1 { "tasks" } else { "cgroup.procs" };
-            let (target, old_dir) = (self.task_dir(m, class), m.join(old_rel.trim_start_matches('/')));
+            // The directory it is in, exactly: its owner may have named it in any bytes.
+            let (target, old_dir) = (self.task_dir(m, class), cgroups.dir_in(m, h.controller()));
             if old_dir == target && !thread {
                 continue;
             }
@@ -184,23 +196,40 @@ pub(super) const MAX_ORIGINS: usize = 65_536;
 /// One planned move: the record that undoes it, and the file to write the pid to.
 type Move = (Undo, PathBuf);
 
-/// Writes `pid` into each move's file (its undo already journalled). Err(None): it vanished.
-fn write_moves(fx: &dyn Effects, procfs: &std::path::Path, class: &str, pid: i32, moves: &[Move]) -> Result<(), Option<QosError>> {
+/// Why a task was not moved.
+enum MoveError {
+    /// It exited, or its pid is another task's now.
+    Vanished,
+    /// /proc could not say whether it is the task the reading matched: not gone, not moved.
+    Unpinned(QosError),
+    Failed(QosError),
+}
+
+/// Writes `pid` into each move's file (its undo already journalled).
+fn write_moves(fx: &dyn Effects, procfs: &std::path::Path, class: &str, pid: i32, moves: &[Move]) -> Result<(), MoveError> {
     let started = moves.iter().find_map(|(u, _)| match u {
         Undo::MoveTask { started, .. } => *started,
         _ => None,
     });
     for (_, dest) in moves {
-        // The process the reading matched, checked at the moment of the write: a pid that has
-        // exited since and been reused by another process is not moved (issue 17).
-        if started.is_some() && joule_core::procfs::Stat::read(&joule_core::effects::RealEffects, procfs, pid).and_then(|s| s.start_time_ticks) != started {
-            return Err(None);
+        // The process the reading matched, checked at the moment of the write (through `fx`,
+        // as the reading was made): a pid that has exited since and been reused by another
+        // process is not moved (issue 17), and one whose stat cannot be read is not "gone".
+        if let Some(started) = started {
+            match joule_core::procfs::same_task(fx, procfs, pid, started) {
+                Ok(true) => {}
+                Ok(false) => return Err(MoveError::Vanished),
+                Err(e) => {
+                    let stat = joule_core::procfs::task_dir(procfs, pid).join("stat");
+                    return Err(MoveError::Unpinned(QosError::io(format!("pin pid {pid} by its start time"), &stat, e)));
+                }
+            }
         }
         match fx.write(dest, &pid.to_string()) {
             Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(None),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(MoveError::Vanished),
             Err(e) => {
-                return Err(Some(match e.raw_os_error() {
+                return Err(MoveError::Failed(match e.raw_os_error() {
                     Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => QosError::io("move a task", dest, e),
                     _ => QosError::KernelRefused {
                         hint: hint_for(dest, &e),

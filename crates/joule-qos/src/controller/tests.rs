@@ -38,8 +38,13 @@ const KNOBS: &[(&str, &str)] = &[
 ];
 
 impl CgFake {
+    /// The tests' fixture /proc trees live in temporary directories: read from disk, as the
+    /// machine's /proc would be, through the same seam.
+    fn new() -> Self {
+        CgFake { fx: FakeEffects::default().with_tree(std::env::temp_dir()), ..Default::default() }
+    }
     fn v1() -> Self {
-        let f = CgFake::default();
+        let f = CgFake::new();
         for h in ["cpu", "cpuset", "cpuacct"] {
             f.mkdir_raw(&format!("/cg/{h}"));
         }
@@ -54,7 +59,7 @@ impl CgFake {
     }
     /// A v2 root at /cg offering cpuset and cpu, with `cpus` effective.
     fn v2(cpus: &str) -> Self {
-        let f = CgFake::default();
+        let f = CgFake::new();
         f.mkdir_raw("/cg");
         f.set("/cg/cgroup.controllers", "cpuset cpu io memory");
         f.set("/cg/cpuset.cpus.effective", cpus);
@@ -108,6 +113,12 @@ impl CgFake {
 impl Files for CgFake {
     fn read(&self, p: &Path) -> io::Result<String> {
         self.fx.read(p)
+    }
+    fn read_bytes(&self, p: &Path) -> io::Result<Vec<u8>> {
+        self.fx.read_bytes(p)
+    }
+    fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
+        self.fx.read_link(p)
     }
     fn write(&self, p: &Path, v: &str) -> io::Result<()> {
         if let Some((_, _, e)) =
@@ -741,4 +752,55 @@ fn deadline_backend_reserves_threads_up_to_rt_threads_journals_first_and_release
         assert_eq!(f.fx.get_sched(t).unwrap(), SchedAttr::OTHER, "thread {t}");
     }
     assert!(journal::entries(jd.path()).unwrap().is_empty());
+}
+
+/// A member named in any bytes, in a cgroup whose owner named it in any bytes: it is moved in,
+/// its origin journalled exactly and put back there; a member whose stat cannot be read at the
+/// write is neither moved (it could not be pinned) nor called vanished, and the others move.
+#[test]
+fn a_member_named_in_any_bytes_goes_back_to_its_cgroup_named_in_any_bytes_and_an_unpinned_one_waits() {
+    use std::os::unix::ffi::OsStringExt;
+    let f = CgFake::v1();
+    let pd = tempfile::tempdir().unwrap();
+    let jd = tempfile::tempdir().unwrap();
+    let cs = vec![ClassConfig { name: "u".into(), matches: MatchRules { uid: vec![64001], ..Default::default() }, ..Default::default() }];
+    let mut c = QosController::new_with(&cs, opts(pd.path()), &f).unwrap();
+    let j = Journal::open(jd.path()).unwrap();
+    c.apply(&j, &f).unwrap();
+    let origin = PathBuf::from(std::ffi::OsString::from_vec(b"/cg/cpu/\xff\x1b/cgroup.procs".to_vec()));
+    f.fx.files.lock().unwrap().insert(origin.clone(), String::new());
+    for pid in [500, 501] {
+        let d = pd.path().join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        let stat = [format!("{pid} (").as_bytes(), b"\xff\xfeaudjx", &stat_line(pid, "x").as_bytes()[format!("{pid} (x").len()..]].concat();
+        std::fs::write(d.join("stat"), &stat).unwrap();
+        std::fs::write(d.join("status"), b"Name:\t\xff\xfeaudjx\nUid:\t64001\t64001\t64001\t64001\n").unwrap();
+        std::fs::write(d.join("cgroup"), b"3:cpuset:/\n2:cpuacct:/\n1:cpu:/\xff\x1b\n0::/\n").unwrap();
+        f.fx.raw.lock().unwrap().insert(format!("/proc/{pid}/stat").into(), stat);
+        // the journal's /proc
+    }
+    let members = c.scan_members(&f);
+    assert_eq!(members.of("u").count(), 2, "both seen, by uid");
+    f.fx.fail_calls_times(&format!("read {}/501/stat", pd.path().display()), libc::EACCES, 1);
+    let e = c.hold(&j, &f, &members).unwrap_err().to_string();
+    assert!(e.contains("pin pid 501 by its start time"), "{e}");
+    let l = log(&f);
+    assert!(l.contains(&"write /cg/cpu/joule/u/cgroup.procs 500".to_string()), "{l:#?}");
+    assert!(!l.iter().any(|x| x.ends_with(" 501")), "an unpinned pid is not moved: {l:#?}");
+    let r = c.hold(&j, &f, &members).unwrap();
+    assert!(r.vanished.is_empty() && log(&f).contains(&"write /cg/cpu/joule/u/cgroup.procs 501".to_string()), "moved once /proc could say");
+    let moves: Vec<PathBuf> = journal::entries(jd.path())
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.undo {
+            Undo::MoveTask { pid: 500, procs_file, .. } => Some(procs_file),
+            _ => None,
+        })
+        .collect();
+    assert!(moves.contains(&origin), "the origin, byte for byte: {moves:?}");
+    c.release(&j, &f).unwrap();
+    let l = log(&f);
+    let back = |pid: i32| l.contains(&format!("write {} {pid}", origin.display()));
+    assert!(back(500) && back(501), "both back where they came from: {l:#?}");
+    assert_eq!(f.fx.file(&origin).as_deref(), Some("500"), "at the exact path (newest first: 500 last)");
 }

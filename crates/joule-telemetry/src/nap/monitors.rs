@@ -144,10 +144,11 @@ pub struct Processes {
     pub uids: Vec<u32>,
 }
 
-/// The real uid in /proc/PID/status.
+/// The real uid in /proc/PID/status, read as bytes (its `Name:` line is the process's own
+/// choice, in any bytes).
 fn real_uid(dir: &Path) -> Option<u32> {
-    let status = fs::read_to_string(dir.join("status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+    let status = joule_core::procfs::Status::parse(fs::read(dir.join("status")).ok()?);
+    status.uids().map(|u| u.real)
 }
 
 impl Monitor for Processes {
@@ -159,9 +160,10 @@ impl Monitor for Processes {
         for e in fs::read_dir(&self.procfs)?.filter_map(|e| e.ok()) {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
             // A process that exits between the listing and the read is simply not there.
-            let Ok(comm) = fs::read_to_string(e.path().join("comm")) else { continue };
-            if self.names.iter().any(|n| n == comm.trim_end()) && real_uid(&e.path()).is_some_and(|u| self.uids.contains(&u)) {
-                found.push(format!("{} ({pid})", comm.trim_end()));
+            let Ok(comm) = fs::read(e.path().join("comm")) else { continue };
+            let comm = joule_core::Comm::new(comm.strip_suffix(b"\n").unwrap_or(&comm));
+            if self.names.iter().any(|n| comm == **n) && real_uid(&e.path()).is_some_and(|u| self.uids.contains(&u)) {
+                found.push(format!("{comm} ({pid})"));
             }
         }
         found.sort();

@@ -132,7 +132,7 @@ impl Source for TaskWaitSource {
                 let (t, p) = (tid.to_string(), pid.to_string());
                 let comm = open_at(root, build_path(path, &[p.as_bytes(), b"/task/", t.as_bytes(), b"/comm"]), false)
                     .and_then(|fd| read_at0(&fd, file))
-                    .map(|n| String::from_utf8_lossy(&file[..n]).trim_end().to_string())
+                    .map(|n| joule_core::Comm::new(file[..n].strip_suffix(b"\n").unwrap_or(&file[..n])))
                     .unwrap_or_default();
                 TaskWait { pid: tid as i32, comm, wait_us: wait_ns / 1000, source: joule_core::Origin::Kernel }
             })

@@ -63,7 +63,7 @@ fn schedstat_top_n_by_wait_over_the_interval() {
     assert!(sample(&mut src, 0).task_wait.is_empty(), "first sample only records counters");
     staged.advance();
     let snap = sample(&mut src, 100);
-    let got: Vec<(i32, &str, u64)> = snap.task_wait.iter().map(|t| (t.pid, t.comm.as_str(), t.wait_us)).collect();
+    let got: Vec<(i32, &str, u64)> = snap.task_wait.iter().map(|t| (t.pid, t.comm.as_str().unwrap_or("?"), t.wait_us)).collect();
     // 101: +7000 µs; 102 was born in the interval: all of its 2500 µs; 200: +1000; 100: +500 (cut).
     assert_eq!(got, vec![(101, "web-worker", 7000), (102, "web-new", 2500), (200, "batch", 1000)]);
 }
