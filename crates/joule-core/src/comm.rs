@@ -37,7 +37,7 @@ impl Comm {
     pub fn text(&self) -> Cow<'_, str> {
         match self.as_str() {
             Some(s) => Cow::Borrowed(s),
-            None => Cow::Owned(spell(&self.0, false)),
+            None => Cow::Owned(spell(&self.0)),
         }
     }
 
@@ -46,23 +46,12 @@ impl Comm {
     }
 }
 
-/// `bytes` as text: valid UTF-8 kept, other bytes as `\xNN`, and with `escape_controls` the
-/// control characters (C0, DEL, C1) escaped too: `\x1b`, `\u{9b}`.
-fn spell(bytes: &[u8], escape_controls: bool) -> String {
+/// `bytes` as text: valid UTF-8 kept, each byte that is not spelled `\xNN`.
+fn spell(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                c if escape_controls && (c < ' ' || c == '\x7f') => {
-                    let _ = write!(out, "\\x{:02x}", c as u32);
-                }
-                c if escape_controls && c.is_control() => {
-                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
-                }
-                c => out.push(c),
-            }
-        }
+        out.push_str(chunk.valid());
         for b in chunk.invalid() {
             let _ = write!(out, "\\x{b:02x}");
         }
@@ -74,13 +63,13 @@ fn spell(bytes: &[u8], escape_controls: bool) -> String {
 /// a name another user chose.
 impl fmt::Display for Comm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&spell(&self.0, true))
+        f.pad(&crate::text::EscapedBytes(&self.0).to_string())
     }
 }
 
 impl fmt::Debug for Comm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Comm(\"{}\")", spell(&self.0, true))
+        write!(f, "Comm(\"{}\")", crate::text::EscapedBytes(&self.0))
     }
 }
 

@@ -123,7 +123,7 @@ mod tests {
         let names = ["\x1b]2;owned\x07", "\x1b]52;c;SGk=\x07", "\u{9b}2J", "a\nnote: forged"];
         let mut s = Snapshot { interval_ms: 1000, ..Default::default() };
         s.task_wait =
-            names.iter().enumerate().map(|(i, n)| TaskWait { pid: 70 + i as i32, comm: n.to_string(), wait_us: 1000, source: Origin::Ebpf }).collect();
+            names.iter().enumerate().map(|(i, n)| TaskWait { pid: 70 + i as i32, comm: n.to_string().into(), wait_us: 1000, source: Origin::Ebpf }).collect();
         s.notes.push("cgroup /user.slice/\x1b]2;x\x07 gone".into());
         s.bpf.enabled = true;
         let lines = render(&families(&s, &AgentStats::default()), &s);

@@ -111,7 +111,7 @@ pub struct Delivered {
     pub event: ProcEvent,
     /// The process's name when the event was sent (every kind carries it): a rename the filter
     /// kept in the kernel shows here.
-    pub comm: String,
+    pub comm: joule_core::Comm,
     /// Its entry's sequence number after the event (0: not followed), for [`Settlement`].
     pub seq: u64,
     /// Nobody followed it before this event: user space knows nothing of it.
@@ -185,7 +185,7 @@ impl ProcMonitor {
                     if let Some(event) = ProcEvent::decode(&e) {
                         let d = Delivered {
                             event,
-                            comm: crate::pod::c_string(&e.comm),
+                            comm: joule_core::Comm::from_nul_padded(&e.comm.map(|c| c as u8)),
                             seq: e.seq,
                             adopted: e.flags & intf::JOULE_PROC_F_ADOPTED != 0,
                             children: e.flags & intf::JOULE_PROC_F_CHILDREN != 0,

@@ -58,8 +58,8 @@ impl ProcessCache {
     }
 
     /// The name the cache has for `pid`.
-    pub fn comm_of(&self, pid: i32) -> Option<&str> {
-        self.procs.get(&pid).map(|p| p.comm.as_str())
+    pub fn comm_of(&self, pid: i32) -> Option<&crate::Comm> {
+        self.procs.get(&pid).map(|p| &p.comm)
     }
 
     /// The children of `pid` the cache holds.
@@ -127,6 +127,6 @@ mod tests {
         assert!(c.is_member(100));
         assert_eq!(c.prune(102), [103], "its child is decided again");
         assert_eq!((c.track(102), c.children_of(100)), (None, vec![101]));
-        assert_eq!((c.started_of(101), c.comm_of(101)), (Some(1101), Some("nginx")));
+        assert_eq!((c.started_of(101), c.comm_of(101).and_then(|c| c.as_str())), (Some(1101), Some("nginx")));
     }
 }

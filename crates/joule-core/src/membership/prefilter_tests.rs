@@ -84,7 +84,7 @@ fn matched(classes: &[ClassConfig], p: &Proc) -> u64 {
     classes
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.matches.matches(p.pid, &p.comm, Some(std::path::Path::new(&p.exe)), Some(p.uid), cg.paths(), &PodIndex::new()))
+        .filter(|(_, c)| c.matches.matches(p.pid, p.comm.as_bytes(), Some(std::path::Path::new(&p.exe)), Some(p.uid), cg.raw_paths(), &PodIndex::new()))
         .fold(0, |bits, (i, _)| bits | 1 << i)
 }
 

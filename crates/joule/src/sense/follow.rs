@@ -111,7 +111,7 @@ mod tests {
     }
 
     fn delivered(event: ProcEvent, seq: u64, adopted: bool, children: bool) -> Delivered {
-        Delivered { event, comm: String::new(), seq, adopted, children, orphans_followed: false }
+        Delivered { event, comm: Default::default(), seq, adopted, children, orphans_followed: false }
     }
 
     #[test]

@@ -175,7 +175,7 @@ impl EventMembership {
             let (pid, started) = (d.event.pid(), d.event.started());
             let renamed = matches!(d.event, ProcEvent::Cgroup { .. } | ProcEvent::Creds { .. })
                 && self.cache.started_of(pid) == Some(started)
-                && self.cache.comm_of(pid).is_some_and(|c| c != d.comm);
+                && self.cache.comm_of(pid).is_some_and(|c| *c != d.comm);
             if renamed {
                 changes.push(ProcEvent::Rename { pid, started, comm: d.comm.clone() });
             }

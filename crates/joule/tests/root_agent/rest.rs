@@ -194,7 +194,7 @@ fn root_rest_a_fork_storm_leaves_the_agent_with_the_members_an_unfiltered_walk_f
     // A walk for the children of the processes that joined with some comes at most 5 s after
     // the last one, at a rest's end: wait for the agent to have settled.
     std::thread::sleep(Duration::from_secs(8));
-    let procs = matching::scan(Path::new("/proc"));
+    let procs = matching::scan(&joule_core::effects::RealEffects, Path::new("/proc"));
     let parents: HashMap<i32, i32> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
     let roots = BTreeSet::from([driver_pid]);
     let ours: Vec<i32> = procs.iter().filter(|p| p.pid != driver_pid && descends_from(&parents, p.pid, &roots)).map(|p| p.pid).collect();
