@@ -227,16 +227,24 @@ fn root_agent_metrics_parse_as_prometheus_text_with_units_and_help() {
     }
     assert!(histograms > 0, "no run-queue latency histogram");
 
-    // A histogram is a counter: a second scrape never counts fewer wake-ups, and the machine
-    // woke something up in between.
-    std::thread::sleep(Duration::from_millis(1000));
-    let later = runq_counts(&parse(&http_get(&addr, "/metrics", None).1));
-    for (key, before) in &counts {
-        if let Some(after) = later.get(key) {
-            assert!(after >= before, "{key}: _count went from {before} to {after}");
+    // A histogram is a counter: a later scrape never counts fewer wake-ups, and the machine
+    // woke something up in between. A resting agent serves a scrape from its last reading and
+    // refreshes it at most once per rest, so the newer count may take a rest to show.
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    let mut later;
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        later = runq_counts(&parse(&http_get(&addr, "/metrics", None).1));
+        for (key, before) in &counts {
+            if let Some(after) = later.get(key) {
+                assert!(after >= before, "{key}: _count went from {before} to {after}");
+            }
+        }
+        if later.values().sum::<f64>() > counts.values().sum::<f64>() || std::time::Instant::now() > deadline {
+            break;
         }
     }
-    assert!(later.values().sum::<f64>() > counts.values().sum::<f64>(), "no wake-up counted in 1 s");
+    assert!(later.values().sum::<f64>() > counts.values().sum::<f64>(), "no wake-up counted in 6 s");
 }
 
 /// `# TYPE` lines: family name → type.
