@@ -30,7 +30,7 @@ pub use flow::{CgroupCounters, FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
 pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::UndoRecorder;
-pub use probe::probe;
+pub use probe::{probe, BTF_VMLINUX};
 pub use procmon::{Delivered, Follow, ProcEvent, ProcFilter, ProcMonitor, ProcMonitorOpts, Settlement};
 pub use ring::RingStop;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};

@@ -5,7 +5,8 @@
 use crate::error::BpfError;
 use std::path::Path;
 
-const BTF: &str = "/sys/kernel/btf/vmlinux";
+/// The running kernel's BTF, which libbpf relocates every program against.
+pub const BTF_VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
 /// Ok when running as root and the kernel has BTF (every program here is CO-RE and attaches
 /// with `tp_btf`, so neither tracefs nor debugfs is needed).
@@ -14,8 +15,8 @@ pub fn probe() -> Result<(), BpfError> {
     if !joule_core::testing::is_root() {
         missing.push("root (CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN): run as root, or pass --no-bpf".to_string());
     }
-    if !Path::new(BTF).exists() {
-        missing.push(format!("kernel BTF ({BTF}): needs CONFIG_DEBUG_INFO_BTF=y, or pass --no-bpf"));
+    if !Path::new(BTF_VMLINUX).exists() {
+        missing.push(format!("kernel BTF ({BTF_VMLINUX}): needs CONFIG_DEBUG_INFO_BTF=y, or pass --no-bpf"));
     }
     if missing.is_empty() {
         Ok(())

@@ -4,6 +4,7 @@
 mod agent;
 mod agent_client;
 mod auth_budget;
+mod backends;
 mod client_group;
 mod cmd;
 mod conn_slots;
@@ -12,6 +13,7 @@ mod doctor;
 mod exporter;
 mod exposition;
 mod freshen;
+mod guardian;
 #[cfg(test)]
 mod help_tests;
 mod logging;

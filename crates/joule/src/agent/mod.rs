@@ -14,14 +14,15 @@
 
 pub(crate) mod acting;
 mod events;
-pub(crate) mod guardian;
 pub mod socket;
 mod status;
 mod wake;
 
+use crate::backends::{self, Ebpf};
 use crate::exporter::{self, Published, Shared};
+use crate::guardian;
 use crate::metrics::AgentStats;
-use crate::sense::{Bpf, BpfOff, Snapshotter};
+use crate::sense::{Bpf, Snapshotter};
 use crate::webconfig::WebConfig;
 use crate::ConfigArg;
 use anyhow::Context;
@@ -73,10 +74,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         trusted_config(web_path).map_err(|e| crate::UsageError(format!("{e:#}")))?;
     }
     // The verdict `joule check-config` gives, before anything is opened or changed.
-    let refusals = acting::refusals(&cfg);
+    let refusals = backends::refusals(&cfg);
     if !refusals.is_empty() {
         let list: Vec<String> = refusals.iter().map(|(_, m)| format!("  - {m}")).collect();
         anyhow::bail!(crate::UsageError(format!("the config cannot be used on this machine:\n{}", list.join("\n"))));
+    }
+    let Start { ebpf, chosen } = start(&cfg, a.no_bpf, root, &backends::Roots::of(&cfg.telemetry));
+    if let Ebpf::Refused(why) = &ebpf {
+        anyhow::bail!(crate::UsageError(why.clone()));
     }
     let web = web_config(&cfg, root)?;
     let jdir = cfg.agent.journal_dir.clone();
@@ -117,6 +122,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         "start",
         serde_json::json!({ "pid": std::process::id(), "recovered": r, "already_gone": gone, "failed": failed, "root": root, "guardian": guardian.pid() }),
     );
+    say_backends(&chosen, &mut events);
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -127,12 +133,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     // (not from a panic hook: this runs after the loop's locks and guards are dropped). A
     // SIGKILL or an abort cannot run this: the guardian replays the journal then (and the
     // next start, or the unit's ExecStopPost, if the guardian was killed too).
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, web, &a.duration_s, a.no_bpf, root, &journal, &mut events, &stop, found)))
-            .unwrap_or_else(|p| {
-                let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-                Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
-            });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_loop(&cfg, web, &a.duration_s, ebpf, root, &journal, &mut events, &stop, found)))
+        .unwrap_or_else(|p| {
+            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+            Err(anyhow::anyhow!("the control loop panicked ({what}); its changes are undone"))
+        });
 
     // Shutdown: whatever happened above, put the machine back.
     let undone = journal.restore_all(&RealEffects);
@@ -172,16 +177,35 @@ fn energy_model(cfg: &Config) -> anyhow::Result<Option<joule_core::energy::Energ
     Ok(Some(m))
 }
 
-/// What eBPF the agent loads: on unless the user turned it off, and then it needs root.
-fn bpf_choice<'j>(cfg: &Config, no_bpf: bool, root: bool, journal: &'j Journal) -> anyhow::Result<Bpf<'j>> {
-    match BpfOff::reason(no_bpf, cfg, root) {
-        None => Ok(Bpf::Pinned(journal)),
-        Some(BpfOff::NotRoot) => Err(crate::UsageError(
-            "the agent loads eBPF programs, which needs root: run it as root, or pass --no-bpf (or set telemetry.bpf = false) to run without them".into(),
-        )
-        .into()),
-        Some(off) => Ok(Bpf::Off(off)),
+/// What the agent decides at start from the machine: whether it loads eBPF, and the backends
+/// it reports (the doctor's rows).
+#[derive(Debug)]
+struct Start {
+    ebpf: Ebpf,
+    chosen: Vec<backends::Choice>,
+}
+
+/// The machine read once from `roots` (the config's, as `joule doctor` reads them) and the
+/// oracle's choices for it.
+fn start(cfg: &Config, no_bpf: bool, root: bool, roots: &backends::Roots) -> Start {
+    let facts = backends::Facts::read(roots);
+    Start { ebpf: backends::ebpf(cfg, no_bpf, root, &facts), chosen: backends::choose(&facts, cfg) }
+}
+
+/// What eBPF the agent loads, from the oracle's decision (a refusal stopped the start before).
+fn bpf_choice(ebpf: Ebpf, journal: &Journal) -> anyhow::Result<Bpf<'_>> {
+    match ebpf {
+        Ebpf::On => Ok(Bpf::Pinned(journal)),
+        Ebpf::Off(off) => Ok(Bpf::Off(off)),
+        Ebpf::Refused(why) => Err(crate::UsageError(why).into()),
     }
+}
+
+/// Says once, at start, which way each mechanism acts here: the rows `joule doctor` prints.
+fn say_backends(chosen: &[backends::Choice], events: &mut Events) {
+    let rows: Vec<String> = chosen.iter().map(|c| format!("{} = {}", c.mechanism, c.backend)).collect();
+    tracing::info!("backends: {}", rows.join("; "));
+    events.emit("backends", serde_json::json!({ "backends": chosen }));
 }
 
 /// The endpoint's TLS and auth (`agent.metrics_web_config`), read before anything changes
@@ -236,6 +260,9 @@ fn copy_hint(path: &std::path::Path) -> String {
     format!("copy it where only root writes, e.g. `sudo install -D -m 0644 {} {}`, and run without --config", path.display(), crate::DEFAULT_CONFIG)
 }
 
+#[cfg(test)]
+mod oracle_tests;
+
 /// Tests: the control loop panics after this many samples (the panic path's undo is tested by
 /// really panicking).
 pub const PANIC_ENV: &str = "JOULE_TEST_PANIC_AFTER_SAMPLES";
@@ -248,14 +275,14 @@ fn run_loop(
     cfg: &Config,
     web: Option<Arc<WebConfig>>,
     duration_s: &Option<f64>,
-    no_bpf: bool,
+    ebpf: Ebpf,
     root: bool,
     journal: &Journal,
     events: &mut Events,
     stop: &AtomicBool,
     recovered: crate::metrics::Recovered,
 ) -> anyhow::Result<()> {
-    let mut sense = Snapshotter::new(cfg, bpf_choice(cfg, no_bpf, root, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
+    let mut sense = Snapshotter::new(cfg, bpf_choice(ebpf, journal)?).context("eBPF is on (pass --no-bpf to run without it)")?;
     tracing::info!("sources, in order: {}", sense.source_names().join(", "));
     if !sense.bpf_status().enabled {
         tracing::warn!("eBPF is off ({}): no run-queue latency, thermal stage computed in user space", sense.bpf_status().off_reason);

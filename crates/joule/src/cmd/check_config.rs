@@ -17,11 +17,11 @@ pub struct CheckConfigArgs {
     pub json: bool,
 }
 
-/// What the agent refuses on this machine once the config parsed (`agent::acting::refusals`:
+/// What the agent refuses on this machine once the config parsed (`backends::refusals`:
 /// the class admission, the energy model, the web config; the agent stops on the same), each
 /// located at the key it names.
 fn admission_problems(cfg: &Config, text: &str) -> Vec<Problem> {
-    crate::agent::acting::refusals(cfg)
+    crate::backends::refusals(cfg)
         .into_iter()
         .map(|(key, message)| {
             let hint =
@@ -77,7 +77,7 @@ pub fn run(a: CheckConfigArgs) -> anyhow::Result<()> {
 /// defaults, checked against this machine as a file would be.
 fn check_defaults(json: bool) -> anyhow::Result<()> {
     let cfg = Config::default();
-    let refusals = crate::agent::acting::refusals(&cfg);
+    let refusals = crate::backends::refusals(&cfg);
     let what = crate::ConfigArg { config: None }.describe();
     if json {
         let problems: Vec<_> = refusals.iter().map(|(key, message)| serde_json::json!({ "key": key, "message": message })).collect();

@@ -36,9 +36,7 @@ pub fn refuse_under_live_agent(journal_dir: &std::path::Path, what: &str) -> any
     let mut waited = false;
     loop {
         match holder(journal_dir) {
-            None if waited => {
-                return Ok(Some(crate::agent::guardian::last_replay(journal_dir).unwrap_or_else(|| "the agent's guardian replayed the journal".into())))
-            }
+            None if waited => return Ok(Some(crate::guardian::last_replay(journal_dir).unwrap_or_else(|| "the agent's guardian replayed the journal".into()))),
             None => return Ok(None),
             Some(Holder::Guardian(_)) if std::time::Instant::now() < deadline => {
                 waited = true;

@@ -144,7 +144,7 @@ pub fn run(args: &QosArgs, cfg: &Config) -> anyhow::Result<()> {
         return Err(crate::UsageError("the config has no [[class]] sections; pass --config FILE with at least one (see docs/qos.md)".into()).into());
     }
     if matches!(args.cmd, QosCmd::Plan { .. } | QosCmd::Apply { .. } | QosCmd::Status { .. }) {
-        if let Some(why) = crate::agent::acting::systemd_refusal(cfg) {
+        if let Some(why) = crate::backends::systemd_refusal(cfg) {
             return Err(crate::UsageError(why).into());
         }
     }

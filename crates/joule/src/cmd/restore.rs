@@ -33,7 +33,7 @@ pub struct RestoreArgs {
 
 pub fn run(a: RestoreArgs) -> anyhow::Result<()> {
     if let (true, Some(pid)) = (a.guardian, a.guardian_of) {
-        let what = crate::agent::guardian::watch(&a.journal_dir, pid)?;
+        let what = crate::guardian::watch(&a.journal_dir, pid)?;
         tracing::info!("guardian: {what}");
         return Ok(());
     }

@@ -7,8 +7,8 @@
 
 mod seen;
 
-use super::backends::Choice;
-use super::facts::Facts;
+use crate::backends::Choice;
+use crate::backends::Facts;
 use joule_core::config::{Config, ThermalScheduler};
 use seen::Seen;
 use serde::Serialize;

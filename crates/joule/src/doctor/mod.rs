@@ -4,13 +4,9 @@
 //! names things others chose (processes, units, sensors, cgroups), so its report is printed
 //! with their control characters escaped.
 
-mod backends;
 mod coexist;
-mod energy;
-mod facts;
 
-pub use backends::{choose, Choice};
-pub use facts::{Facts, Roots};
+pub use crate::backends::{choose, energy, Choice, Facts, Roots};
 
 use std::path::PathBuf;
 
@@ -40,13 +36,14 @@ pub struct DoctorArgs {
     /// table.
     #[arg(long)]
     pub json: bool,
-    /// Where sysfs is (a fixture tree in tests).
-    #[arg(long, default_value = "/sys", hide = true)]
-    pub sysfs_root: PathBuf,
-    #[arg(long, default_value = "/proc", hide = true)]
-    pub procfs_root: PathBuf,
-    #[arg(long, default_value = "/sys/fs/cgroup", hide = true)]
-    pub cgroup_root: PathBuf,
+    /// Where sysfs is (a fixture tree in tests). Default: the config's `telemetry.sysfs_root`,
+    /// as the agent reads it (and `procfs_root`, `cgroup_root`, `thermal_root` likewise).
+    #[arg(long, hide = true)]
+    pub sysfs_root: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    pub procfs_root: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    pub cgroup_root: Option<PathBuf>,
     #[arg(long, default_value = "/etc", hide = true)]
     pub etc_root: PathBuf,
     #[arg(long, default_value = "/var/lib", hide = true)]
@@ -54,10 +51,17 @@ pub struct DoctorArgs {
 }
 
 pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
-    let cfg = a.config.load()?;
-    let facts = Facts::read(&Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), cgroup: a.cgroup_root.clone() });
-    let mut backends = choose(&facts, &cfg);
-    let others = coexist::Roots { sys: a.sysfs_root.clone(), proc: a.procfs_root.clone(), etc: a.etc_root.clone(), var_lib: a.var_lib_root.clone() };
+    let mut cfg = a.config.load()?;
+    // A root given here stands for the config's: the agent would read the same tree.
+    let t = &mut cfg.telemetry;
+    for (flag, root) in [(&a.sysfs_root, &mut t.sysfs_root), (&a.procfs_root, &mut t.procfs_root), (&a.cgroup_root, &mut t.cgroup_root)] {
+        if let Some(p) = flag {
+            p.clone_into(root);
+        }
+    }
+    let roots = Roots::of(&cfg.telemetry);
+    let (facts, mut backends) = predict(&cfg, &roots);
+    let others = coexist::Roots { sys: roots.sys.clone(), proc: roots.proc.clone(), etc: a.etc_root.clone(), var_lib: a.var_lib_root.clone() };
     let coexistence = coexist::read(&others, &facts, &cfg, &backends);
     coexistence.warn(&mut backends);
     let config = a.config.describe();
@@ -69,6 +73,14 @@ pub fn run(a: &DoctorArgs) -> anyhow::Result<()> {
         print!("{}", joule_core::text::escape_lines(&text));
     }
     Ok(())
+}
+
+/// The machine under `roots` and the backends the agent would take there with `cfg`: the
+/// agent's own choice ([`crate::backends`]), run as root without --no-bpf.
+pub fn predict(cfg: &joule_core::config::Config, roots: &Roots) -> (Facts, Vec<Choice>) {
+    let facts = Facts::read(roots);
+    let chosen = choose(&facts, cfg);
+    (facts, chosen)
 }
 
 fn yes(b: bool) -> &'static str {

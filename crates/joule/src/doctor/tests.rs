@@ -2,48 +2,8 @@
 //! scheduling (the hosts users run), and a hybrid v1/v2 host like the one joule is developed on.
 
 use super::*;
+use crate::backends::fixtures::{hybrid, put, roots, systemd_v2};
 use joule_core::config::Config;
-use std::path::Path;
-
-fn put(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-fn roots(t: &Path) -> Roots {
-    Roots { sys: t.join("sys"), proc: t.join("proc"), cgroup: t.join("sys/fs/cgroup") }
-}
-
-/// A Debian 13 guest: systemd, pure v2 with cpu/cpuset, no RT group sched, sched_ext, an ACPI zone.
-fn systemd_v2(t: &Path) {
-    put(t, "proc/1/comm", "systemd\n");
-    put(t, "proc/sys/kernel/osrelease", "7.3.0-1-cloud-amd64\n");
-    put(t, "proc/sys/kernel/sched_rt_runtime_us", "950000\n");
-    let bpf = t.join("sys/fs/bpf");
-    put(t, "proc/self/mountinfo", &format!("22 1 0:21 / {} rw - proc proc rw\n30 25 0:26 / {} rw - bpf bpf rw\n", t.join("proc").display(), bpf.display()));
-    put(t, "sys/kernel/btf/vmlinux", "");
-    put(t, "sys/kernel/sched_ext/state", "disabled\n");
-    put(t, "sys/class/thermal/thermal_zone0/type", "acpitz\n");
-    put(t, "sys/class/thermal/thermal_zone0/temp", "45000\n");
-    put(t, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n");
-    put(t, "sys/fs/cgroup/system.slice/nginx.service/cgroup.procs", "");
-}
-
-/// This host's shape: v1 cpu (with RT group sched), cpuset, freezer; v2 at unified/ with no
-/// controllers; no sensors; PID 1 not systemd; /proc with hidepid.
-fn hybrid(t: &Path) {
-    put(t, "proc/1/comm", "process_api\n");
-    put(t, "proc/sys/kernel/sched_rt_runtime_us", "-1\n");
-    put(t, "proc/self/mountinfo", &format!("22 1 0:21 / {} rw - proc proc rw,hidepid=2\n", t.join("proc").display()));
-    put(t, "sys/fs/cgroup/cpu/cpu.rt_runtime_us", "950000\n");
-    put(t, "sys/fs/cgroup/cpu/cpu.shares", "1024\n");
-    put(t, "sys/fs/cgroup/cpuset/cpuset.cpus", "0-1\n");
-    put(t, "sys/fs/cgroup/freezer/tasks", "1\n");
-    put(t, "sys/fs/cgroup/unified/cgroup.controllers", "\n");
-    put(t, "sys/class/hwmon/hwmon0/power1_input", "1000\n");
-    put(t, "sys/devices/system/cpu/cpu0/cpufreq/scaling_driver", "intel_pstate\n");
-}
 
 fn backend<'a>(b: &'a [Choice], m: &str) -> &'a Choice {
     b.iter().find(|c| c.mechanism.starts_with(m)).unwrap_or_else(|| panic!("no {m} in {b:?}"))

@@ -65,7 +65,7 @@ impl BpfOff {
             BpfOff::NotRoot => "not_root",
         }
     }
-    fn explain(self) -> &'static str {
+    pub fn explain(self) -> &'static str {
         match self {
             BpfOff::Flag => "--no-bpf",
             BpfOff::Config => "telemetry.bpf = false",

@@ -2,8 +2,8 @@
 //! named per knob; a loaded sched_ext scheduler; TLP, cpupower and sysctl.d from their configs;
 //! a kubelet's static CPU manager; and a machine with none of them.
 
-use super::super::{choose, Facts, Roots as FactRoots};
 use super::*;
+use crate::backends::{choose, Facts, Roots as FactRoots};
 use joule_core::config::{ClassConfig, Config, StageActions, ThermalScheduler};
 use std::path::Path;
 
@@ -24,7 +24,7 @@ fn process(t: &Path, pid: u32, comm: &str, argv: &[&str]) {
 
 /// The section for the machine at `t`, with `cfg`, and the backends it warns on.
 fn doctor(t: &Path, cfg: &Config) -> (Coexistence, Vec<Choice>) {
-    let f = Facts::read(&FactRoots { sys: t.join("sys"), proc: t.join("proc"), cgroup: t.join("sys/fs/cgroup") });
+    let f = Facts::read(&FactRoots::under(t));
     let mut b = choose(&f, cfg);
     let c = read(&roots(t), &f, cfg, &b);
     c.warn(&mut b);

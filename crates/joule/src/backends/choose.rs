@@ -1,6 +1,8 @@
 //! Which way each of joule's mechanisms acts on a machine with these [`Facts`], and why: what
-//! `joule doctor` tells an operator before anything is enabled. The choices mirror the agent's
-//! own (the qos backend's hierarchy choice, the thermal path, the sensors' fallbacks).
+//! `joule doctor` tells an operator before anything is enabled and what the agent says at
+//! start. The rows that the agent decides at start come from the agent's own decisions
+//! ([`super::ebpf`], [`super::systemd_host`]'s [`Facts::systemd_owns_tree`], the sensors'
+//! choice), so the report cannot drift from what the agent does.
 
 use super::facts::Facts;
 use joule_core::config::{Config, ThermalScheduler};
@@ -25,7 +27,7 @@ fn choice(mechanism: &'static str, backend: impl Into<String>, why: impl Into<St
 /// One [`Choice`] per mechanism, in the order the docs list them.
 pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     let cg = &f.cgroup;
-    let systemd = cg.managers.contains(&"systemd");
+    let systemd = f.systemd_owns_tree;
     let mut out = Vec::new();
 
     let tc = thermal_sensors::choose(&f.temperature_sensors, &cfg.thermal);
@@ -58,10 +60,18 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
             tc.limit_from.as_str().replace('_', " ")
         ),
     ));
-    out.push(if f.btf {
-        choice("thermal stage", "ebpf", "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)")
-    } else {
-        choice("thermal stage", "user space", "no <sys>/kernel/btf/vmlinux: joule's BPF programs cannot load")
+    // What a root agent run without --no-bpf does here.
+    out.push(match super::ebpf(cfg, false, true, f) {
+        super::Ebpf::On => choice(
+            "thermal stage",
+            "ebpf",
+            "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)",
+        ),
+        super::Ebpf::Off(off) => choice("thermal stage", "user space", format!("eBPF is off ({}): the agent computes the stage itself", off.explain())),
+        super::Ebpf::Refused(why) => Choice {
+            warning: Some(format!("the agent refuses to start here: {why}")),
+            ..choice("thermal stage", "user space", format!("no kernel BTF at {}: joule's BPF programs cannot load", super::BTF_VMLINUX))
+        },
     });
     let want_scx = cfg.thermal.scheduler == ThermalScheduler::Scx;
     out.push(match (&f.sched_ext, want_scx) {
@@ -90,7 +100,7 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
         Some(_) => choice("class CPU (quota, weight, cpuset)", "cgroupfs v2", "the unified hierarchy offers cpu; joule creates joule/<class> in it"),
         None => choice("class CPU (quota, weight, cpuset)", "none", "no hierarchy offers the cpu controller: classes with CPU knobs are refused"),
     };
-    if systemd && cg.layout == "unified" && cpu.backend == "cgroupfs v2" {
+    if systemd {
         cpu.backend = "systemd D-Bus".into();
         cpu.why = "classes set their units' CPUQuota/CPUWeight/AllowedCPUs through systemd (named units, or those a class's processes have to themselves); joule creates no cgroup".into();
         cpu.warning = Some(
@@ -113,7 +123,7 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     });
     out.push(match cg.freezer {
         Some("v1") => choice("nap (freezer)", "cgroup v1 freezer", "a v1 freezer hierarchy is mounted"),
-        Some(_) if systemd && cg.layout == "unified" => choice(
+        Some(_) if systemd => choice(
             "nap (freezer)",
             "systemd FreezeUnit",
             "a nap class of units is frozen by systemd (FreezerState agrees; a job queued on it thaws it, since systemd refuses jobs on a frozen unit)",

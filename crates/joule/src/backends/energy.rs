@@ -200,7 +200,8 @@ mod tests {
 
 #[cfg(test)]
 mod report_tests {
-    use super::super::{choose, render, Facts, Roots};
+    use crate::backends::{choose, Facts, Roots};
+    use crate::doctor::render;
     use joule_core::config::Config;
     use std::path::Path;
 
@@ -208,7 +209,13 @@ mod report_tests {
     fn doctor(board: &str) -> (Facts, String, serde_json::Value) {
         let sys = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/boards").join(board).join("sys");
         let empty = tempfile::tempdir().unwrap();
-        let f = Facts::read(&Roots { sys, proc: empty.path().join("proc"), cgroup: empty.path().join("cgroup") });
+        let f = Facts::read(&Roots {
+            thermal: sys.clone(),
+            btf: empty.path().join("btf"),
+            sys,
+            proc: empty.path().join("proc"),
+            cgroup: empty.path().join("cgroup"),
+        });
         let b = choose(&f, &Config::default());
         let json = serde_json::json!({ "facts": f, "backends": b });
         (f.clone(), render(&f, &b), json)

@@ -1,25 +1,60 @@
-//! What `joule doctor` reads off a machine: the kernel's offer (BTF, sched_ext, RT group
-//! scheduling, the RT limit), the cgroup layout and who owns it, the sensors, the pseudo
-//! filesystems and /proc's policy. Read-only, and every root is a parameter so a fixture tree
-//! stands in for the machine.
+//! What joule reads off a machine to choose its backends: the kernel's offer (BTF, sched_ext,
+//! RT group scheduling, the RT limit), the cgroup layout and who owns it, the sensors, the
+//! pseudo filesystems and /proc's policy. One reader for the agent and `joule doctor`, from the
+//! roots the agent reads; read-only, and every root is a parameter so a fixture tree stands in
+//! for the machine.
 
 use joule_core::cgroupfs::{Controller, Layout};
 use joule_core::effects::RealEffects;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Where the machine's pseudo filesystems are (`/sys`, `/proc`, `/sys/fs/cgroup`).
+/// Where the machine's pseudo filesystems are (`/sys`, `/proc`, `/sys/fs/cgroup`), where its
+/// temperature sensors are read, and the kernel BTF joule's eBPF programs are loaded against.
 #[derive(Debug, Clone)]
 pub struct Roots {
     pub sys: PathBuf,
     pub proc: PathBuf,
     pub cgroup: PathBuf,
+    /// The sensors' tree (`telemetry.thermal_root`, else `sys`).
+    pub thermal: PathBuf,
+    /// The kernel's BTF. Not under `sys`: libbpf relocates the programs against the running
+    /// kernel's own file whatever tree the sensors are read from, so a fixture sysfs (tests,
+    /// `thermal_root` plants) has no say in whether eBPF loads.
+    pub btf: PathBuf,
 }
 
 impl Default for Roots {
     fn default() -> Self {
-        Roots { sys: "/sys".into(), proc: "/proc".into(), cgroup: "/sys/fs/cgroup".into() }
+        Roots::of(&joule_core::config::TelemetryConfig::default())
     }
+}
+
+impl Roots {
+    /// The roots the agent reads with this `[telemetry]` section.
+    pub fn of(t: &joule_core::config::TelemetryConfig) -> Roots {
+        Roots {
+            sys: t.sysfs_root.clone(),
+            proc: t.procfs_root.clone(),
+            cgroup: t.cgroup_root.clone(),
+            thermal: t.thermal_root().to_path_buf(),
+            btf: super::BTF_VMLINUX.into(),
+        }
+    }
+
+    /// Fixture roots under one tree: `sys`, `proc`, `sys/fs/cgroup`, BTF at
+    /// `sys/kernel/btf/vmlinux`.
+    #[cfg(test)]
+    pub fn under(t: &Path) -> Roots {
+        let sys = t.join("sys");
+        Roots { proc: t.join("proc"), cgroup: sys.join("fs/cgroup"), thermal: sys.clone(), btf: sys.join("kernel/btf/vmlinux"), sys }
+    }
+}
+
+/// Whether systemd owns the cgroup tree under these roots (PID 1 systemd, pure v2): then every
+/// class acts through units. The agent's placement and the doctor's report both ask this.
+pub fn systemd_owns_tree(r: &Roots) -> bool {
+    joule_core::cgroupfs::systemd_owns_tree(&r.proc, &r.cgroup, &RealEffects)
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -28,7 +63,8 @@ pub struct Facts {
     /// `x86_64`, `aarch64`); the one this binary was built for when that file is missing.
     pub architecture: String,
     pub kernel_release: Option<String>,
-    /// `<sys>/kernel/btf/vmlinux`: what joule's BPF programs are relocated against.
+    /// The kernel's BTF ([`Roots::btf`]) is there: what joule's BPF programs are relocated
+    /// against.
     pub btf: bool,
     /// sched_ext's `state` (None: this kernel has no sched_ext).
     pub sched_ext: Option<String>,
@@ -37,6 +73,8 @@ pub struct Facts {
     pub cpu_idle: Option<bool>,
     pub eevdf_slice: Option<bool>,
     pub cgroup: CgroupFacts,
+    /// PID 1 is systemd on a pure v2 tree ([`systemd_owns_tree`]): classes act through units.
+    pub systemd_owns_tree: bool,
     /// `kernel.sched_rt_runtime_us` (-1: no limit).
     pub sched_rt_runtime_us: Option<i64>,
     pub sensors: Sensors,
@@ -106,12 +144,13 @@ impl Facts {
             cpu_idle: since((5, 15)),
             eevdf_slice: since((6, 12)),
             kernel_release,
-            btf: r.sys.join("kernel/btf/vmlinux").exists(),
+            btf: r.btf.exists(),
             sched_ext: read_trim(&r.sys.join(joule_core::sched_ext::SYSFS_SCHED_EXT).join("state")),
             cgroup: CgroupFacts::read(&r.cgroup, init.as_deref()),
+            systemd_owns_tree: systemd_owns_tree(r),
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
-            temperature_sensors: joule_telemetry::thermal::read_once(&r.sys),
+            temperature_sensors: joule_telemetry::thermal::read_once(&r.thermal),
             cpufreq_policies: super::energy::cpufreq_policies(&r.sys),
             energy_model: super::energy::EnergyModelFacts::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),
