@@ -52,8 +52,11 @@ pub fn no_btf(t: &Path) {
     std::fs::remove_file(t.join("sys/kernel/btf/vmlinux")).unwrap();
 }
 
+/// Lays a fixture machine out under a directory.
+pub type Machine = fn(&Path);
+
 /// Every fixture machine, by name.
-pub const MACHINES: [(&str, fn(&Path)); 4] = [("systemd v2", systemd_v2), ("hybrid", hybrid), ("no BTF", no_btf), ("empty", empty)];
+pub const MACHINES: [(&str, Machine); 4] = [("systemd v2", systemd_v2), ("hybrid", hybrid), ("no BTF", no_btf), ("empty", empty)];
 
 /// Nothing at all: no procfs, no cgroups, no sensors.
 pub fn empty(_: &Path) {}
