@@ -43,6 +43,9 @@ pub struct Facts {
     /// Every temperature sensor with its type and trip points, which the thermal stage's choice
     /// of sensors and thresholds is made from (`joule_core::thermal_sensors`).
     pub temperature_sensors: Vec<joule_core::snapshot::ThermalZone>,
+    /// The board firmware's own throttle (a Raspberry Pi's), which the stages finish under.
+    /// config.txt is looked for under `boot` beside `<sys>` (`/boot` for `/sys`).
+    pub board_limit: Option<joule_core::board_limits::BoardLimit>,
     /// The cpufreq policies (CPUs sharing a clock), as energy-aware placement's domains.
     pub cpufreq_policies: Vec<super::energy::CpufreqPolicy>,
     /// The kernel's Energy Model in debugfs, as placement's powers.
@@ -112,6 +115,7 @@ impl Facts {
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
             temperature_sensors: joule_telemetry::thermal::read_once(&r.sys),
+            board_limit: joule_core::board_limits::read(&r.sys, &r.sys.parent().unwrap_or(Path::new("/")).join("boot")),
             cpufreq_policies: super::energy::cpufreq_policies(&r.sys),
             energy_model: super::energy::EnergyModelFacts::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),
