@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 
 declare -A CMD=(
   [thermal]="thermal --json docs/results/thermal.json --plot docs/results/thermal.svg"
+  [thermal-firmware]="thermal --firmware --joule-stages built-in --json docs/results/thermal-firmware.json --plot docs/results/thermal-firmware.svg"
   [overhead]="overhead --runs 3 --seconds 8 --json docs/results/overhead.json --plot docs/results/overhead.svg"
   [overhead-idle]="overhead --idle --runs 3 --seconds 20 --json docs/results/overhead-idle.json"
   [overhead-scale]="overhead --procs 100,2000,10000 --flows 100,2000,10000 --churn-per-s 500 --runs 3 --seconds 10 --warmup-s 3 --json docs/results/overhead-scale.json --plot docs/results/overhead-scale.svg"
@@ -24,9 +25,9 @@ declare -A CMD=(
   [elevate]="elevate --json docs/results/elevate.json --plot docs/results/elevate.svg"
   [nap]="nap --rounds 5 --json docs/results/nap.json --plot docs/results/nap.svg"
 )
-ORDER=(thermal overhead overhead-idle overhead-scale net-qos net-qos-placement rt-share elevate nap)
+ORDER=(thermal thermal-firmware overhead overhead-idle overhead-scale net-qos net-qos-placement rt-share elevate nap)
 declare -A TAKES=(
-  [thermal]="~20 min (5 runs x 4 modes x 45 s)" [overhead]="~5 min" [overhead-idle]="~1.5 min" [overhead-scale]="~8 min"
+  [thermal]="~20 min (5 runs x 4 modes x 45 s)" [thermal-firmware]="~20 min (5 runs x 4 modes x 45 s)" [overhead]="~5 min" [overhead-idle]="~1.5 min" [overhead-scale]="~8 min"
   [net-qos]="~2 min" [net-qos-placement]="~2 min" [rt-share]="~4 min" [elevate]="~6 min" [nap]="~8 min (5 rounds)"
 )
 

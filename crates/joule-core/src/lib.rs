@@ -5,6 +5,7 @@
 //! a task (`procfs`, its name byte for byte: `Comm`).
 
 pub mod agent_lock;
+pub mod board_limits;
 pub mod cgroupfs;
 pub mod clock;
 pub mod comm;

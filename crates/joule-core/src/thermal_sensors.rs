@@ -7,9 +7,12 @@
 //! `TCPU`); `acpitz` only when none of those exists; everything else is listed and ignored.
 //! `[thermal] zones` replaces the choice. The stage thresholds are placed below the chosen
 //! sensors' own passive trip point (else `critical_margin_celsius` below the critical one), so
-//! joule acts before the kernel's own governor; configured thresholds win. Pure: the caller
-//! reads the sensors (joule-telemetry's `thermal::read_once`), so fixture trees test it.
+//! joule acts before the kernel's own governor; on a board whose firmware throttles earlier
+//! than any trip point (a Raspberry Pi, `crate::board_limits`) they are placed below the
+//! firmware's limit instead; configured thresholds win. Pure: the caller reads the sensors
+//! (joule-telemetry's `thermal::read_once`) and the board, so fixture trees test it.
 
+use crate::board_limits::BoardLimit;
 use crate::config::ThermalConfig;
 
 /// The hottest stage's threshold where no trip point can place it.
@@ -69,11 +72,14 @@ pub struct SensorChoice {
     /// Where the thresholds came from, in words (`config`, `thermal_zone0's passive trip point
     /// at 85 °C`, ...).
     pub thresholds_from: String,
-    /// The same in one word: `config`, `trip points` or `built-in`.
+    /// The same in one word: `config`, `trip points`, `firmware` or `built-in`.
     pub thresholds_kind: &'static str,
     /// The temperature the stages keep the CPU under ([`limit`]), and where it came from.
     pub limit_celsius: f64,
     pub limit_from: LimitFrom,
+    /// How far under its threshold a stage is left: `[thermal] hysteresis_celsius`, or the
+    /// board's with the board's built-in stages.
+    pub hysteresis_celsius: f64,
 }
 
 /// Where the thermal limit came from: the label `from` of `joule_thermal_limit_celsius`.
@@ -87,6 +93,9 @@ pub enum LimitFrom {
     /// No usable trip point: the hottest stage threshold plus the smallest trip offset.
     #[default]
     Thresholds,
+    /// The board's firmware starts throttling there (a Raspberry Pi: 80 °C), before any trip
+    /// point of the chosen sensors.
+    Firmware,
 }
 
 impl LimitFrom {
@@ -95,6 +104,7 @@ impl LimitFrom {
             LimitFrom::PassiveTrip => "passive_trip",
             LimitFrom::CriticalTrip => "critical_trip",
             LimitFrom::Thresholds => "thresholds",
+            LimitFrom::Firmware => "firmware",
         }
     }
 }
@@ -172,11 +182,40 @@ fn trip_reference(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig)
     lowest_trip(zones, used, "critical").map(|(t, zone)| (t - th.critical_margin_celsius, zone, t, LimitFrom::CriticalTrip))
 }
 
+/// The board's firmware limit when it comes before the trip points' reference (or there is
+/// none): the earliest governor is the one to be done before. A tie goes to the firmware, the
+/// one the kernel cannot see.
+fn firmware_first<'a>(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, board: Option<&'a BoardLimit>) -> Option<&'a BoardLimit> {
+    let b = board?;
+    match trip_reference(zones, used, th) {
+        Some((reference, ..)) if reference < b.soft_celsius => None,
+        _ => Some(b),
+    }
+}
+
+/// The offsets and hysteresis under a firmware limit: the board's own pair while both keys are
+/// at their defaults, else the configured ones (validated together by the config check; the
+/// board's offsets with another hysteresis could break the rule that a stage is never left
+/// above the threshold below it).
+fn firmware_offsets(th: &ThermalConfig, b: &BoardLimit) -> (Vec<f64>, f64) {
+    let d = ThermalConfig::default();
+    if th.trip_offsets_celsius == d.trip_offsets_celsius && th.hysteresis_celsius == d.hysteresis_celsius {
+        (b.offsets_celsius.clone(), b.hysteresis_celsius)
+    } else {
+        (th.trip_offsets_celsius.clone(), th.hysteresis_celsius)
+    }
+}
+
 /// The stage thresholds: configured ones, else below the lowest passive trip point of the used
 /// sensors, else `critical_margin_celsius` below the lowest critical one, else the fallback.
-pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig) -> (Vec<f64>, String, &'static str) {
+pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, board: Option<&BoardLimit>) -> (Vec<f64>, String, &'static str) {
     if !th.stage_thresholds_celsius.is_empty() {
         return (th.stage_thresholds_celsius.clone(), "[thermal] stage_thresholds_celsius".into(), "config");
+    }
+    if let Some(b) = firmware_first(zones, used, th, board) {
+        let (offsets, _) = firmware_offsets(th, b);
+        let words = format!("the board's firmware limit at {} °C ({}), minus {offsets:?}", b.soft_celsius, b.from);
+        return (offsets.iter().map(|o| b.soft_celsius - o).collect(), words, "firmware");
     }
     let below = |reference: f64| th.trip_offsets_celsius.iter().map(|o| reference - o).collect::<Vec<_>>();
     if let Some((reference, zone, t, from)) = trip_reference(zones, used, th) {
@@ -198,7 +237,10 @@ pub fn thresholds(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig)
 /// else `critical_margin_celsius` under their lowest critical one, whether or not the
 /// thresholds were configured; with no usable trip point, the hottest threshold plus the
 /// smallest trip offset (the gap the trip points' stages keep: 90 + 5 °C built in).
-pub fn limit(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, thresholds_celsius: &[f64]) -> (f64, LimitFrom) {
+pub fn limit(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, board: Option<&BoardLimit>, thresholds_celsius: &[f64]) -> (f64, LimitFrom) {
+    if let Some(b) = firmware_first(zones, used, th, board) {
+        return (b.soft_celsius, LimitFrom::Firmware);
+    }
     if let Some((reference, _, _, from)) = trip_reference(zones, used, th) {
         return (reference, from);
     }
@@ -208,12 +250,22 @@ pub fn limit(zones: &[ThermalZone], used: &[SensorUse], th: &ThermalConfig, thre
     (hottest + if gap.is_finite() { gap.max(0.0) } else { 0.0 }, LimitFrom::Thresholds)
 }
 
-/// The whole choice: sensors, then thresholds.
+/// The whole choice on a machine with no known firmware limit: sensors, then thresholds.
 pub fn choose(zones: &[ThermalZone], th: &ThermalConfig) -> SensorChoice {
+    choose_on(zones, th, None)
+}
+
+/// The whole choice on a board whose firmware limit (`crate::board_limits::read`) may come
+/// before the trip points.
+pub fn choose_on(zones: &[ThermalZone], th: &ThermalConfig, board: Option<&BoardLimit>) -> SensorChoice {
     let sensors = choose_sensors(zones, th);
-    let (thresholds_celsius, thresholds_from, thresholds_kind) = thresholds(zones, &sensors, th);
-    let (limit_celsius, limit_from) = limit(zones, &sensors, th, &thresholds_celsius);
-    SensorChoice { sensors, thresholds_celsius, thresholds_from, thresholds_kind, limit_celsius, limit_from }
+    let (thresholds_celsius, thresholds_from, thresholds_kind) = thresholds(zones, &sensors, th, board);
+    let (limit_celsius, limit_from) = limit(zones, &sensors, th, board, &thresholds_celsius);
+    let hysteresis_celsius = match firmware_first(zones, &sensors, th, board) {
+        Some(b) if th.stage_thresholds_celsius.is_empty() => firmware_offsets(th, b).1,
+        _ => th.hysteresis_celsius,
+    };
+    SensorChoice { sensors, thresholds_celsius, thresholds_from, thresholds_kind, limit_celsius, limit_from, hysteresis_celsius }
 }
 
 #[cfg(test)]

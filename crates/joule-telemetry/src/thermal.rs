@@ -148,5 +148,13 @@ mod tests {
         // The zone and its hwmon twin (`cpu_thermal`, the same sensor); the fan is no sensor.
         assert_eq!(pi.used().collect::<Vec<_>>(), ["thermal_zone0", "hwmon0/temp1"], "{pi:#?}");
         assert_eq!(pi.thresholds_celsius, vec![75.0, 80.0, 85.0], "110 °C critical minus 20, minus the offsets: {}", pi.thresholds_from);
+        // With the board read from its device tree, the firmware's 80 °C comes first.
+        let fw = joule_core::board_limits::read(&board("rpi5"), &board("rpi5").join("no-boot"));
+        let pi = joule_core::thermal_sensors::choose_on(&read_once(&board("rpi5")), &th, fw.as_ref());
+        assert_eq!((pi.limit_celsius, pi.limit_from.as_str()), (80.0, "firmware"), "{pi:#?}");
+        assert_eq!(pi.thresholds_celsius, vec![77.0, 79.0, 79.6]);
+        let rk = joule_core::thermal_sensors::choose_on(&read_once(&board("rk3588")), &th, None);
+        assert_eq!((rk.limit_celsius, rk.limit_from.as_str()), (85.0, "passive_trip"));
+        assert_eq!(joule_core::board_limits::read(&board("rk3588"), &board("rk3588")), None, "no device tree in that fixture");
     }
 }

@@ -39,7 +39,7 @@ pub struct AgentStats {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Limits {
     pub stage_thresholds_celsius: Vec<f64>,
-    /// `config`, `trip points` or `built-in`.
+    /// `config`, `trip points`, `firmware` or `built-in`.
     pub thresholds_kind: &'static str,
     pub limit_celsius: Option<f64>,
     pub limit_from: joule_core::thermal_sensors::LimitFrom,
@@ -357,7 +357,7 @@ fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, 
             Gauge,
             None,
             "",
-            "Temperature at which the thermal stage rises to `stage`; `from` says who set it (config, trip_points, built_in). Chosen at start."
+            "Temperature at which the thermal stage rises to `stage`; `from` says who set it (config, trip_points, firmware, built_in). Chosen at start."
         ),
         per_stage(&lim.stage_thresholds_celsius, &from),
     );
@@ -367,7 +367,7 @@ fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, 
             Gauge,
             None,
             "",
-            "The temperature the thermal stages keep the CPU under: the followed sensors' lowest passive trip point (from=passive_trip, where the kernel throttles), their critical trip less thermal.critical_margin_celsius (critical_trip), else the hottest threshold plus the smallest trip offset (thresholds). Chosen at start."
+            "The temperature the thermal stages keep the CPU under: the followed sensors' lowest passive trip point (from=passive_trip, where the kernel throttles), where the board's firmware starts throttling when that comes first (firmware: a Raspberry Pi's 80 °C, lower with config.txt's temp_limit), their critical trip less thermal.critical_margin_celsius (critical_trip), else the hottest threshold plus the smallest trip offset (thresholds). Chosen at start."
         ),
         num(lim.limit_celsius.map(|c| (l(&[("from", lim.limit_from.as_str())]), c)).into_iter().collect()),
     );
@@ -867,6 +867,21 @@ mod tests {
         assert_eq!(get("joule_power_stage_threshold_watts")[0], (lbl(&[("stage", "1"), ("from", "config")]), Value::Number(9.0)));
         let found = get("joule_agent_recovered_changes");
         assert!(found.contains(&(lbl(&[("outcome", "failed")]), Value::Number(1.0))) && found.len() == 3, "{found:?}");
+        // A Pi: the firmware's limit, and stages that say so.
+        let pi = AgentStats {
+            limits: Limits {
+                stage_thresholds_celsius: vec![77.0, 79.0, 79.6],
+                thresholds_kind: "firmware",
+                limit_celsius: Some(80.0),
+                limit_from: joule_core::thermal_sensors::LimitFrom::Firmware,
+                ..Limits::default()
+            },
+            ..AgentStats::default()
+        };
+        let fams = families(&full_snapshot(), &pi);
+        let get = |name: &str| fams.iter().find(|f| f.def.name == name).unwrap_or_else(|| panic!("no {name}")).samples.clone();
+        assert_eq!(get("joule_thermal_limit_celsius"), vec![(lbl(&[("from", "firmware")]), Value::Number(80.0))]);
+        assert_eq!(get("joule_thermal_stage_threshold_celsius")[0].0, lbl(&[("stage", "1"), ("from", "firmware")]));
         // An agent that chose no limit yet exports none (not a 0 °C limit).
         assert!(families(&full_snapshot(), &AgentStats::default()).iter().any(|f| f.def.name == "joule_thermal_limit_celsius" && f.samples.is_empty()));
     }

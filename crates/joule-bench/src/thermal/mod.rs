@@ -13,9 +13,15 @@
 //!
 //! Modes are interleaved (each run rotates their order) and repeated `--runs` times; every
 //! run is kept and each score is reported as the median and range over runs (score.rs).
+//!
+//! With `--firmware` the board's own firmware throttle acts too (firmware.rs): past its soft
+//! limit every task slows, whatever the mode; with `--joule-stages built-in` the agent places
+//! its own stages for the board, as it would on one (the plant's tree carries the board's
+//! device tree), instead of the bench's.
 
 mod agent;
 mod baseline;
+mod firmware;
 mod plant;
 pub mod probe;
 mod score;
@@ -69,6 +75,24 @@ impl Mode {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagesArg {
+    /// The bench's stages: 3, 1 and 0.4 °C under --limit-celsius (agent.rs says why).
+    Bench,
+    /// joule's own, as the agent places them on the board: the plant's tree carries the
+    /// board's device tree (rpi5: the firmware's 80 °C), no thresholds in the config.
+    BuiltIn,
+}
+
+impl StagesArg {
+    pub fn name(self) -> &'static str {
+        match self {
+            StagesArg::Bench => "bench",
+            StagesArg::BuiltIn => "built-in",
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BoardArg {
     /// Raspberry Pi 5, bare board (the seed's machine).
     Rpi5,
@@ -117,6 +141,17 @@ pub struct ThermalArgs {
     /// follows). Scores are the plant's own value either way.
     #[arg(long, value_enum, default_value = "plant")]
     pub zone: ZoneArg,
+    /// Model the board's own firmware throttle on the machine (rpi5: every task slowed
+    /// progressively from 80 °C, to 1.5 of 2.4 GHz at 85 °C), in every mode: the firmware is
+    /// the last line, and what it costs the labelled task and fio is scored. Needs root: one
+    /// SCHED_FIFO thread per CPU takes the lost share of each millisecond, a model that delays a
+    /// wake-up more than a real clock cut would.
+    #[arg(long)]
+    pub firmware: bool,
+    /// Whose stage thresholds the joule mode runs with: the bench's, or joule's own built-in
+    /// ones for the board (what a user who configures nothing gets).
+    #[arg(long, value_enum, default_value = "bench")]
+    pub joule_stages: StagesArg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +193,11 @@ fn validate(a: &ThermalArgs) -> Result<(), UsageError> {
         (a.workers <= 256, "--workers must be 0 to 256".to_string()),
         ((1..=50).contains(&a.runs), "--runs must be 1 to 50".to_string()),
         (!a.modes.is_empty(), "--modes must name at least one mode".to_string()),
+        (!a.firmware || b.firmware.is_some(), format!("--firmware: the {} board has no firmware throttle (rpi5 has)", b.name)),
+        (
+            a.joule_stages == StagesArg::Bench || a.zone == ZoneArg::Plant,
+            "--joule-stages built-in needs --zone plant (the board's device tree goes in the plant's tree)".to_string(),
+        ),
     ])
 }
 
@@ -223,6 +263,7 @@ struct Ctx<'a> {
     plant: &'a plant::Running,
     /// Where the agent reads the plant's zone (None: the machine's own /sys, the ACPI zone).
     thermal_root: Option<&'a Path>,
+    stages: agent::Thresholds<'a>,
     interrupted: &'a AtomicBool,
 }
 
@@ -298,7 +339,7 @@ fn run_mode(mode: Mode, run: usize, cx: &Ctx) -> anyhow::Result<ModeRun> {
     };
     let mut agent = if mode == Mode::Joule {
         let pids = Pids { stress: stress.pid(), probe: probe.pid() };
-        let (cfg_path, cfg) = agent::write_config(&dir, cx.limit_celsius, cx.thermal_root, cx.path, true, Some(&pids))?;
+        let (cfg_path, cfg) = agent::write_config(&dir, cx.limit_celsius, cx.thermal_root, cx.path, true, Some(&pids), cx.stages)?;
         Some(Agent::start(&cfg_path, &cfg, &dir.join("agent.log"))?)
     } else {
         None
@@ -411,7 +452,26 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         ZoneArg::Acpi => plant::Zone::acpi(Path::new("/sys"))?,
     };
     let (thermal_root, zone_kind) = (zone.thermal_root().map(Path::to_path_buf), zone.kind());
-    let running = plant::Running::start(b, zone, PathBuf::from("/proc/stat"))?;
+    // The agent's config.txt is looked for in an empty dir of the bench's, never the host's.
+    let boot_root = tmp.path().join("plant-boot");
+    std::fs::create_dir_all(&boot_root)?;
+    let stages = match a.joule_stages {
+        StagesArg::Bench => agent::Thresholds::Bench,
+        StagesArg::BuiltIn => {
+            zone.write_device_tree(&b)?;
+            agent::Thresholds::BuiltIn { boot_root: &boot_root, count: joule_core::config::ThermalConfig::default().stage_count() }
+        }
+    };
+    let thresholds_celsius = match (stages, &thermal_root) {
+        (agent::Thresholds::BuiltIn { boot_root, .. }, Some(root)) => {
+            // What the agent will choose from the same tree.
+            let th = joule_core::config::ThermalConfig { zones: vec!["thermal_zone0".into()], ..Default::default() };
+            let fw = joule_core::board_limits::read(root, boot_root);
+            joule_core::thermal_sensors::choose_on(&joule_telemetry::thermal::read_once(root), &th, fw.as_ref()).thresholds_celsius
+        }
+        _ => agent::stages(limit(a), thermal_root.as_deref()).0,
+    };
+    let running = plant::Running::start(b, zone, PathBuf::from("/proc/stat"), a.firmware)?;
     let cx = Ctx {
         dir: tmp.path(),
         limit_celsius: limit(a),
@@ -423,6 +483,7 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         fio,
         plant: &running,
         thermal_root: thermal_root.as_deref(),
+        stages,
         interrupted: &interrupted,
     };
     let loadavg_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string();
@@ -438,7 +499,9 @@ pub fn run(a: &ThermalArgs) -> anyhow::Result<()> {
         path,
         board: b,
         limit_celsius: cx.limit_celsius,
-        thresholds_celsius: agent::stages(cx.limit_celsius, cx.thermal_root).0,
+        thresholds_celsius,
+        firmware: a.firmware,
+        joule_stages: a.joule_stages.name(),
         duration_s: a.duration_s,
         warmup_s: a.warmup_s,
         workers: cx.workers,

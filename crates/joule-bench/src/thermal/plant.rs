@@ -19,6 +19,12 @@
 //! Time is compressed: a real heatsink takes minutes, a bench mode one. The capacitances are
 //! chosen for a die time constant of ~0.5 s and a heatsink one of ~15 s (stated in the
 //! output), so a 60 s mode sees the plant settle; the steady temperatures are the board's.
+//!
+//! A board's firmware may throttle on its own ([`Firmware`]: a Pi's from 80 °C, hard at
+//! 85 °C). With `--firmware` the plant does what that firmware does to the whole machine: its
+//! clock speed falls with the die temperature, and firmware.rs takes the lost share of every
+//! CPU away from every task alike, the labelled one included; the plant's power counts only
+//! the work that still runs.
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -42,8 +48,32 @@ pub struct Board {
     /// The temperature the board's own firmware or a fleet keeps it under: the bench's default
     /// limit for this board.
     pub limit_celsius: f64,
+    /// The board's own throttle, which slows every task (None: the kernel's trip points are the
+    /// only governor).
+    pub firmware: Option<Firmware>,
+    /// The device tree's root `compatible` (NUL-separated), by which joule knows the board; None:
+    /// no device tree (x86).
+    pub compatible: Option<&'static str>,
     /// Where the figures come from.
     pub source: &'static str,
+}
+
+/// A board firmware's throttle: full speed under `soft_celsius`, falling linearly to
+/// `min_speed` at `hard_celsius`, held there above it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Firmware {
+    pub soft_celsius: f64,
+    pub hard_celsius: f64,
+    /// The clock at the hard limit, a share of the top one.
+    pub min_speed: f64,
+}
+
+impl Firmware {
+    /// The share of full speed the firmware leaves at `die_celsius`.
+    pub fn speed(&self, die_celsius: f64) -> f64 {
+        let x = ((die_celsius - self.soft_celsius) / (self.hard_celsius - self.soft_celsius)).clamp(0.0, 1.0);
+        1.0 - x * (1.0 - self.min_speed)
+    }
 }
 
 /// Raspberry Pi 5 (BCM2712, 4 × Cortex-A76), bare board in still air.
@@ -59,6 +89,11 @@ pub const PI5: Board = Board {
     die_sink_celsius_per_w: 1.5,
     sink_air_celsius_per_w: 7.0,
     limit_celsius: 80.0,
+    // The Arm cores progressively from 80 °C, everything at 85 °C; at the hard limit the cores
+    // run at the firmware's lowest clock, 1.5 of 2.4 GHz (arm_freq_min / arm_freq, Raspberry
+    // Pi's config.txt documentation).
+    firmware: Some(Firmware { soft_celsius: 80.0, hard_celsius: 85.0, min_speed: 1500.0 / 2400.0 }),
+    compatible: Some("raspberrypi,5-model-b\0brcm,bcm2712\0"),
     source: "idle ≈ 3 W at the wall (u-labs.de, 'So verbraucht der Raspberry Pi 5 …', 2024); the firmware \
              throttles the Arm cores from 80 °C and everything at 85 °C (Raspberry Pi documentation, \
              'Frequency management and thermal control'); R and the dynamic power are set so a bare board \
@@ -78,6 +113,8 @@ pub const X86_SMALL: Board = Board {
     die_sink_celsius_per_w: 0.25,
     sink_air_celsius_per_w: 0.45,
     limit_celsius: 65.0,
+    firmware: None,
+    compatible: None,
     source: "65 W TDP (Intel Xeon E-2300 datasheet); 0.25 °C/W die-to-heatsink and 0.45 °C/W heatsink-to-air, \
              representative of a tower cooler rated for that TDP; the 65 °C limit is a fleet budget under the \
              part's 100 °C Tjmax",
@@ -187,6 +224,15 @@ impl Zone {
         Ok(z)
     }
 
+    /// Puts the board's device tree `compatible` in the tree (`firmware/devicetree/base/`), as
+    /// the kernel shows it, so the agent knows the board; nothing for a board without one.
+    pub fn write_device_tree(&self, board: &Board) -> std::io::Result<()> {
+        let (Zone::Tree { root, .. }, Some(c)) = (self, board.compatible) else { return Ok(()) };
+        let dt = root.join("firmware/devicetree/base");
+        std::fs::create_dir_all(&dt)?;
+        std::fs::write(dt.join("compatible"), c)
+    }
+
     /// The guest's ACPI zone; an error naming what is missing on a machine without it.
     pub fn acpi(sysfs: &Path) -> anyhow::Result<Zone> {
         use anyhow::Context;
@@ -270,6 +316,26 @@ mod tests {
     }
 
     #[test]
+    fn the_pis_firmware_slows_the_board_from_80_and_hard_at_85() {
+        let fw = PI5.firmware.unwrap();
+        assert_eq!(fw.speed(50.0), 1.0);
+        assert_eq!(fw.speed(80.0), 1.0);
+        let at82 = fw.speed(82.0);
+        assert!(at82 < 1.0 && at82 > fw.min_speed, "progressive at 82 °C: {at82}");
+        assert_eq!(fw.speed(85.0), 1500.0 / 2400.0, "hard at 85 °C: the lowest clock");
+        assert_eq!(fw.speed(95.0), fw.speed(85.0));
+        assert!(X86_SMALL.firmware.is_none());
+        // A fully loaded bare Pi under its firmware settles between the two limits, as the
+        // documentation says one does: the firmware, not the heatsink, holds it.
+        let mut p = Plant::idle(PI5);
+        for _ in 0..3000 {
+            let util = fw.speed(p.die_celsius);
+            p.step(util, 0.1);
+        }
+        assert!((80.0..85.0).contains(&p.die_celsius), "{:.1}", p.die_celsius);
+    }
+
+    #[test]
     fn leakage_grows_with_temperature() {
         let b = PI5;
         assert!((b.power_w(25.0 + b.leak_doubling_celsius, 0.0) - b.base_w - 2.0 * b.static_w_25).abs() < 1e-9);
@@ -320,6 +386,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(zone.join("temp")).unwrap(), "71235\n");
         assert_eq!(std::fs::read_to_string(zone.join("type")).unwrap(), "plant-rpi5\n");
         assert_eq!(std::fs::read_to_string(zone.join("trip_point_0_temp")).unwrap(), "80000\n");
+        // The Pi's device tree, as joule reads it: the firmware's limit.
+        z.write_device_tree(&PI5).unwrap();
+        let fw = joule_core::board_limits::read(d.path(), &d.path().join("boot")).unwrap();
+        assert_eq!((fw.board.as_str(), fw.soft_celsius), ("raspberrypi,5-model-b", PI5.firmware.unwrap().soft_celsius));
     }
 }
 
@@ -332,6 +402,9 @@ pub struct Reading {
     /// The machine's busy share over the step, 0..1.
     pub util: f64,
     pub power_w: f64,
+    /// The firmware's clock over the step, a share of full speed (1: not throttling, or no
+    /// firmware modelled).
+    pub speed: f64,
 }
 
 struct Shared {
@@ -352,8 +425,18 @@ pub struct Running {
 pub const STEP: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Running {
-    pub fn start(board: Board, zone: Zone, proc_stat: PathBuf) -> anyhow::Result<Running> {
+    /// `firmware`: the board's firmware throttle acts on the machine (firmware.rs), and the
+    /// time it takes is not the work's.
+    pub fn start(board: Board, zone: Zone, proc_stat: PathBuf, firmware: bool) -> anyhow::Result<Running> {
         use std::sync::atomic::Ordering;
+        let throttle = match (firmware, board.firmware) {
+            (true, Some(_)) => Some(super::firmware::Throttle::start()?),
+            (true, None) => anyhow::bail!("--firmware: the {} board has no firmware throttle to model", board.name),
+            (false, _) => None,
+        };
+        // SAFETY: sysconf reads a constant of the C library.
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let mut stolen_ns = throttle.as_ref().map_or(0, |t| t.stolen_ns());
         let shared = std::sync::Arc::new(std::sync::Mutex::new(Shared { plant: Plant::idle(board), since: std::time::Instant::now(), trace: Vec::new() }));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let read = move || std::fs::read_to_string(&proc_stat).ok().as_deref().and_then(cpu_ticks);
@@ -364,16 +447,29 @@ impl Running {
                 std::thread::sleep(STEP);
                 let (now, Some(ticks)) = (std::time::Instant::now(), read()) else { continue };
                 let (busy, total) = (ticks.0.saturating_sub(last.1 .0), ticks.1.saturating_sub(last.1 .1));
-                let util = if total > 0 { busy as f64 / total as f64 } else { 0.0 };
+                // The firmware's stolen time is busy in /proc/stat but heats nothing: a slower
+                // clock, not work.
+                let stolen = throttle.as_ref().map_or(0.0, |t| {
+                    let now_ns = t.stolen_ns();
+                    let d = now_ns.saturating_sub(stolen_ns);
+                    stolen_ns = now_ns;
+                    d as f64 * ticks_per_s / 1e9
+                });
+                let util = if total > 0 { ((busy as f64 - stolen) / total as f64).clamp(0.0, 1.0) } else { 0.0 };
                 let dt = now.duration_since(last.0).as_secs_f64();
                 last = (now, ticks);
                 let mut s = sh.lock().unwrap_or_else(|e| e.into_inner());
                 s.plant.step(util, dt);
+                let speed = match (&throttle, s.plant.board.firmware) {
+                    (Some(t), Some(fw)) => t.set_speed(fw.speed(s.plant.die_celsius)),
+                    _ => 1.0,
+                };
                 let r = Reading {
                     t_s: s.since.elapsed().as_secs_f64(),
                     die_celsius: s.plant.die_celsius,
                     util,
                     power_w: s.plant.board.power_w(s.plant.die_celsius, util),
+                    speed,
                 };
                 s.trace.push(r);
                 if let Err(e) = zone.write(r.die_celsius) {

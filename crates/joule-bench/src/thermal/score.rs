@@ -27,6 +27,10 @@ pub struct Summary {
     pub loadavg_after: String,
     /// How the plant's temperature reached the agent (`Zone::kind`).
     pub zone: &'static str,
+    /// The board's firmware throttle acted on the machine (`--firmware`).
+    pub firmware: bool,
+    /// Whose thresholds the joule mode ran with: `bench` or `built-in`.
+    pub joule_stages: &'static str,
 }
 
 /// One mode's scores in one run.
@@ -47,6 +51,10 @@ pub struct RunScore {
     /// stress-ng's cgroup (None: no cap, or no trigger reached).
     pub reaction_s: Option<f64>,
     pub mean_machine_busy_pct: f64,
+    /// Time the board's firmware had the clock under full speed (0 without `--firmware`), and
+    /// the lowest speed it set.
+    pub seconds_firmware_throttled: f64,
+    pub min_firmware_speed: f64,
     pub stress_cgroup: Option<String>,
     pub agent_errors: Vec<String>,
     /// The joule mode on the scx path: how often the agent loaded its scheduler and how often
@@ -95,6 +103,8 @@ pub fn score(r: &ModeRun, limit: f64, thresholds: &[f64], duration_s: f64) -> Ru
         best_effort_work: r.stress_bogo_ops as f64,
         reaction_s,
         mean_machine_busy_pct: 100.0 * r.plant.iter().map(|p| p.util).sum::<f64>() / r.plant.len().max(1) as f64,
+        seconds_firmware_throttled: r.plant.windows(2).filter(|w| w[0].speed < 0.9999).map(|w| w[1].t_s - w[0].t_s).sum::<f64>() + 0.0,
+        min_firmware_speed: r.plant.iter().map(|p| p.speed).fold(1.0, f64::min),
         stress_cgroup: r.stress_cgroup.clone(),
         agent_errors: r.agent_errors.clone(),
         scx_loaded: r.scx.map(|x| x.loaded),
@@ -103,8 +113,18 @@ pub fn score(r: &ModeRun, limit: f64, thresholds: &[f64], duration_s: f64) -> Ru
 }
 
 /// The keys reported per mode as median and range.
-const METRICS: [&str; 8] =
-    ["plant_peak_celsius", "seconds_over_limit", "pct_time_over_limit", "labelled_p50_us", "labelled_p99_us", "fio_mib_s", "best_effort_work", "reaction_s"];
+const METRICS: [&str; 10] = [
+    "plant_peak_celsius",
+    "seconds_over_limit",
+    "pct_time_over_limit",
+    "labelled_p50_us",
+    "labelled_p99_us",
+    "fio_mib_s",
+    "best_effort_work",
+    "reaction_s",
+    "seconds_firmware_throttled",
+    "mean_machine_busy_pct",
+];
 
 /// Median and range of `key` over `scores` (the runs that have it).
 fn stat(scores: &[&RunScore], key: &str) -> Option<(f64, f64, f64)> {
@@ -161,6 +181,14 @@ impl Summary {
         vs("joule/uniform labelled p99", ratio(Mode::Joule, Mode::Uniform, "labelled_p99_us"), "≤ 0.5×", |r| r <= 0.5);
         vs("joule/none fio", ratio(Mode::Joule, Mode::None, "fio_mib_s"), "≥ 0.97×", |r| r >= 0.97);
         vs("joule/uniform best-effort work", ratio(Mode::Joule, Mode::Uniform, "best_effort_work"), "≥ 0.95×", |r| r >= 0.95);
+        if self.firmware {
+            // Issue 46: with the firmware as the last line, joule must beat what it degrades to.
+            vs("firmware: joule/none labelled p99", ratio(Mode::Joule, Mode::None, "labelled_p99_us"), "< 1×", |r| r < 1.0);
+            vs("firmware: joule/uniform labelled p99", ratio(Mode::Joule, Mode::Uniform, "labelled_p99_us"), "< 1×", |r| r < 1.0);
+            vs("firmware: joule/none fio", ratio(Mode::Joule, Mode::None, "fio_mib_s"), "> 1×", |r| r > 1.0);
+            vs("firmware: joule/uniform fio", ratio(Mode::Joule, Mode::Uniform, "fio_mib_s"), "> 1×", |r| r > 1.0);
+            vs("firmware: joule/batch-cap best-effort", ratio(Mode::Joule, Mode::BatchCap, "best_effort_work"), "≥ 1×", |r| r >= 1.0);
+        }
         g
     }
 
@@ -210,6 +238,8 @@ impl Summary {
             "path": match self.path { ThermalPath::Scx => "scx", ThermalPath::Cgroup => "cgroup" },
             "limit_celsius": self.limit_celsius,
             "joule_stage_thresholds_celsius": self.thresholds_celsius,
+            "joule_stages": self.joule_stages,
+            "firmware_modelled": self.firmware,
             "duration_s": self.duration_s,
             "warmup_s": self.warmup_s,
             "runs_per_mode": self.runs.len() / self.modes.len().max(1),
@@ -235,11 +265,32 @@ impl Summary {
             self.duration_s
         );
         println!("temperatures are the bench's plant (temp_source: plant; joule reads it through {}): this machine has no thermal sensor; median [min–max] over runs", self.zone);
+        println!(
+            "joule's stages {:?} °C ({}); the board's firmware throttle {}",
+            self.thresholds_celsius,
+            self.joule_stages,
+            match (self.firmware, self.board.firmware) {
+                (true, Some(f)) =>
+                    format!("modelled: every task slowed from {} °C, to {:.3} of full speed at {} °C", f.soft_celsius, f.min_speed, f.hard_celsius),
+                _ => "not modelled".into(),
+            }
+        );
         let cell = |m: Mode, k: &str, prec: usize| match stat(&Self::of(&scores, m), k) {
             Some((med, lo, hi)) => format!("{med:.prec$} [{lo:.prec$}–{hi:.prec$}]"),
             None => "—".into(),
         };
-        let header = ["mode", "plant peak °C", "s over limit", "labelled p50 µs", "labelled p99 µs", "fio MiB/s", "best-effort bogo ops", "reaction s"];
+        let header = [
+            "mode",
+            "plant peak °C",
+            "s over limit",
+            "labelled p50 µs",
+            "labelled p99 µs",
+            "fio MiB/s",
+            "best-effort bogo ops",
+            "reaction s",
+            "s firmware-throttled",
+            "busy %",
+        ];
         let rows: Vec<Vec<String>> = self
             .modes
             .iter()
@@ -253,6 +304,8 @@ impl Summary {
                     cell(*m, "fio_mib_s", 1),
                     cell(*m, "best_effort_work", 0),
                     cell(*m, "reaction_s", 2),
+                    cell(*m, "seconds_firmware_throttled", 1),
+                    cell(*m, "mean_machine_busy_pct", 1),
                 ]
             })
             .collect();
@@ -321,7 +374,8 @@ mod tests {
     use crate::thermal::{workload::FioResult, Sample};
 
     fn reading(t_s: f64, c: f64) -> Reading {
-        Reading { t_s, die_celsius: c, util: 0.5, power_w: 5.0 }
+        // Over 80 °C the Pi's firmware throttles: the speed the plant would record.
+        Reading { t_s, die_celsius: c, util: 0.5, power_w: 5.0, speed: crate::thermal::plant::PI5.firmware.unwrap().speed(c) }
     }
 
     fn mode_run(mode: Mode, run: usize, temps: &[f64], cap_from_s: Option<f64>, late_us: &[f64]) -> ModeRun {
@@ -349,6 +403,7 @@ mod tests {
         assert_eq!(s.reaction_s, Some(2.0), "crossed 74 at t=1, capped at t=3");
         assert_eq!((s.labelled_p50_us, s.labelled_p99_us), (20.0, 1000.0));
         assert_eq!(s.fio_mib_s, 15.0);
+        assert!((s.seconds_firmware_throttled - 2.0).abs() < 1e-9 && s.min_firmware_speed < 1.0, "81 and 82 °C: {s:?}");
         let none = score(&mode_run(Mode::None, 0, &[70.0, 90.0], None, &[1.0]), 80.0, &[74.0], 2.0);
         assert_eq!(none.reaction_s, None, "nothing reacts in `none`");
     }
@@ -379,6 +434,8 @@ mod tests {
             loadavg_before: String::new(),
             loadavg_after: String::new(),
             zone: "test zone",
+            firmware: false,
+            joule_stages: "bench",
         };
         let scores = s.scores();
         let goals = s.goals(&scores);
@@ -396,5 +453,14 @@ mod tests {
         for k in ["plant_peak_celsius", "seconds_over_limit", "labelled_p99_us", "labelled_p50_us", "fio_mib_s", "best_effort_work"] {
             assert!(v["modes"]["none"][k].is_number(), "{k}");
         }
+        assert!(!goals.iter().any(|g| g.what.starts_with("firmware:")), "no firmware goals without --firmware");
+        // With the firmware modelled, joule must beat none (p99 105 vs 100: missed) and match
+        // batch-cap's best-effort work (not run: n/a).
+        let fw = Summary { firmware: true, ..s };
+        let goals = fw.goals(&fw.scores());
+        let get = |w: &str| goals.iter().find(|g| g.what == w).unwrap_or_else(|| panic!("{w}: {goals:?}"));
+        assert_eq!(get("firmware: joule/none labelled p99").met, Some(false));
+        assert_eq!(get("firmware: joule/uniform labelled p99").met, Some(true));
+        assert_eq!(get("firmware: joule/batch-cap best-effort").met, None);
     }
 }

@@ -131,6 +131,11 @@ pub struct TelemetryConfig {
     /// it). Empty: `sysfs_root`. A tree of its own lets a sensor that is not in sysfs (an
     /// external probe, a benchmark's plant) stand in for one.
     pub thermal_root: PathBuf,
+    /// Where the boot partition is mounted: a Raspberry Pi's config.txt (`firmware/config.txt`
+    /// under it, else `config.txt`), whose `temp_limit` lowers the firmware's throttle and so
+    /// joule's thermal limit. The board itself is known from the device tree under
+    /// `thermal_root` (`firmware/devicetree/base/compatible`).
+    pub boot_root: PathBuf,
     /// Load the eBPF programs (run-queue latency, in-kernel thermal stage). Needs root.
     pub bpf: bool,
     /// Where the thermal stage map is pinned for other BPF programs (a sched_ext scheduler).
@@ -159,6 +164,7 @@ impl Default for TelemetryConfig {
             procfs_root: "/proc".into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             thermal_root: PathBuf::new(),
+            boot_root: "/boot".into(),
             bpf: true,
             bpf_pin_dir: "/sys/fs/bpf/joule".into(),
             task_wait_top: 5,

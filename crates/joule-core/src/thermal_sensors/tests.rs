@@ -111,3 +111,48 @@ fn the_limit_is_the_passive_trip_else_the_critical_one_less_its_margin_else_past
     assert_eq!(choose(&pkg, &fixed).limit_celsius, 66.0);
     assert_eq!(c.limit_from.as_str(), "thresholds");
 }
+
+fn pi_firmware() -> BoardLimit {
+    crate::board_limits::for_board(&["raspberrypi,5-model-b".into(), "brcm,bcm2712".into()], None).unwrap()
+}
+
+#[test]
+fn on_a_pi_the_stages_finish_under_the_firmwares_80_not_the_critical_trip_less_margin() {
+    let th = ThermalConfig::default();
+    let pi = [zone("thermal_zone0", "cpu-thermal", 40.0, &[("active", 50.0), ("critical", 110.0)])];
+    let fw = pi_firmware();
+    let c = choose_on(&pi, &th, Some(&fw));
+    assert_eq!((c.limit_celsius, c.limit_from, c.limit_from.as_str()), (80.0, LimitFrom::Firmware, "firmware"), "{c:?}");
+    assert_eq!(c.thresholds_celsius, vec![77.0, 79.0, 79.6], "{c:?}");
+    assert!(c.thresholds_celsius.iter().all(|t| *t < 80.0));
+    assert_eq!((c.thresholds_kind, c.hysteresis_celsius), ("firmware", 0.5));
+    assert!(c.thresholds_from.contains("firmware limit at 80 °C (raspberrypi,5-model-b"), "{}", c.thresholds_from);
+    // Other offsets or another hysteresis: the user's pair, from the firmware's limit.
+    let two = ThermalConfig { trip_offsets_celsius: vec![8.0, 2.0], ..ThermalConfig::default() };
+    let c = choose_on(&pi, &two, Some(&fw));
+    assert_eq!((c.thresholds_celsius.clone(), c.hysteresis_celsius), (vec![72.0, 78.0], 3.0));
+    let h = ThermalConfig { hysteresis_celsius: 1.0, ..ThermalConfig::default() };
+    assert_eq!(choose_on(&pi, &h, Some(&fw)).thresholds_celsius, vec![65.0, 70.0, 75.0]);
+    // Configured thresholds win and keep their hysteresis; the limit stays the firmware's.
+    let fixed = ThermalConfig { stage_thresholds_celsius: vec![60.0, 70.0], ..ThermalConfig::default() };
+    let c = choose_on(&pi, &fixed, Some(&fw));
+    assert_eq!((c.thresholds_celsius.clone(), c.hysteresis_celsius, c.limit_celsius), (vec![60.0, 70.0], 3.0, 80.0));
+}
+
+#[test]
+fn a_trip_point_under_the_firmwares_limit_still_comes_first_and_other_boards_keep_the_trip_rule() {
+    let th = ThermalConfig::default();
+    let fw = pi_firmware();
+    let early = [zone("thermal_zone0", "cpu-thermal", 40.0, &[("passive", 70.0), ("critical", 110.0)])];
+    let c = choose_on(&early, &th, Some(&fw));
+    assert_eq!((c.limit_celsius, c.limit_from), (70.0, LimitFrom::PassiveTrip), "{c:?}");
+    assert_eq!((c.thresholds_celsius.clone(), c.hysteresis_celsius), (vec![55.0, 60.0, 65.0], 3.0));
+    // A tie goes to the firmware: the kernel cannot see it.
+    let tie = [zone("thermal_zone0", "plant-rpi5", 40.0, &[("passive", 80.0)])];
+    let named = ThermalConfig { zones: vec!["thermal_zone0".into()], ..ThermalConfig::default() };
+    assert_eq!(choose_on(&tie, &named, Some(&fw)).limit_from, LimitFrom::Firmware);
+    // No board limit: today's rule, unchanged.
+    let pi = [zone("thermal_zone0", "cpu-thermal", 40.0, &[("critical", 110.0)])];
+    assert_eq!(choose_on(&pi, &th, None), choose(&pi, &th));
+    assert_eq!(choose(&pi, &th).limit_from, LimitFrom::CriticalTrip);
+}

@@ -30,7 +30,7 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
     let systemd = f.systemd_owns_tree;
     let mut out = Vec::new();
 
-    let tc = thermal_sensors::choose(&f.temperature_sensors, &cfg.thermal);
+    let tc = thermal_sensors::choose_on(&f.temperature_sensors, &cfg.thermal, f.board_limit.as_ref());
     let ignored: Vec<String> = tc.sensors.iter().filter(|s| !s.used).map(|s| format!("{} ({})", s.name, s.why)).collect();
     let ignored = if ignored.is_empty() { String::new() } else { format!("; ignored: {}", ignored.join(", ")) };
     let used: Vec<String> = tc.sensors.iter().filter(|s| s.used).map(|s| format!("{} ({})", s.name, s.kind)).collect();

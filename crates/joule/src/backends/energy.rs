@@ -212,6 +212,7 @@ mod report_tests {
         let f = Facts::read(&Roots {
             thermal: sys.clone(),
             btf: empty.path().join("btf"),
+            boot: empty.path().join("boot"),
             sys,
             proc: empty.path().join("proc"),
             cgroup: empty.path().join("cgroup"),
@@ -243,5 +244,13 @@ mod report_tests {
         assert!(text.contains("energy model               not visible (debugfs is not mounted at "), "{text}");
         assert_eq!(json["facts"]["energy_model"]["status"], "not mounted");
         assert_eq!(json["facts"]["cpufreq_policies"][0]["cpus"], "0-3");
+        // The firmware throttles at 80 °C, before the zone's 110 °C critical trip: the stages
+        // finish under it, and doctor says where it came from.
+        assert!(
+            text.contains("the board's firmware limit at 80 °C (raspberrypi,5-model-b: the Raspberry Pi firmware throttles the Arm cores from 80 °C"),
+            "{text}"
+        );
+        assert!(text.contains("the limit they keep under is 80 °C (firmware)"), "{text}");
+        assert_eq!(json["facts"]["board_limit"]["soft_celsius"], 80.0);
     }
 }

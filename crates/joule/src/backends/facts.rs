@@ -22,6 +22,8 @@ pub struct Roots {
     /// kernel's own file whatever tree the sensors are read from, so a fixture sysfs (tests,
     /// `thermal_root` plants) has no say in whether eBPF loads.
     pub btf: PathBuf,
+    /// Where the board's boot files are (`telemetry.boot_root`: a Pi's config.txt).
+    pub boot: PathBuf,
 }
 
 impl Default for Roots {
@@ -39,6 +41,7 @@ impl Roots {
             cgroup: t.cgroup_root.clone(),
             thermal: t.thermal_root().to_path_buf(),
             btf: super::BTF_VMLINUX.into(),
+            boot: t.boot_root.clone(),
         }
     }
 
@@ -47,7 +50,7 @@ impl Roots {
     #[cfg(test)]
     pub fn under(t: &Path) -> Roots {
         let sys = t.join("sys");
-        Roots { proc: t.join("proc"), cgroup: sys.join("fs/cgroup"), thermal: sys.clone(), btf: sys.join("kernel/btf/vmlinux"), sys }
+        Roots { proc: t.join("proc"), cgroup: sys.join("fs/cgroup"), thermal: sys.clone(), btf: sys.join("kernel/btf/vmlinux"), boot: t.join("boot"), sys }
     }
 }
 
@@ -81,6 +84,9 @@ pub struct Facts {
     /// Every temperature sensor with its type and trip points, which the thermal stage's choice
     /// of sensors and thresholds is made from (`joule_core::thermal_sensors`).
     pub temperature_sensors: Vec<joule_core::snapshot::ThermalZone>,
+    /// The board firmware's own throttle (a Raspberry Pi's), which the stages finish under.
+    /// config.txt is looked for under `boot` beside `<sys>` (`/boot` for `/sys`).
+    pub board_limit: Option<joule_core::board_limits::BoardLimit>,
     /// The cpufreq policies (CPUs sharing a clock), as energy-aware placement's domains.
     pub cpufreq_policies: Vec<super::energy::CpufreqPolicy>,
     /// The kernel's Energy Model in debugfs, as placement's powers.
@@ -151,6 +157,7 @@ impl Facts {
             sched_rt_runtime_us: read_trim(&r.proc.join("sys/kernel/sched_rt_runtime_us")).and_then(|s| s.parse().ok()),
             sensors: Sensors::read(&r.sys),
             temperature_sensors: joule_telemetry::thermal::read_once(&r.thermal),
+            board_limit: joule_core::board_limits::read(&r.thermal, &r.boot),
             cpufreq_policies: super::energy::cpufreq_policies(&r.sys),
             energy_model: super::energy::EnergyModelFacts::read(&r.sys),
             bpffs_mounted: mounts.iter().any(|m| m.fstype == "bpf" && m.mount_point == r.sys.join("fs/bpf")),

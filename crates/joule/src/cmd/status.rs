@@ -187,6 +187,7 @@ fn limit_words(from: &str) -> String {
     match from {
         "passive_trip" => "passive trip".into(),
         "critical_trip" => "critical trip less margin".into(),
+        "firmware" => "board firmware's throttle".into(),
         "thresholds" => "past hottest stage".into(),
         other => other.replace('_', " "),
     }

@@ -92,11 +92,14 @@ impl Snapshotter {
     /// without it), never a quiet fallback.
     pub fn new(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
         let t = &cfg.telemetry;
-        // The sensors the stage follows and its thresholds, from the zones present now.
-        let choice = thermal_sensors::choose(&joule_telemetry::thermal::read_once(t.thermal_root()), &cfg.thermal);
+        // The sensors the stage follows and its thresholds, from the zones present now and the
+        // board's firmware limit (the board is read where the zones are, so a test tree or the
+        // bench's plant carries its own).
+        let board = joule_core::board_limits::read(t.thermal_root(), &t.boot_root);
+        let choice = thermal_sensors::choose_on(&joule_telemetry::thermal::read_once(t.thermal_root()), &cfg.thermal, board.as_ref());
         let thresholds_mc: Vec<i64> = choice.thresholds_celsius.iter().map(|c| mc(*c)).collect();
         let tp_zones: Vec<u32> = choice.used().filter_map(|n| n.strip_prefix("thermal_zone")?.parse().ok()).collect();
-        let hysteresis_mc = mc(cfg.thermal.hysteresis_celsius);
+        let hysteresis_mc = mc(choice.hysteresis_celsius);
         let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
         let th = cfg.thermal.clone();
         let mut me =
