@@ -250,8 +250,8 @@ pub fn summarize(v: &View, now_ms: u64) -> Summary {
     s.waiting = waiting(snap);
     s.pods = snap.pods.as_ref().map(|p| PodsLine {
         source: p.source.clone(),
-        named: p.pods,
-        unnamed: p.unnamed,
+        named: p.pods as u64,
+        unnamed: p.unnamed as u64,
         stale_s: p.stale_since_unix_ms.map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
         errors_total: p.errors_total,
         last_error: p.last_error.clone(),
