@@ -34,6 +34,7 @@ pub mod testing;
 pub mod text;
 pub mod thermal_sensors;
 pub mod upgrade;
+pub mod view;
 
 pub use comm::Comm;
 pub use origin::Origin;

@@ -10,10 +10,10 @@
 
 use crate::cmd::status::{summarize, Summary};
 use joule_core::text::{escape, escape_lines, Escaped};
+use joule_core::view::View;
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
 use ratatui::widgets::{Block, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
-use serde_json::Value;
 use std::collections::VecDeque;
 
 /// Samples kept for the sparklines (at the default 1 s interval: five minutes; a narrow
@@ -84,7 +84,7 @@ impl Dashboard {
 
     /// Takes one view (the agent's, or one made from this monitor's own snapshot) and the
     /// full metric list's lines.
-    pub fn update(&mut self, view: &Value, metric_lines: Vec<String>, now_ms: u64) {
+    pub fn update(&mut self, view: &View, metric_lines: Vec<String>, now_ms: u64) {
         let s = summarize(view, now_ms);
         let b = &s.budget;
         self.series[0].push(b.temp_celsius, 10.0, b.temp_celsius.map_or("—".into(), |t| format!("{t:.1} °C")));
@@ -198,16 +198,22 @@ impl Dashboard {
 mod tests {
     use super::*;
     use ratatui::backend::TestBackend;
+    use serde_json::Value;
+
+    /// The fixture's JSON as the socket's type reads it (laid over a default view).
+    fn typed(v: &Value) -> View {
+        joule_core::view::over_default(v).expect("the fixture is a view")
+    }
 
     fn view(stage: u64, temp: f64, cap: f64) -> Value {
         serde_json::json!({
             "budget": { "thresholds_celsius": [70.0], "thresholds_from": "config", "sensors": ["thermal_zone0"], "started_unix_ms": 0, "pid": 7,
                         "classes": [ { "name": "batch", "thermal": "best_effort" } ] },
             "snapshot": { "stage": { "value": stage, "temp_celsius": temp, "computed_by": "ebpf", "temp_source": "sensor", "driven_by": "temperature" },
-                          "power": { "watts": 5.0, "source": "sensor" }, "classes": [ { "class": "batch", "processes": 2 } ] },
+                          "power": { "watts": 5.0, "source": "sensor" }, "classes": [ { "class": "batch", "processes": 2, "source": "ebpf" } ] },
             "plan": { "decisions": [ { "policy": "thermal", "want": { "kind": "cap_class", "class": "batch", "cpu_pct": cap * 100.0 }, "reason": "stage hot" } ] },
-            "actuators": [ { "name": "cgroup_cpu", "ok": true, "state": { "caps": { "batch": { "ratio": cap } } } } ],
-            "agent": { "pace": { "period_ms": 100, "why": "stage" }, "limits": { "limit_celsius": 85.0, "limit_from": "passive_trip" } }
+            "actuators": [ { "name": "cgroup_cpu", "ok": true, "errors_total": 0, "state": { "caps": { "batch": { "ratio": cap } } } } ],
+            "agent": { "pace": { "period_ms": 100, "why": "stage" }, "limits": { "limit_celsius": 85.0, "limit_from": "passive_trip", "stage_thresholds_celsius": [70.0], "thresholds_kind": "trip points", "power_thresholds_watts": [] } }
         })
     }
 
@@ -216,8 +222,8 @@ mod tests {
     #[test]
     fn the_screen_has_the_budget_sparklines_and_a_panel_per_mechanism() {
         let mut d = Dashboard::new("agent pid 7".into());
-        d.update(&view(0, 60.0, 1.0), vec!["CPU".into()], 1_000);
-        d.update(&view(2, 75.5, 0.35), vec!["joule_cpu_utilization_ratio 12 %".into()], 2_000);
+        d.update(&typed(&view(0, 60.0, 1.0)), vec!["CPU".into()], 1_000);
+        d.update(&typed(&view(2, 75.5, 0.35)), vec!["joule_cpu_utilization_ratio 12 %".into()], 2_000);
         let mut term = ratatui::Terminal::new(TestBackend::new(120, 30)).unwrap();
         term.draw(|f| d.draw(f)).unwrap();
         let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect::<Vec<_>>().chunks(120).map(|r| r.concat() + "\n").collect();
@@ -247,7 +253,7 @@ mod tests {
         v["actuators"][0]["ok"] = serde_json::json!(false);
         v["actuators"][0]["last_error"] = serde_json::json!("moving \u{9b}2J");
         let mut d = Dashboard::new("agent pid 7".into());
-        d.update(&v, vec!["comm=\u{1b}]52;c;SGk=\u{7}".into()], 1_000);
+        d.update(&typed(&v), vec!["comm=\u{1b}]52;c;SGk=\u{7}".into()], 1_000);
         let mut term = ratatui::Terminal::new(TestBackend::new(120, 30)).unwrap();
         term.draw(|f| d.draw(f)).unwrap();
         let screen: String = term.backend().buffer().content().iter().map(|c| c.symbol()).collect();

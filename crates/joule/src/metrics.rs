@@ -6,54 +6,8 @@ use joule_core::control::{ActuatorStatus, Plan};
 pub use joule_core::metric::{l, Family, Histogram, Kind, Labels, MetricDef, Unit, Value};
 use joule_core::{Origin, Snapshot};
 
-/// Counters about the agent itself, kept next to the snapshot.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct AgentStats {
-    pub samples_total: u64,
-    pub cpu_seconds_total: f64,
-    pub last_loop_seconds: f64,
-    /// The longest iteration since the agent started.
-    pub max_loop_seconds: f64,
-    pub stage_transitions_total: u64,
-    /// Conflicts the plans reported (each counted once, when it first appears).
-    pub conflicts_total: u64,
-    /// Iterations whose wall time exceeded the period.
-    pub loop_overruns_total: u64,
-    /// The sleep the loop chose after its last iteration, and why (issue 36).
-    pub pace: joule_core::control::pace::Pace,
-    /// Rests an event ended before their time (a stage change, a process event, a signal).
-    pub rests_ended_total: u64,
-    /// When the stage took its present value (unix ms of that snapshot).
-    pub stage_since_unix_ms: u64,
-    /// What the stage acts against, chosen once at start.
-    pub limits: Limits,
-    /// What the start's replay of the undo journal found a previous run had left.
-    pub recovered: Recovered,
-    /// When the loop published the reading these stats came with: a scrape serves it as it
-    /// is, and says how old it is (freshen.rs).
-    #[serde(skip)]
-    pub published_at: Option<std::time::Instant>,
-}
-
-/// The thermal stage's thresholds and the limit they keep under (`joule_thermal_limit_celsius`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Limits {
-    pub stage_thresholds_celsius: Vec<f64>,
-    /// `config`, `trip points`, `firmware` or `built-in`.
-    pub thresholds_kind: &'static str,
-    pub limit_celsius: Option<f64>,
-    pub limit_from: joule_core::thermal_sensors::LimitFrom,
-    pub power_thresholds_watts: Vec<f64>,
-}
-
-/// Changes a previous run left in the journal, by what the start's replay made of them.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Recovered {
-    pub undone: usize,
-    pub already_gone: usize,
-    /// They stay in the journal (`joule restore` retries them).
-    pub failed: usize,
-}
+/// The agent's counters are the view's (`joule_core::view`): the socket sends this type.
+pub use joule_core::view::{AgentStats, Limits, Recovered};
 
 /// The `source` label every measured or estimated value carries.
 fn src(o: Origin) -> (&'static str, &'static str) {
@@ -346,7 +300,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
 /// readings (no `source` label). For the fleet's headroom and restore alerts (docs/fleet.md).
 fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, Value)>)) {
     let num = |samples: Vec<(Labels, f64)>| samples.into_iter().map(|(l, v)| (l, Value::Number(v))).collect::<Vec<_>>();
-    let lim = &a.limits;
+    let lim = a.limits.clone().unwrap_or_default();
     // `config`, `trip points`, `built-in` as label values: config, trip_points, built_in.
     let from = lim.thresholds_kind.replace([' ', '-'], "_");
     let per_stage =
@@ -381,7 +335,7 @@ fn limit_families(a: &AgentStats, push: &mut impl FnMut(MetricDef, Vec<(Labels, 
         ),
         per_stage(&lim.power_thresholds_watts, "config"),
     );
-    let r = &a.recovered;
+    let r = a.recovered.clone().unwrap_or_default();
     push(
         def!(
             "joule_agent_recovered_changes",
@@ -848,14 +802,14 @@ mod tests {
     #[test]
     fn the_limit_thresholds_and_a_starts_leftovers_are_exported_with_where_they_came_from() {
         let a = AgentStats {
-            limits: Limits {
+            limits: Some(Limits {
                 stage_thresholds_celsius: vec![70.0, 75.0, 80.0],
-                thresholds_kind: "trip points",
+                thresholds_kind: "trip points".into(),
                 limit_celsius: Some(85.0),
                 limit_from: joule_core::thermal_sensors::LimitFrom::PassiveTrip,
                 power_thresholds_watts: vec![9.0, 10.0, 11.0],
-            },
-            recovered: Recovered { undone: 2, already_gone: 1, failed: 1 },
+            }),
+            recovered: Some(Recovered { undone: 2, already_gone: 1, failed: 1 }),
             ..AgentStats::default()
         };
         let fams = families(&full_snapshot(), &a);
@@ -871,7 +825,7 @@ mod tests {
         let pi = AgentStats {
             limits: Limits {
                 stage_thresholds_celsius: vec![77.0, 79.0, 79.6],
-                thresholds_kind: "firmware",
+                thresholds_kind: "firmware".into(),
                 limit_celsius: Some(80.0),
                 limit_from: joule_core::thermal_sensors::LimitFrom::Firmware,
                 ..Limits::default()

@@ -9,6 +9,7 @@
 use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
 use anyhow::Context;
+use joule_core::view::{AgentStats, Budget, Limits, View, VERSION};
 use joule_core::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,8 +57,8 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         let source = format!("the running agent ({})", dir.join(crate::agent::socket::SOCKET).display());
         return tui(source, Duration::from_millis(a.interval_ms), &*stop_on_signals()?, || {
             let view = crate::agent_client::read(&dir).ok()?;
-            let snap: Snapshot = serde_json::from_value(view["snapshot"].clone()).unwrap_or_default();
-            Some((view, render_text(&snap)))
+            let lines = render_text(&view.snapshot);
+            Some((view, lines))
         });
     }
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
@@ -83,17 +84,25 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let choice = snapper.sensor_choice().clone();
-    let budget = serde_json::json!({
-        "thresholds_celsius": choice.thresholds_celsius, "thresholds_from": choice.thresholds_from,
-        "sensors": choice.used().collect::<Vec<_>>(), "power_thresholds_watts": cfg.thermal.power_thresholds_watts,
-        "classes": cfg.classes, "started_unix_ms": joule_core::clock::now_ms(), "pid": std::process::id(),
-    });
+    let budget = Budget {
+        thresholds_celsius: choice.thresholds_celsius.clone(),
+        thresholds_from: choice.thresholds_from.clone(),
+        sensors: choice.used().map(String::from).collect(),
+        power_thresholds_watts: cfg.thermal.power_thresholds_watts.clone(),
+        classes: cfg.classes.clone(),
+        started_unix_ms: joule_core::clock::now_ms(),
+        pid: std::process::id(),
+        ..Budget::default()
+    };
     let source = format!("this monitor's own sampling: no agent answers in {} (decisions need one)", dir.display());
     tui(source, interval, &stop, move || {
         let snap = snapper.sample();
         let lines = render_text(&snap);
-        let agent = serde_json::json!({ "limits": { "limit_celsius": choice.limit_celsius, "limit_from": choice.limit_from } });
-        Some((serde_json::json!({ "budget": budget, "snapshot": snap, "plan": {}, "actuators": [], "agent": agent }), lines))
+        let limits = Limits { limit_celsius: Some(choice.limit_celsius), limit_from: choice.limit_from, ..Limits::default() };
+        // This monitor's own view: no plan, no actuators, and the version of this build.
+        let agent = AgentStats { limits: Some(limits), ..AgentStats::default() };
+        let view = View { version: Some(VERSION), budget: budget.clone(), snapshot: snap, agent, ..View::default() };
+        Some((view, lines))
     })
 }
 
@@ -129,7 +138,7 @@ fn print_out(text: &str) -> anyhow::Result<()> {
 
 /// The live dashboard (dashboard.rs), refreshed every `interval` from `next` (None: the
 /// agent went away; the last screen stays and says so).
-fn tui(source: String, interval: Duration, stop: &AtomicBool, mut next: impl FnMut() -> Option<(serde_json::Value, Vec<String>)>) -> anyhow::Result<()> {
+fn tui(source: String, interval: Duration, stop: &AtomicBool, mut next: impl FnMut() -> Option<(View, Vec<String>)>) -> anyhow::Result<()> {
     use ratatui::crossterm::event::{self, Event, KeyCode};
     let mut term = ratatui::init();
     let mut dash = crate::dashboard::Dashboard::new(source.clone());

@@ -19,8 +19,6 @@ use crate::freezer::Freezing;
 use joule_core::effects::Effects;
 use joule_core::journal::{Journal, Undo};
 use joule_core::nap::NapCounters;
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -51,28 +49,9 @@ pub struct NapActions {
 /// The requester name of the nap's frequency request.
 pub const FREQ_REQUESTER: &str = "nap";
 
-/// A wake, as `joule nap status` and the metrics show it.
-#[derive(Debug, Clone, Serialize)]
-pub struct WakeInfo {
-    pub reason: String,
-    pub at_ms: u64,
-    /// Time from the packet (eBPF timestamp) or the decision to the service thawed.
-    pub leave_us: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct NapStatus {
-    pub napping: bool,
-    pub since_ms: u64,
-    pub residency_seconds: f64,
-    pub naps_total: u64,
-    pub aborted_total: u64,
-    pub wakes_total: BTreeMap<String, u64>,
-    pub last_wake: Option<WakeInfo>,
-    /// Time the last entry took, arm to frozen.
-    pub last_enter_us: u64,
-    pub last_abort: Option<String>,
-}
+// The nap's status is the view's type (`joule_core::view::nap`): what clients read is what
+// the core keeps.
+pub use joule_core::view::{NapStatus, WakeInfo};
 
 struct State {
     status: NapStatus,
@@ -91,10 +70,6 @@ pub struct NapCore {
     actions: NapActions,
     counters: Arc<NapCounters>,
     state: Mutex<State>,
-    /// One writer of the status file at a time (the loop and the waiter both write it), so a
-    /// status taken before a wake is never renamed over the one written after it; it holds the
-    /// text last written.
-    status_write: Mutex<String>,
 }
 
 fn now_ms() -> u64 {
@@ -120,7 +95,6 @@ impl NapCore {
             actions,
             counters,
             state: Mutex::new(State { status: NapStatus::default(), napped_at: None, undo_writes: Vec::new(), compact: false, held: None }),
-            status_write: Mutex::new(String::new()),
         }
     }
 
@@ -135,27 +109,6 @@ impl NapCore {
             s.residency_seconds += t.elapsed().as_secs_f64();
         }
         s
-    }
-
-    /// Writes the status, with `meta`'s fields added, to `path` (write a temp file, rename).
-    /// Only when the text differs from the last one written: an awake nap's status does not
-    /// change from period to period, and a write and a rename each period were a sixth of the
-    /// agent's own CPU on an idle machine.
-    pub fn write_status(&self, path: &std::path::Path, meta: &serde_json::Value) -> io::Result<()> {
-        let mut last = self.status_write.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v = serde_json::to_value(self.status()).map_err(io::Error::other)?;
-        if let (Some(v), Some(m)) = (v.as_object_mut(), meta.as_object()) {
-            v.extend(m.clone());
-        }
-        let text = v.to_string();
-        if *last == text {
-            return Ok(());
-        }
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, &text)?;
-        std::fs::rename(&tmp, path)?;
-        *last = text;
-        Ok(())
     }
 
     /// Enters the nap: arm, last check (`Some(why)`: activity), then journal-first changes.

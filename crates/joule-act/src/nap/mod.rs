@@ -5,12 +5,12 @@
 //! and the lowest frequency is a request held with the cpufreq owner. At start it works out the
 //! machine-nap writes, refuses what the machine cannot do (system sleep without `freeze` in
 //! /sys/power/state), loads the fast-wake program and starts the waiter. Entering and leaving a
-//! nap are in `core.rs`; this file wires them to the plan and the status `joule nap status`
-//! reads.
+//! nap are in `core.rs`; this file wires them to the plan and publishes the status `joule nap
+//! status` reads from the agent's view (the actuator's state).
 
 pub mod core;
 
-use self::core::{Entered, NapActions, NapCore, NapStatus, Trigger, SLEEP_OWNER};
+use self::core::{Entered, NapActions, NapCore, Trigger, SLEEP_OWNER};
 use crate::cpufreq::FreqRequests;
 use crate::freezer::Freezing;
 use joule_bpf::{NapProbe, NapProto};
@@ -19,6 +19,7 @@ use joule_core::control::{owner, ActCx, ActError, Actuator, ActuatorState, Plan,
 use joule_core::effects::{Effects, RealEffects};
 use joule_core::metric::{l, Family, MetricDef};
 use joule_core::nap::NapCounters;
+use joule_core::view::NapView;
 use joule_telemetry::nap::{TcpPorts, UdpPorts};
 use serde::Serialize;
 use std::io;
@@ -32,9 +33,6 @@ use std::time::{Duration, Instant};
 /// older than the program that closes counts down once too often until then).
 const RECOUNT_CONNS: Duration = Duration::from_secs(30);
 
-/// The file `joule nap status` reads, next to the journal; removed at shutdown.
-pub const STATUS_FILE: &str = "nap.json";
-
 /// The metric families this actuator reports.
 pub const METRICS: &[MetricDef] = &[
     MetricDef::gauge("joule_nap_state", "1 while napping (the [nap] class frozen, the machine-nap changes held), 0 while awake."),
@@ -45,13 +43,23 @@ pub const METRICS: &[MetricDef] = &[
     ),
 ];
 
-/// The actuator's state: the nap's status, whether the fast wake is loaded, and notes.
+/// The actuator's state: the view's [`NapView`] (the nap's status, its class, whether the fast
+/// wake is loaded, and notes), which `joule nap status` reads from the agent's socket.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct NapState {
-    #[serde(flatten)]
-    pub status: NapStatus,
-    pub fast_wake: bool,
-    pub notes: Vec<String>,
+#[serde(transparent)]
+pub struct NapState(pub NapView);
+
+impl std::ops::Deref for NapState {
+    type Target = NapView;
+    fn deref(&self) -> &NapView {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for NapState {
+    fn deref_mut(&mut self) -> &mut NapView {
+        &mut self.0
+    }
 }
 
 impl ActuatorState for NapState {
@@ -85,7 +93,6 @@ pub struct NapActuator {
     /// Ends the waiter thread (it sleeps until a wake or this, with no period).
     waiter_stop: Option<joule_bpf::RingStop>,
     waiter: Option<JoinHandle<()>>,
-    status_file: Option<PathBuf>,
     notes: Vec<String>,
     /// The napped class's systemd units, whose jobs wake the nap (`with_unit_jobs`).
     unit_jobs: Option<Arc<crate::freezer::UnitJobs>>,
@@ -128,7 +135,6 @@ impl NapActuator {
             conns_counted_at: None,
             waiter_stop: None,
             waiter: None,
-            status_file: None,
             notes: Vec::new(),
             unit_jobs: None,
             stopped_note: None,
@@ -220,22 +226,13 @@ impl NapActuator {
         tracing::info!("{note}");
     }
 
-    /// Rewrites the status file `joule nap status` reads (the waiter does too, after a wake).
-    fn write_status(&self) {
-        if let (Some(core), Some(path)) = (&self.core, &self.status_file) {
-            if let Err(e) = core.write_status(path, &self.meta()) {
-                tracing::warn!("nap: cannot write {}: {e}", path.display());
-            }
-        }
-    }
-
-    /// What the status file says besides the core's status.
-    fn meta(&self) -> serde_json::Value {
-        serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "pid": std::process::id() })
-    }
-
     fn nap_state(&self) -> NapState {
-        NapState { status: self.core.as_ref().map(|c| c.status()).unwrap_or_default(), fast_wake: self.probe.is_some(), notes: self.notes.clone() }
+        NapState(NapView {
+            status: self.core.as_ref().map(|c| c.status()).unwrap_or_default(),
+            class: self.cfg.class.clone(),
+            fast_wake: self.probe.is_some(),
+            notes: self.notes.clone(),
+        })
     }
 }
 
@@ -280,7 +277,6 @@ impl Actuator for NapActuator {
         let core = Arc::new(NapCore::new(Arc::new(RealEffects), cx.journal.clone(), actions, self.counters.clone()));
         let ports: Vec<(NapProto, u16)> =
             self.cfg.monitors.tcp_ports.iter().map(|p| (NapProto::Tcp, *p)).chain(self.cfg.monitors.udp_ports.iter().map(|p| (NapProto::Udp, *p))).collect();
-        self.status_file = Some(cx.journal.dir().join(STATUS_FILE));
         if self.bpf && !ports.is_empty() {
             let probe = NapProbe::load(&ports).map_err(|e| format!("loading the nap fast-wake program: {e}"))?;
             let waker = probe.waker()?;
@@ -323,7 +319,6 @@ impl Actuator for NapActuator {
         self.watch_unit_jobs(&core)?;
         self.core = Some(core);
         (cx.events)("nap_ready", serde_json::json!({ "class": self.cfg.class, "fast_wake": self.probe.is_some(), "idle_ms": self.cfg.idle_ms }));
-        self.write_status();
         Ok(())
     }
 
@@ -392,7 +387,6 @@ impl Actuator for NapActuator {
             self.counters.set_tcp_conns(p.conns());
             self.counters.port_hits_total.store(p.hits(), Ordering::Release);
         }
-        self.write_status();
         Ok(())
     }
 
@@ -412,9 +406,6 @@ impl Actuator for NapActuator {
             let _ = w.join();
         }
         self.probe = None;
-        if let Some(p) = self.status_file.take() {
-            let _ = std::fs::remove_file(p);
-        }
         let r = cx.journal.restore_owner(SLEEP_OWNER, cx.fx)?;
         if !r.failed.is_empty() {
             return Err(format!("nap: could not undo {:?}", r.failed).into());

@@ -14,6 +14,7 @@ mod setup;
 use super::report;
 use crate::UsageError;
 use anyhow::Context;
+use joule_core::view::NapView;
 use setup::{Agent, Netns, Nginx};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -185,7 +186,7 @@ fn scrape_cost(agent: &Agent, addr: SocketAddr, service: &[u32], napped_joule_pe
     }
     let dt = t0.elapsed().as_secs_f64();
     let joule = setup::thread_ctx_switches(agent.pid()).saturating_sub(j0) as f64;
-    let held = nap_before.is_some() && agent.status().filter(|s| s["napping"] == true).and_then(|s| s["naps_total"].as_u64()) == nap_before;
+    let held = nap_before.is_some() && agent.status().filter(|s| s.status.napping).map(|s| s.status.naps_total) == nap_before;
     serde_json::json!({
         "scrapes": SCRAPES, "failed": failed, "bytes": bytes,
         "joule_wakeups_per_scrape": ((joule - napped_joule_per_s * dt) / SCRAPES as f64 * 10.0).round() / 10.0,
@@ -255,13 +256,13 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             // instant a nap begins, and the nap's residency is measured over real napping.
             std::thread::sleep(Duration::from_millis(rng.below(a.idle_ms)));
             if let Some(st) = agent.status() {
-                if st["naps_total"].as_u64().unwrap_or(0) > naps_seen {
-                    naps_seen = st["naps_total"].as_u64().unwrap_or(0);
-                    enter_us.extend(st["last_enter_us"].as_f64());
+                if st.status.naps_total > naps_seen {
+                    naps_seen = st.status.naps_total;
+                    enter_us.push(st.status.last_enter_us as f64);
                 }
             }
             let reason = format!("tcp:{PORT}");
-            let wakes = |s: &serde_json::Value| s["wakes_total"][&reason].as_u64().unwrap_or(0);
+            let wakes = |s: &NapView| s.status.wakes_total.get(&reason).copied().unwrap_or(0);
             let before = agent.status().map(|s| wakes(&s)).unwrap_or(0);
             let r = in_ns(&ns, || setup::get(addr, Duration::from_secs(5)))?;
             record(&mut napped, r, true);
@@ -272,7 +273,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             while Instant::now() < deadline {
                 match agent.status() {
                     Some(s) if wakes(&s) > before => {
-                        leave_us.extend(s["last_wake"]["leave_us"].as_f64());
+                        leave_us.extend(s.status.last_wake.as_ref().map(|w| w.leave_us as f64));
                         break;
                     }
                     _ => std::thread::sleep(Duration::from_millis(1)),
@@ -286,7 +287,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
         agent.wait_napping(gap * 4);
         // Whether one nap covered the whole quiet window (napping at both ends, no nap begun
         // in between): a window the nap did not cover measures an awake server.
-        let nap_no = |st: Option<serde_json::Value>| st.filter(|s| s["napping"] == true).and_then(|s| s["naps_total"].as_u64());
+        let nap_no = |st: Option<NapView>| st.filter(|s| s.status.napping).map(|s| s.status.naps_total);
         let n0 = nap_no(agent.status());
         let w = window(&nginx.pids(), Some(agent.pid()), a.window_s);
         window_napped.push(n0.is_some() && n0 == nap_no(agent.status()));
@@ -297,7 +298,7 @@ pub fn run(a: &NapArgs) -> anyhow::Result<()> {
             scrapes.push(scrape_cost(&agent, addr, &nginx.pids(), w.joule, nap_no(agent.status())));
         }
         let st = agent.status().unwrap_or_default();
-        residency.0 += st["residency_seconds"].as_f64().unwrap_or(0.0);
+        residency.0 += st.status.residency_seconds;
         residency.1 += t_mode.elapsed().as_secs_f64();
         agent.stop()?;
     }

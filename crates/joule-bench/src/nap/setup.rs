@@ -4,6 +4,7 @@
 //! namespace. Every guard removes what it made on drop, panics included.
 
 use anyhow::{bail, Context};
+use joule_core::view::NapView;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -131,6 +132,12 @@ pub fn get(addr: SocketAddr, timeout: Duration) -> Result<Duration, String> {
     Ok(t0.elapsed())
 }
 
+/// The nap actuator's state in the view of the agent whose journal directory is `dir` (None: no
+/// agent answers there, or it runs no nap).
+fn nap_status(dir: &Path) -> Option<NapView> {
+    joule_core::view::client::read(dir).ok()?.nap()
+}
+
 /// The agent as a child process with the bench's nap config; SIGTERM on drop (it restores).
 pub struct Agent {
     child: Child,
@@ -157,22 +164,21 @@ impl Agent {
         let child =
             Command::new(exe).args(["agent", "--config"]).arg(dir.join("joule.toml")).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
         let mut a = Agent { child, journal_dir };
-        let status_file = a.journal_dir.join(joule_act::nap::STATUS_FILE);
-        super::super::wait_ready(&mut a.child, Duration::from_secs(20), "the agent", &dir.join("agent.log"), || status_file.exists())?;
+        let journal_dir = a.journal_dir.clone();
+        super::super::wait_ready(&mut a.child, Duration::from_secs(20), "the agent", &dir.join("agent.log"), || nap_status(&journal_dir).is_some())?;
         Ok(a)
     }
 
-    /// The nap status the actuator keeps (`joule nap status --json`).
-    pub fn status(&self) -> Option<serde_json::Value> {
-        let text = std::fs::read_to_string(self.journal_dir.join(joule_act::nap::STATUS_FILE)).ok()?;
-        serde_json::from_str(&text).ok()
+    /// The nap status the actuator keeps, from the agent's view (what `joule nap status` shows).
+    pub fn status(&self) -> Option<NapView> {
+        nap_status(&self.journal_dir)
     }
 
     /// Waits until the status says napping (or `limit` passes).
     pub fn wait_napping(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
-            if self.status().is_some_and(|s| s["napping"] == true) {
+            if self.status().is_some_and(|s| s.status.napping) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(2));

@@ -53,7 +53,7 @@ pub struct Motion {
 
 /// Why the loop sleeps what it sleeps (`/plan.json` → `pace.why`, the `why` label of
 /// `joule_agent_period_seconds`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Why {
     /// Nothing in motion: the rest period, events end it.
@@ -89,7 +89,7 @@ impl Why {
 }
 
 /// The loop's pace after a period: how long until the next one unless an event comes first.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Pace {
     pub period_ms: u64,
     pub why: Why,

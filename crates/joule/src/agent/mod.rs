@@ -375,14 +375,14 @@ fn run_loop(
     let status_every = Duration::from_millis(cfg.agent.status_interval_ms(std::env::var_os("INVOCATION_ID").is_some()));
     let deadline = duration_s.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut stats = AgentStats {
-        limits: crate::metrics::Limits {
+        limits: Some(crate::metrics::Limits {
             stage_thresholds_celsius: choice.thresholds_celsius.clone(),
-            thresholds_kind: choice.thresholds_kind,
+            thresholds_kind: choice.thresholds_kind.to_string(),
             limit_celsius: Some(choice.limit_celsius),
             limit_from: choice.limit_from,
             power_thresholds_watts: cfg.thermal.power_thresholds_watts.clone(),
-        },
-        recovered,
+        }),
+        recovered: Some(recovered),
         ..AgentStats::default()
     };
     let mut last_status = Instant::now() - status_every;

@@ -1,6 +1,7 @@
 //! The running agent's view for the machine's own root tools (`joule status`, issue 38): a Unix
 //! socket `agent.sock` in the journal directory (0700, root's: only root reaches it), mode 0600.
-//! Each connection gets one JSON document, [`View`]: what the loop published last (the snapshot,
+//! Each connection gets one JSON document, [`View`] (`joule_core::view`, the type every client
+//! reads): what the loop published last (the snapshot,
 //! the plan, the actuators' state, the agent's counters) and the budget it acts against; then
 //! the socket closes. Nothing is read from the client, so there is no request to parse; a
 //! client gets [`WRITE_TIMEOUT`] for the whole view, however little it reads at a time, so one
@@ -9,49 +10,16 @@
 //! The client side, which checks what answers before it believes it, is `agent_client.rs`.
 
 use crate::exporter::Shared;
-use serde::Serialize;
+use joule_core::view::{ActuatorView, View, VERSION};
+pub use joule_core::view::{Budget, SOCKET};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The socket's name in the journal directory.
-pub const SOCKET: &str = "agent.sock";
 /// How long one client may take to read the whole view.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What the agent acts against, beside what it published.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct Budget {
-    /// The stage thresholds, °C, and where they came from (`config`, a trip point, built-in).
-    pub thresholds_celsius: Vec<f64>,
-    pub thresholds_from: String,
-    /// The sensors the stage follows.
-    pub sensors: Vec<String>,
-    /// `thermal.power_thresholds_watts`, when a power budget is set.
-    pub power_thresholds_watts: Vec<f64>,
-    /// The loop's period and rest, ms.
-    pub period_ms: u64,
-    pub rest_period_ms: u64,
-    pub pid: u32,
-    pub started_unix_ms: u64,
-    pub metrics_url: String,
-    /// The classes as configured (what each is promised or limited to).
-    pub classes: Vec<joule_core::config::ClassConfig>,
-}
-
-/// One connection's document.
-#[derive(Serialize)]
-struct View<'a> {
-    budget: &'a Budget,
-    snapshot: &'a joule_core::Snapshot,
-    plan: &'a joule_core::control::Plan,
-    actuators: &'a [joule_core::control::ActuatorStatus],
-    agent: &'a crate::metrics::AgentStats,
-    /// How long ago the loop published this, ms.
-    published_ms_ago: Option<u64>,
-}
 
 /// The socket, removed when dropped.
 pub struct StatusSocket {
@@ -77,12 +45,15 @@ impl StatusSocket {
                 };
                 let body = {
                     let p = shared.read().unwrap_or_else(|e| e.into_inner());
+                    // Owned copies, taken under the read lock: the view is the one type every
+                    // client reads, so a field renamed here fails to build there.
                     let view = View {
-                        budget: &budget,
-                        snapshot: &p.snapshot,
-                        plan: &p.plan,
-                        actuators: &p.actuators,
-                        agent: &p.agent,
+                        version: Some(VERSION),
+                        budget: budget.clone(),
+                        snapshot: p.snapshot.clone(),
+                        plan: p.plan.clone(),
+                        actuators: p.actuators.iter().map(ActuatorView::from).collect(),
+                        agent: p.agent.clone(),
                         published_ms_ago: p.published_at.map(|t| t.elapsed().as_millis() as u64),
                     };
                     serde_json::to_vec(&view).unwrap_or_default()

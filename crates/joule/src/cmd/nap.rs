@@ -1,12 +1,11 @@
 //! `joule nap status`: what the agent's nap actuator holds — awake or napping and since when,
-//! the time spent napping, wakes by reason and the last one — read from the status file the
-//! actuator rewrites every period next to its journal, read as a client of the agent reads what
-//! it leaves there (`agent_client`: root's directory and file, a size cap). `joule nap gate`: the command of the
-//! gate units the agent starts for a napped slice's services (docs/systemd.md).
+//! the time spent napping, wakes by reason and the last one — read from the agent's view over
+//! its socket (`agent_client`: root's directory, socket and process, a size cap), where the
+//! actuator publishes its state every period. `joule nap gate`: the command of the gate units
+//! the agent starts for a napped slice's services (docs/systemd.md).
 
-use anyhow::Context;
-use joule_act::nap::STATUS_FILE;
 use joule_core::effects::{valid_unit_name, Units};
+use joule_core::view::NapView;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,8 +13,8 @@ use std::time::{Duration, Instant};
 pub enum NapCmd {
     /// State, residency and the last wake of the agent's nap.
     ///
-    /// The agent must run with `[nap] enabled = true`; this reads the status it keeps in its
-    /// journal directory.
+    /// The agent must run with `[nap] enabled = true`; this reads the status from the agent's
+    /// socket in its journal directory (as root, like `joule status`).
     Status(StatusArgs),
     /// Internal: run by systemd, not by hand.
     ///
@@ -37,7 +36,7 @@ pub struct GateArgs {
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// The agent's journal directory (`agent.journal_dir`), where it keeps `nap.json`.
+    /// The agent's journal directory (`agent.journal_dir`), where its socket is.
     #[arg(long, default_value = "/run/joule", value_name = "DIR")]
     pub journal_dir: PathBuf,
     /// Print the status as one JSON object.
@@ -54,48 +53,63 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let path = a.journal_dir.join(STATUS_FILE);
-    let running = joule_core::agent_lock::running_agent(&a.journal_dir).is_some();
-    let text = match crate::agent_client::read_file(&a.journal_dir, STATUS_FILE, MAX_STATUS_BYTES) {
-        Ok(t) if running => t,
-        Err(e @ (crate::agent_client::ClientError::Refused(_) | crate::agent_client::ClientError::Failed(_))) => return Err(e.into()),
-        Ok(_) | Err(_) => {
-            let why = if running { "the agent runs without [nap] enabled" } else { "no joule agent runs on this journal" };
-            anyhow::bail!(crate::UsageError(format!("no nap status in {}: {why}", a.journal_dir.display())));
+    let view = match crate::agent_client::read(&a.journal_dir) {
+        Ok(v) => v,
+        Err(crate::agent_client::ClientError::NoAgent(why)) => {
+            // The lock tells a dead agent from a live one whose socket is gone (a probe: it
+            // takes the lock shared and writes nothing, so a guardian replaying is not fooled).
+            let who = match joule_core::agent_lock::running_agent(&a.journal_dir) {
+                Some(_) => format!("the agent holding its lock does not answer on its socket ({})", joule_core::text::Escaped(&why)),
+                None => "no joule agent runs on this journal".into(),
+            };
+            anyhow::bail!(crate::UsageError(format!("no nap status in {}: {who}", a.journal_dir.display())))
         }
+        Err(e) => return Err(e.into()),
     };
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("while reading {}", path.display()))?;
+    let Some(nap) = view.nap() else {
+        let why = match view.version {
+            // An agent from before the view had a version kept the nap's status in a file.
+            None => "missing (agent too old: it keeps the nap's status where this joule no longer reads it; restart the agent)".to_string(),
+            Some(_) => "the agent runs without [nap] enabled".to_string(),
+        };
+        anyhow::bail!(crate::UsageError(format!("no nap status in {}: {why}", a.journal_dir.display())));
+    };
     if a.json {
-        println!("{}", joule_core::text::to_json(&v, false)?);
+        println!("{}", joule_core::text::to_json(&NapJson { nap: &nap, pid: view.budget.pid }, false)?);
         return Ok(());
     }
-    let state = if v["napping"] == true { "napping" } else { "awake" };
-    let since_s = (now_ms().saturating_sub(v["since_ms"].as_u64().unwrap_or(0))) as f64 / 1e3;
-    println!(
-        "nap: {state} for {since_s:.1} s (class {}, fast wake {})",
-        joule_core::text::Escaped(&v["class"].to_string()),
-        if v["fast_wake"] == true { "ebpf" } else { "off: next period" }
-    );
-    println!(
-        "residency: {:.1} s napping in {} nap(s); {} entry(ies) aborted by the last check",
-        v["residency_seconds"].as_f64().unwrap_or(0.0),
-        v["naps_total"],
-        v["aborted_total"]
-    );
-    println!("last entry took {} µs", v["last_enter_us"]);
-    if let Some(w) = v["wakes_total"].as_object() {
-        let per: Vec<String> = w.iter().map(|(r, n)| format!("{} {n}", joule_core::text::Escaped(r))).collect();
-        println!("wakes: {}", if per.is_empty() { "none".into() } else { per.join(", ") });
-    }
-    match v["last_wake"].as_object() {
-        Some(w) => println!("last wake: {} ({} µs from the cause to thawed)", joule_core::text::Escaped(w["reason"].as_str().unwrap_or("?")), w["leave_us"]),
-        None => println!("last wake: none yet"),
-    }
+    print!("{}", render(&nap, now_ms()));
     Ok(())
 }
 
-/// The largest status file read (it is a few hundred bytes).
-const MAX_STATUS_BYTES: u64 = 1 << 20;
+/// `joule nap status --json`: the nap actuator's state and the agent's pid.
+#[derive(serde::Serialize)]
+struct NapJson<'a> {
+    #[serde(flatten)]
+    nap: &'a NapView,
+    pid: u32,
+}
+
+/// The text of `joule nap status` at `now_ms`.
+fn render(nap: &NapView, now_ms: u64) -> String {
+    use joule_core::text::Escaped;
+    let s = &nap.status;
+    let mut o = String::new();
+    let state = if s.napping { "napping" } else { "awake" };
+    let since_s = now_ms.saturating_sub(s.since_ms) as f64 / 1e3;
+    // The class as JSON says it (`"web"`, or `null` without one), as this line always showed it.
+    let class = serde_json::to_string(&nap.class).unwrap_or_default();
+    o += &format!("nap: {state} for {since_s:.1} s (class {}, fast wake {})\n", Escaped(&class), if nap.fast_wake { "ebpf" } else { "off: next period" });
+    o += &format!("residency: {:.1} s napping in {} nap(s); {} entry(ies) aborted by the last check\n", s.residency_seconds, s.naps_total, s.aborted_total);
+    o += &format!("last entry took {} µs\n", s.last_enter_us);
+    let per: Vec<String> = s.wakes_total.iter().map(|(r, n)| format!("{} {n}", Escaped(r))).collect();
+    o += &format!("wakes: {}\n", if per.is_empty() { "none".into() } else { per.join(", ") });
+    match &s.last_wake {
+        Some(w) => o += &format!("last wake: {} ({} µs from the cause to thawed)\n", Escaped(&w.reason), w.leave_us),
+        None => o += "last wake: none yet\n",
+    }
+    o
+}
 
 /// How long a gate waits for its service to thaw.
 const GATE_WAIT: Duration = Duration::from_secs(10);
@@ -136,6 +150,39 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
     use joule_core::effects::FakeEffects;
+
+    /// The status as the nap actuator publishes it in the agent's view, in the lines
+    /// `joule nap status` has always printed (the class as JSON spells it).
+    #[test]
+    fn the_status_from_the_view_prints_state_residency_and_the_last_wake() {
+        let nap = NapView {
+            status: joule_core::view::NapStatus {
+                napping: true,
+                since_ms: 10_000,
+                residency_seconds: 42.5,
+                naps_total: 7,
+                aborted_total: 1,
+                wakes_total: [("tcp:8080".to_string(), 5), ("operator".to_string(), 1)].into_iter().collect(),
+                last_wake: Some(joule_core::view::WakeInfo { reason: "tcp:8080".into(), at_ms: 9_000, leave_us: 850 }),
+                last_enter_us: 1200,
+                last_abort: None,
+            },
+            class: Some("web".into()),
+            fast_wake: true,
+            notes: Vec::new(),
+        };
+        assert_eq!(
+            render(&nap, 12_500),
+            "nap: napping for 2.5 s (class \"web\", fast wake ebpf)\n\
+             residency: 42.5 s napping in 7 nap(s); 1 entry(ies) aborted by the last check\n\
+             last entry took 1200 µs\n\
+             wakes: operator 1, tcp:8080 5\n\
+             last wake: tcp:8080 (850 µs from the cause to thawed)\n"
+        );
+        let awake = NapView { class: None, fast_wake: false, ..NapView::default() };
+        assert!(render(&awake, 0).starts_with("nap: awake for 0.0 s (class null, fast wake off: next period)\n"), "{}", render(&awake, 0));
+        assert!(render(&awake, 0).contains("wakes: none\nlast wake: none yet\n"));
+    }
 
     #[test]
     fn a_gate_thaws_its_slice_and_refuses_names_that_are_not_units() {

@@ -9,9 +9,12 @@
 //! its user's choice), so the text shows their control characters escaped.
 
 use crate::agent_client::ClientError;
+use joule_core::config::{ClassConfig, ThermalRole};
+use joule_core::snapshot::StageEngine;
 use joule_core::text::{escape, escape_lines, Escaped};
+use joule_core::view::{CapsView, DriftView, View};
+use joule_core::Snapshot;
 use serde::Serialize;
-use serde_json::Value;
 use std::path::PathBuf;
 
 /// The exit code when no agent answers.
@@ -71,6 +74,10 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
+    /// What the operator should know about the view itself (an agent older or newer than
+    /// this joule), first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub agent: AgentLine,
     pub budget: BudgetLine,
     pub stage: StageLine,
@@ -114,7 +121,8 @@ pub struct AgentLine {
     /// Its own CPU use since it started, % of one CPU.
     pub cpu_pct: f64,
     pub longest_loop_ms: f64,
-    pub published_ms_ago: u64,
+    /// How old the agent's last reading is (None: it has published none yet).
+    pub published_ms_ago: Option<u64>,
     pub metrics_url: String,
 }
 
@@ -193,54 +201,47 @@ fn limit_words(from: &str) -> String {
     }
 }
 
-fn f(v: &Value) -> Option<f64> {
-    v.as_f64()
-}
-
-fn st(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
-
 /// What the text and `--json` show, from the agent's view at `now_ms`.
-pub fn summarize(v: &Value, now_ms: u64) -> Summary {
-    let (b, snap, agent) = (&v["budget"], &v["snapshot"], &v["agent"]);
-    let up_s = now_ms.saturating_sub(b["started_unix_ms"].as_u64().unwrap_or(now_ms)) as f64 / 1e3;
-    let cpu_s = f(&agent["cpu_seconds_total"]).unwrap_or(0.0);
-    let thresholds: Vec<f64> = b["thresholds_celsius"].as_array().into_iter().flatten().filter_map(f).collect();
-    let stage = &snap["stage"];
-    let acting = stage["computed_by"].as_str().is_some_and(|c| c != "none");
-    let temp = acting.then(|| f(&stage["temp_celsius"])).flatten();
+pub fn summarize(v: &View, now_ms: u64) -> Summary {
+    let (b, snap, agent) = (&v.budget, &v.snapshot, &v.agent);
+    let up_s = now_ms.saturating_sub(b.started_unix_ms) as f64 / 1e3;
+    let thresholds = &b.thresholds_celsius;
+    let stage = &snap.stage;
+    let acting = stage.computed_by != StageEngine::None;
+    let temp = acting.then_some(stage.temp_celsius);
     let first = thresholds.first().copied();
-    let since_ms = agent["stage_since_unix_ms"].as_u64().filter(|t| *t > 0);
+    let since_ms = Some(agent.stage_since_unix_ms).filter(|t| *t > 0);
+    let limits = agent.limits.as_ref();
     let mut s = Summary {
+        notes: v.version_note().into_iter().collect(),
         agent: AgentLine {
-            pid: b["pid"].as_u64().unwrap_or(0),
+            pid: u64::from(b.pid),
             up_s,
-            period_ms: agent["pace"]["period_ms"].as_u64().unwrap_or(0),
-            pace: st(&agent["pace"]["why"]),
-            cpu_pct: if up_s > 0.0 { cpu_s / up_s * 100.0 } else { 0.0 },
-            longest_loop_ms: f(&agent["max_loop_seconds"]).unwrap_or(0.0) * 1e3,
-            published_ms_ago: v["published_ms_ago"].as_u64().unwrap_or(0),
-            metrics_url: st(&b["metrics_url"]),
+            period_ms: agent.pace.period_ms,
+            pace: agent.pace.why.as_str().to_string(),
+            cpu_pct: if up_s > 0.0 { agent.cpu_seconds_total / up_s * 100.0 } else { 0.0 },
+            longest_loop_ms: agent.max_loop_seconds * 1e3,
+            published_ms_ago: v.published_ms_ago,
+            metrics_url: b.metrics_url.clone(),
         },
         budget: BudgetLine {
             temp_celsius: temp,
-            temp_source: st(&stage["temp_source"]),
-            sensors: b["sensors"].as_array().into_iter().flatten().map(st).collect(),
+            temp_source: stage.temp_source.as_str().to_string(),
+            sensors: b.sensors.clone(),
             first_threshold_celsius: first,
             last_threshold_celsius: thresholds.last().copied(),
-            thresholds_from: st(&b["thresholds_from"]),
+            thresholds_from: b.thresholds_from.clone(),
             headroom_celsius: temp.zip(first).map(|(t, f)| f - t),
-            limit_celsius: f(&agent["limits"]["limit_celsius"]),
-            limit_from: limit_words(agent["limits"]["limit_from"].as_str().unwrap_or_default()),
-            power_watts: f(&snap["power"]["watts"]).unwrap_or(0.0),
-            power_source: st(&snap["power"]["source"]),
-            power_budget_watts: b["power_thresholds_watts"].as_array().and_then(|a| a.first()).and_then(f),
+            limit_celsius: limits.and_then(|l| l.limit_celsius),
+            limit_from: limits.map(|l| limit_words(l.limit_from.as_str())).unwrap_or_default(),
+            power_watts: snap.power.watts,
+            power_source: snap.power.source.as_str().to_string(),
+            power_budget_watts: b.power_thresholds_watts.first().copied(),
         },
         stage: StageLine {
-            value: stage["value"].as_u64().unwrap_or(0),
-            computed_by: st(&stage["computed_by"]),
-            driven_by: st(&stage["driven_by"]),
+            value: u64::from(stage.value),
+            computed_by: stage.computed_by.as_str().to_string(),
+            driven_by: stage.driven_by.as_str().to_string(),
             since_s: since_ms.map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
         },
         ..Default::default()
@@ -248,88 +249,65 @@ pub fn summarize(v: &Value, now_ms: u64) -> Summary {
     s.mechanisms = mechanisms(v);
     s.classes = classes(v);
     s.waiting = waiting(snap);
-    let p = &snap["pods"];
-    s.pods = p.is_object().then(|| PodsLine {
-        source: st(&p["source"]),
-        named: p["pods"].as_u64().unwrap_or(0),
-        unnamed: p["unnamed"].as_u64().unwrap_or(0),
-        stale_s: p["stale_since_unix_ms"].as_u64().map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
-        errors_total: p["errors_total"].as_u64().unwrap_or(0),
-        last_error: p["last_error"].as_str().map(String::from),
+    s.pods = snap.pods.as_ref().map(|p| PodsLine {
+        source: p.source.clone(),
+        named: p.pods as u64,
+        unnamed: p.unnamed as u64,
+        stale_s: p.stale_since_unix_ms.map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
+        errors_total: p.errors_total,
+        last_error: p.last_error.clone(),
     });
+    let recovered = agent.recovered.clone().unwrap_or_default();
     s.recent = Recent {
-        conflicts: v["plan"]["conflicts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| format!("{}: {} won over {}: {}", st(&c["knob"]), st(&c["won"]), st(&c["lost"]), st(&c["why"])))
-            .collect(),
-        conflicts_total: agent["conflicts_total"].as_u64().unwrap_or(0),
-        loop_overruns_total: agent["loop_overruns_total"].as_u64().unwrap_or(0),
+        conflicts: v.plan.conflicts.iter().map(|c| format!("{}: {} won over {}: {}", c.knob.kind(), c.won, c.lost, c.why)).collect(),
+        conflicts_total: agent.conflicts_total,
+        loop_overruns_total: agent.loop_overruns_total,
         drift: drift(v),
-        stage_transitions_total: agent["stage_transitions_total"].as_u64().unwrap_or(0),
-        left_by_previous_run: ["undone", "already_gone", "failed"].iter().filter_map(|k| agent["recovered"][k].as_u64()).sum(),
-        left_failed: agent["recovered"]["failed"].as_u64().unwrap_or(0),
+        stage_transitions_total: agent.stage_transitions_total,
+        left_by_previous_run: (recovered.undone + recovered.already_gone + recovered.failed) as u64,
+        left_failed: recovered.failed as u64,
     };
     s
 }
 
 /// The plan's decisions grouped by policy, with their actuators' errors.
-fn mechanisms(v: &Value) -> Vec<Mechanism> {
+fn mechanisms(v: &View) -> Vec<Mechanism> {
     let mut out: Vec<Mechanism> = Vec::new();
-    for d in v["plan"]["decisions"].as_array().into_iter().flatten() {
-        let name = st(&d["policy"]);
-        let line = format!("{}: {}", want_words(&d["want"]), st(&d["reason"]));
-        match out.iter_mut().find(|m| m.name == name) {
+    for d in &v.plan.decisions {
+        let line = format!("{}: {}", d.want, d.reason);
+        match out.iter_mut().find(|m| m.name == d.policy) {
             Some(m) if !m.doing.contains(&line) => m.doing.push(line),
             Some(_) => {}
-            None => out.push(Mechanism { name, doing: vec![line], errors: Vec::new() }),
+            None => out.push(Mechanism { name: d.policy.to_string(), doing: vec![line], errors: Vec::new() }),
         }
     }
-    let errors: Vec<String> = v["actuators"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|a| a["ok"] == false && !a["last_error"].is_null())
-        .map(|a| format!("actuator {}: {}", st(&a["name"]), st(&a["last_error"])))
-        .collect();
+    let errors: Vec<String> = v.actuators.iter().filter(|a| !a.ok).filter_map(|a| Some(format!("actuator {}: {}", a.name, a.last_error.as_ref()?))).collect();
     if !errors.is_empty() {
         out.push(Mechanism { name: "actuators".into(), doing: Vec::new(), errors });
     }
     out
 }
 
-/// A want in an operator's words (`cap class batch to 35% of the machine`); a want this
-/// build does not know (a newer agent's) by its kind.
-fn want_words(w: &Value) -> String {
-    serde_json::from_value::<joule_core::control::Want>(w.clone()).map(|w| w.to_string()).unwrap_or_else(|_| st(&w["kind"]).replace('_', " "))
-}
-
-fn classes(v: &Value) -> Vec<ClassLine> {
-    let snap = &v["snapshot"];
-    let caps = v["actuators"].as_array().into_iter().flatten().find(|a| a["name"] == "cgroup_cpu").map(|a| a["state"]["caps"].clone()).unwrap_or_default();
-    let count = |class: &str| snap["classes"].as_array().into_iter().flatten().find(|c| c["class"] == class).and_then(|c| c["processes"].as_u64()).unwrap_or(0);
+fn classes(v: &View) -> Vec<ClassLine> {
+    let snap = &v.snapshot;
+    let caps = v.actuator("cgroup_cpu").and_then(|a| a.state_as::<CapsView>()).unwrap_or_default().caps;
+    let count = |class: &str| snap.classes.iter().find(|c| c.class == class).map_or(0, |c| c.processes as u64);
     // joule's class cgroups: `<joule group>/<class>` or, for an idle best-effort class, `joule.<class>`.
     let own =
         |path: &str, class: &str| path.ends_with(&format!("/joule/{class}")) || path.ends_with(&format!("/joule.{class}")) || path == format!("/joule.{class}");
-    v["budget"]["classes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    v.budget
+        .classes
+        .iter()
         .map(|c| {
-            let class = st(&c["name"]);
-            let cg = snap["cgroups"].as_array().into_iter().flatten().find(|g| g["path"].as_str().is_some_and(|p| own(p, &class)));
-            let runq = snap["runq_latency"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|r| r["cgroup"].as_str().is_some_and(|p| own(p, &class)) && r["count"].as_u64().unwrap_or(0) > 0);
+            let class = c.name.clone();
+            let cg = snap.cgroups.iter().find(|g| own(&g.path, &class));
+            let runq = snap.runq_latency.iter().find(|r| own(&r.cgroup, &class) && r.count > 0);
             ClassLine {
                 processes: count(&class),
                 promised: promised(c),
-                used_cpus: cg.and_then(|g| f(&g["usage_cpus"])),
-                cap_ratio: f(&caps[&class]["ratio"]),
-                runq_p99_us: runq.and_then(|r| f(&r["p99_us"])),
+                used_cpus: cg.and_then(|g| g.usage_cpus),
+                cap_ratio: caps.get(&class).map(|c| c.ratio),
+                runq_p99_us: runq.map(|r| r.p99_us),
                 class,
             }
         })
@@ -337,23 +315,23 @@ fn classes(v: &Value) -> Vec<ClassLine> {
 }
 
 /// What a class is promised or limited to, in words.
-fn promised(c: &Value) -> String {
+fn promised(c: &ClassConfig) -> String {
     let mut p = Vec::new();
-    if let (Some(r), per) = (c["rt_runtime_us"].as_u64(), c["rt_period_us"].as_u64().unwrap_or(1_000_000)) {
+    if let (Some(r), per) = (c.rt_runtime_us, c.rt_period_us.unwrap_or(1_000_000)) {
         p.push(format!("RT {:.0}% of a CPU", r as f64 / per as f64 * 100.0));
     }
-    if let (Some(q), per) = (c["quota_us"].as_u64(), c["period_us"].as_u64().unwrap_or(100_000)) {
+    if let (Some(q), per) = (c.quota_us, c.period_us.unwrap_or(100_000)) {
         p.push(format!("at most {:.2} CPUs", q as f64 / per as f64));
     }
-    if let Some(w) = c["weight"].as_u64() {
+    if let Some(w) = c.weight {
         p.push(format!("weight {w}"));
     }
-    if let Some(cpus) = c["cpus"].as_str() {
+    if let Some(cpus) = &c.cpus {
         p.push(format!("CPUs {cpus}"));
     }
-    match c["thermal"].as_str() {
-        Some("labelled") => p.push("protected (labelled)".into()),
-        Some("best_effort") => p.push("best effort (capped when hot)".into()),
+    match c.thermal {
+        ThermalRole::Labelled => p.push("protected (labelled)".into()),
+        ThermalRole::BestEffort => p.push("best effort (capped when hot)".into()),
         _ => {}
     }
     if p.is_empty() {
@@ -363,22 +341,21 @@ fn promised(c: &Value) -> String {
     }
 }
 
-fn waiting(snap: &Value) -> Vec<Waiting> {
-    let interval_ms = snap["interval_ms"].as_u64().filter(|i| *i > 0).unwrap_or(1000) as f64;
-    let mut out: Vec<Waiting> = snap["task_wait"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| Waiting { tid: t["pid"].as_i64().unwrap_or(0), comm: st(&t["comm"]), wait_ms_per_s: t["wait_us"].as_f64().unwrap_or(0.0) / interval_ms })
+fn waiting(snap: &Snapshot) -> Vec<Waiting> {
+    let interval_ms = Some(snap.interval_ms).filter(|i| *i > 0).unwrap_or(1000) as f64;
+    let mut out: Vec<Waiting> = snap
+        .task_wait
+        .iter()
+        .map(|t| Waiting { tid: i64::from(t.pid), comm: t.comm.text().into_owned(), wait_ms_per_s: t.wait_us as f64 / interval_ms })
         .collect();
     out.sort_by(|a, b| b.wait_ms_per_s.total_cmp(&a.wait_ms_per_s));
     out
 }
 
-fn drift(v: &Value) -> Vec<String> {
+fn drift(v: &View) -> Vec<String> {
     let mut out = Vec::new();
-    for a in v["actuators"].as_array().into_iter().flatten() {
-        for (k, n) in a["state"]["drift_total"].as_object().into_iter().flatten() {
+    for a in &v.actuators {
+        for (k, n) in a.state_as::<DriftView>().unwrap_or_default().drift_total {
             out.push(format!("{k} changed by someone else {n}×"));
         }
     }
@@ -394,15 +371,18 @@ pub fn render(s: &Summary) -> String {
     let mut o = String::new();
     let a = &s.agent;
     let b = &s.budget;
+    for n in &s.notes {
+        o += &format!("note: {}\n", Escaped(n));
+    }
     o += &format!(
-        "joule agent pid {} up {:.0} s: {:.2}% of a CPU, longest loop {:.1} ms, sleeping {} ms ({}); reading {} ms old\n",
+        "joule agent pid {} up {:.0} s: {:.2}% of a CPU, longest loop {:.1} ms, sleeping {} ms ({}); {}\n",
         a.pid,
         a.up_s,
         a.cpu_pct,
         a.longest_loop_ms,
         a.period_ms,
         Escaped(&a.pace),
-        a.published_ms_ago
+        a.published_ms_ago.map_or("reading: missing (none published yet)".into(), |ms| format!("reading {ms} ms old"))
     );
     o += "\nBudget\n";
     match b.temp_celsius {

@@ -3,10 +3,16 @@
 //! promise beside its use, cap and latency, conflicts and drift.
 
 use super::*;
-use serde_json::json;
+use serde_json::{json, Value};
+
+/// The view the fixture's JSON makes (laid over a default view, as the socket's type reads it).
+fn summarize(v: &Value, now_ms: u64) -> Summary {
+    super::summarize(&joule_core::view::over_default(v).expect("the fixture is a view"), now_ms)
+}
 
 fn view() -> Value {
     json!({
+        "version": 1,
         "budget": {
             "thresholds_celsius": [70.0, 80.0, 90.0], "thresholds_from": "config", "sensors": ["thermal_zone0"],
             "power_thresholds_watts": [], "period_ms": 100, "rest_period_ms": 2000, "pid": 4242,
@@ -19,23 +25,24 @@ fn view() -> Value {
         "snapshot": {
             "stage": { "value": 2, "temp_celsius": 83.5, "computed_by": "ebpf", "temp_source": "sensor", "driven_by": "temperature" },
             "power": { "watts": 6.5, "source": "model" },
-            "classes": [ { "class": "main", "processes": 3 }, { "class": "batch", "processes": 12 } ],
-            "cgroups": [ { "path": "/joule/main", "usage_cpus": 0.31 }, { "path": "/joule.batch", "usage_cpus": 0.4 } ],
-            "runq_latency": [ { "cgroup": "/joule/main", "count": 50, "p99_us": 140.0 } ]
+            "classes": [ { "class": "main", "processes": 3, "source": "ebpf" }, { "class": "batch", "processes": 12, "source": "ebpf" } ],
+            "cgroups": [ { "path": "/joule/main", "usage_cpus": 0.31, "hierarchy": "v2", "usage_us": 0, "throttled_us": 0, "nr_throttled": 0, "source": "kernel" },
+                         { "path": "/joule.batch", "usage_cpus": 0.4, "hierarchy": "v2", "usage_us": 0, "throttled_us": 0, "nr_throttled": 0, "source": "kernel" } ],
+            "runq_latency": [ { "cgroup": "/joule/main", "count": 50, "p99_us": 140.0, "p50_us": 20.0, "max_us": 300.0, "source": "ebpf" } ]
         },
         "plan": {
             "decisions": [
                 { "policy": "thermal", "actuator": "cgroup_cpu", "want": { "kind": "cap_class", "class": "batch", "cpu_pct": 35.0 }, "reason": "stage 2: best-effort classes get 35% of the machine" },
                 { "policy": "classes", "actuator": "cgroup_cpu", "want": { "kind": "hold_classes", "classes": ["main", "batch"] }, "reason": "2 [[class]] in the config" }
             ],
-            "conflicts": [ { "knob": "cpufreq", "won": "thermal", "lost": "placement", "why": "the lower cap holds" } ]
+            "conflicts": [ { "knob": "cpufreq_max", "cpu": 0, "won": "thermal", "lost": "placement", "why": "the lower cap holds" } ]
         },
         "actuators": [
-            { "name": "cgroup_cpu", "ok": true, "state": { "caps": { "batch": { "ratio": 0.35 } }, "drift_total": { "nginx.service CPUWeight": 1 } } },
-            { "name": "tc", "ok": false, "last_error": "no such device eth9", "state": {} }
+            { "name": "cgroup_cpu", "ok": true, "errors_total": 0, "state": { "caps": { "batch": { "ratio": 0.35 } }, "drift_total": { "nginx.service CPUWeight": 1 } } },
+            { "name": "tc", "ok": false, "last_error": "no such device eth9", "errors_total": 1, "state": {} }
         ],
         "agent": { "cpu_seconds_total": 0.5, "max_loop_seconds": 0.004, "stage_since_unix_ms": 1_050_000, "conflicts_total": 1, "loop_overruns_total": 0, "stage_transitions_total": 2, "pace": { "period_ms": 100, "why": "stage" },
-                   "limits": { "limit_celsius": 95.0, "limit_from": "thresholds" }, "recovered": { "undone": 0, "already_gone": 0, "failed": 0 } },
+                   "limits": { "limit_celsius": 95.0, "limit_from": "thresholds", "stage_thresholds_celsius": [70.0, 80.0, 90.0], "thresholds_kind": "config", "power_thresholds_watts": [] }, "recovered": { "undone": 0, "already_gone": 0, "failed": 0 } },
         "published_ms_ago": 40
     })
 }
@@ -61,7 +68,7 @@ fn the_summary_puts_budget_stage_reasons_and_classes_side_by_side() {
         "stage 2 (computed by ebpf, driven by temperature) for 50 s",
         "35%",
         "140 µs",
-        "cpufreq: thermal won over placement",
+        "cpufreq_max: thermal won over placement",
         "nginx.service CPUWeight changed by someone else 1×",
         "ERROR actuator tc",
     ] {
@@ -134,7 +141,7 @@ fn names_and_reasons_from_the_machine_reach_the_terminal_escaped() {
 #[test]
 fn pods_the_runtime_has_not_named_are_said_with_their_age_and_why() {
     let mut v = view();
-    v["snapshot"]["pods"] = json!({ "source": "cri:/run/containerd/containerd.sock", "pods": 18, "unnamed": 2, "stale_since_unix_ms": 1_060_000, "errors_total": 4, "last_error": "connection refused" });
+    v["snapshot"]["pods"] = json!({ "source": "cri:/run/containerd/containerd.sock", "pods": 18, "unnamed": 2, "stale_since_unix_ms": 1_060_000, "errors_total": 4, "last_error": "connection refused", "refreshes_total": 9, "refresh_seconds_total": 0.1 });
     let text = render(&summarize(&v, 1_100_000));
     assert!(
         text.contains("Pods: 18 named by cri:/run/containerd/containerd.sock; 2 not named, the oldest for 40 s: held at the cap")
@@ -145,4 +152,35 @@ fn pods_the_runtime_has_not_named_are_said_with_their_age_and_why() {
     assert!(render(&summarize(&v, 1_100_000)).contains("every pod seen is named"));
     v["snapshot"].as_object_mut().unwrap().remove("pods");
     assert!(!render(&summarize(&v, 1_100_000)).contains("Pods:"), "no pod class: no line");
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/view").join(name)).unwrap()
+}
+
+/// A current agent's whole view (testdata/view/status-v1.json) prints what `joule status`
+/// printed before the view had a type: the text and the JSON were captured from that build,
+/// serving this fixture on a socket (the times moved to the moment of the capture).
+#[test]
+fn a_current_agents_view_prints_what_joule_status_printed_before_the_view_had_a_type() {
+    let v: Value = serde_json::from_str(&fixture("status-v1.json")).unwrap();
+    let s = summarize(&v, 1_100_000);
+    assert_eq!(escape_lines(&render(&s)), fixture("status-v1.txt"));
+    let json: Value = serde_json::from_str(&joule_core::text::to_json(&s, true).unwrap()).unwrap();
+    assert_eq!(json, serde_json::from_str::<Value>(&fixture("status-v1.summary.json")).unwrap());
+}
+
+/// A part the agent did not send is said as missing, never as 0: a view from before the
+/// view had a version gets a note, and an agent that has published nothing yet is not a
+/// reading 0 ms old (what `joule status` printed for both before).
+#[test]
+fn a_view_missing_a_part_says_missing_not_0() {
+    let mut v: Value = serde_json::from_str(&fixture("status-v1.json")).unwrap();
+    v.as_object_mut().unwrap().remove("version");
+    v["published_ms_ago"] = Value::Null;
+    let s = summarize(&v, 1_100_000);
+    let text = render(&s);
+    assert!(text.starts_with("note: the agent's view has no version: missing (agent too old"), "{text}");
+    assert!(text.contains("reading: missing (none published yet)") && !text.contains("reading 0 ms old"), "{text}");
+    assert_eq!(s.agent.published_ms_ago, None);
 }

@@ -47,9 +47,11 @@ fn nothing_there_is_no_agent_and_nothing_is_created() {
 #[test]
 fn a_view_is_read_through_the_directorys_fd() {
     let (_t, dir) = journal();
-    let server = serve_one(listen(&dir), |mut c| c.write_all(br#"{"budget":{"pid":4242}}"#).unwrap());
+    let view = View { budget: crate::view::Budget { pid: 4242, ..Default::default() }, ..Default::default() };
+    let body = serde_json::to_vec(&view).unwrap();
+    let server = serve_one(listen(&dir), move |mut c| c.write_all(&body).unwrap());
     let v = read(&dir).unwrap();
-    assert_eq!(v["budget"]["pid"], 4242);
+    assert_eq!(v.budget.pid, 4242);
     server.join().unwrap();
 }
 
@@ -111,22 +113,22 @@ fn the_peer_must_be_root_or_ourselves() {
 #[test]
 fn a_file_the_agent_keeps_is_read_only_when_it_is_a_private_regular_file() {
     let (_t, dir) = journal();
-    let f = dir.join("nap.json");
+    let f = dir.join("left.json");
     std::fs::write(&f, "{}").unwrap();
-    assert_eq!(read_file(&dir, "nap.json", 1024).unwrap(), "{}");
+    assert_eq!(read_file(&dir, "left.json", 1024).unwrap(), "{}");
     assert!(matches!(read_file(&dir, "none.json", 1024), Err(ClientError::NoAgent(_))));
-    let e = read_file(&dir, "nap.json", 1).unwrap_err();
+    let e = read_file(&dir, "left.json", 1).unwrap_err();
     assert!(matches!(&e, ClientError::Failed(w) if w.contains("larger than 1 bytes")), "{e}");
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    let e = read_file(&dir, "left.json", 1024).unwrap_err();
     assert!(matches!(&e, ClientError::Refused(w) if w.contains("others may write it")), "{e}");
     std::fs::remove_file(&f).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", &f).unwrap();
-    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    let e = read_file(&dir, "left.json", 1024).unwrap_err();
     assert!(matches!(&e, ClientError::Refused(w) if w.contains("symlink")), "{e}");
     std::fs::remove_file(&f).unwrap();
     // A FIFO would hang a plain read: refused without blocking.
     nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let e = read_file(&dir, "nap.json", 1024).unwrap_err();
+    let e = read_file(&dir, "left.json", 1024).unwrap_err();
     assert!(matches!(&e, ClientError::Refused(w) if w.contains("not a regular file")), "{e}");
 }
