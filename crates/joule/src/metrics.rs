@@ -823,13 +823,13 @@ mod tests {
         assert!(found.contains(&(lbl(&[("outcome", "failed")]), Value::Number(1.0))) && found.len() == 3, "{found:?}");
         // A Pi: the firmware's limit, and stages that say so.
         let pi = AgentStats {
-            limits: Limits {
+            limits: Some(Limits {
                 stage_thresholds_celsius: vec![77.0, 79.0, 79.6],
                 thresholds_kind: "firmware".into(),
                 limit_celsius: Some(80.0),
                 limit_from: joule_core::thermal_sensors::LimitFrom::Firmware,
                 ..Limits::default()
-            },
+            }),
             ..AgentStats::default()
         };
         let fams = families(&full_snapshot(), &pi);
