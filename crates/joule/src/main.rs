@@ -2,7 +2,6 @@
 //! Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid config.
 
 mod agent;
-mod agent_client;
 mod auth_budget;
 mod backends;
 mod client_group;

@@ -3,7 +3,7 @@
 //! otherwise, and for `--once`/`--json`, it samples the machine itself (no agent needed); with
 //! root it loads the eBPF programs privately (nothing pinned) so run-queue latency and the
 //! in-kernel stage are real. A socket that is not root's agent's is refused, not shown
-//! (`agent_client`). Every text it prints escapes control characters: thread and cgroup names
+//! (`joule_core::view::client`). Every text it prints escapes control characters: thread and cgroup names
 //! are their users' choice.
 
 use crate::sense::{Bpf, BpfOff, Snapshotter};
@@ -56,7 +56,7 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         // The running agent's view: no sampling (and no eBPF) of our own.
         let source = format!("the running agent ({})", dir.join(crate::agent::socket::SOCKET).display());
         return tui(source, Duration::from_millis(a.interval_ms), &*stop_on_signals()?, || {
-            let view = crate::agent_client::read(&dir).ok()?;
+            let view = joule_core::view::client::read(&dir).ok()?;
             let lines = render_text(&view.snapshot);
             Some((view, lines))
         });
@@ -109,9 +109,9 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
 /// Whether an agent answers in `dir`: none is the monitor's own sampling; one that is not
 /// root's agent (another user's directory or process) is an error, never a view.
 fn agent_answers(dir: &std::path::Path) -> anyhow::Result<bool> {
-    match crate::agent_client::read(dir) {
+    match joule_core::view::client::read(dir) {
         Ok(_) => Ok(true),
-        Err(crate::agent_client::ClientError::NoAgent(_)) => Ok(false),
+        Err(joule_core::view::client::ClientError::NoAgent(_)) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

@@ -7,7 +7,7 @@
 //! client gets [`WRITE_TIMEOUT`] for the whole view, however little it reads at a time, so one
 //! slow reader holds the serving thread no longer than that. The agent removes the socket
 //! when it stops; one a killed agent left refuses connections, and the next agent replaces it.
-//! The client side, which checks what answers before it believes it, is `agent_client.rs`.
+//! The client side, which checks what answers before it believes it, is `joule_core::view::client`.
 
 use crate::exporter::Shared;
 use joule_core::view::{ActuatorView, View, VERSION};

@@ -1,6 +1,6 @@
 //! `joule nap status`: what the agent's nap actuator holds — awake or napping and since when,
 //! the time spent napping, wakes by reason and the last one — read from the agent's view over
-//! its socket (`agent_client`: root's directory, socket and process, a size cap), where the
+//! its socket (`joule_core::view::client`: root's directory, socket and process, a size cap), where the
 //! actuator publishes its state every period. `joule nap gate`: the command of the gate units
 //! the agent starts for a napped slice's services (docs/systemd.md).
 
@@ -53,9 +53,9 @@ pub fn run(cmd: NapCmd) -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    let view = match crate::agent_client::read(&a.journal_dir) {
+    let view = match joule_core::view::client::read(&a.journal_dir) {
         Ok(v) => v,
-        Err(crate::agent_client::ClientError::NoAgent(why)) => {
+        Err(joule_core::view::client::ClientError::NoAgent(why)) => {
             // The lock tells a dead agent from a live one whose socket is gone (a probe: it
             // takes the lock shared and writes nothing, so a guardian replaying is not fooled).
             let who = match joule_core::agent_lock::running_agent(&a.journal_dir) {

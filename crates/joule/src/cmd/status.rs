@@ -5,13 +5,13 @@
 //! promise beside what it got (CPU, cap, run-queue latency), recent conflicts, drift and
 //! overruns, the threads that waited longest for a CPU, and the agent's own cost. No agent:
 //! exit 3, and says what `joule monitor` shows. A socket that is not root's agent's is refused
-//! (`agent_client`). Names and reasons in the view came from the machine (a thread's name is
+//! (`joule_core::view::client`). Names and reasons in the view came from the machine (a thread's name is
 //! its user's choice), so the text shows their control characters escaped.
 
-use crate::agent_client::ClientError;
 use joule_core::config::{ClassConfig, ThermalRole};
 use joule_core::snapshot::StageEngine;
 use joule_core::text::{escape, escape_lines, Escaped};
+use joule_core::view::client::ClientError;
 use joule_core::view::{CapsView, DriftView, View};
 use joule_core::Snapshot;
 use serde::Serialize;
@@ -50,7 +50,7 @@ pub fn run(a: StatusArgs) -> anyhow::Result<()> {
         Some(d) => d.clone(),
         None => a.config.load()?.agent.journal_dir,
     };
-    let view = match crate::agent_client::read(&dir) {
+    let view = match joule_core::view::client::read(&dir) {
         Ok(view) => view,
         Err(ClientError::NoAgent(why)) => {
             let root = if joule_core::testing::is_root() { "" } else { " (its socket is root's: run joule status as root)" };
