@@ -182,7 +182,7 @@ impl Summary {
         vs("joule/none fio", ratio(Mode::Joule, Mode::None, "fio_mib_s"), "≥ 0.97×", |r| r >= 0.97);
         vs("joule/uniform best-effort work", ratio(Mode::Joule, Mode::Uniform, "best_effort_work"), "≥ 0.95×", |r| r >= 0.95);
         if self.firmware {
-            // Issue 46: with the firmware as the last line, joule must beat what it degrades to.
+            // With the firmware as the last line, joule must beat what the firmware degrades every mode to.
             vs("firmware: joule/none labelled p99", ratio(Mode::Joule, Mode::None, "labelled_p99_us"), "< 1×", |r| r < 1.0);
             vs("firmware: joule/uniform labelled p99", ratio(Mode::Joule, Mode::Uniform, "labelled_p99_us"), "< 1×", |r| r < 1.0);
             vs("firmware: joule/none fio", ratio(Mode::Joule, Mode::None, "fio_mib_s"), "> 1×", |r| r > 1.0);

@@ -16,7 +16,7 @@ pub struct AgentStats {
     pub conflicts_total: u64,
     /// Iterations whose wall time exceeded the period.
     pub loop_overruns_total: u64,
-    /// The sleep the loop chose after its last iteration, and why (issue 36).
+    /// The sleep the loop chose after its last iteration, and why (a rest is its own decision, so clients show its reason).
     pub pace: crate::control::pace::Pace,
     /// Rests an event ended before their time (a stage change, a process event, a signal).
     pub rests_ended_total: u64,
