@@ -24,13 +24,17 @@ pub const LABELLED_CLASS: &str = "bench-thermal-probe";
 /// stage that holds the temperature sits 1 °C under the limit and the last one is the backstop.
 ///
 /// A zone that reports whole degrees (no `thermal_root`: the machine's own zone, the VM's ACPI
-/// `_TMP`) gets 3, 1.5 and 0.5 °C and a hysteresis of 0.9 °C: under one step of the sensor,
-/// every poll flipped the stage between the last two (the recorded round at 82 °C: 2, 3, 2, 3,
-/// ... each second, 1.7 % of the run over the limit); 0.9 is more than half a step, so a
-/// one-step dip no longer leaves a stage, and less than the smallest gap, as the config check
-/// asks.
+/// `_TMP`, polled each second) gets 4, 3 and 2 °C, one step of the sensor apart, and a
+/// hysteresis of 0.9 °C. Such a sensor passes a threshold less than a step under the limit only
+/// by reading the limit itself, and between two polls a rising plant gains about a degree: with
+/// 3, 1.5 and 0.5 °C a slower host's round spent 4.8 % of its time over the limit (peak
+/// 82.25 °C), with 3, 2 and 1 °C one round of three 3.7 % (82.2 °C); with 4, 3 and 2 two rounds
+/// peaked at 81.2 and 81.1 °C, none over (docs/results/thermal.md, "The scx path"). Under one
+/// step of hysteresis every poll flipped the stage between the last two; 0.9 is more than half
+/// a step, so a one-step dip no longer leaves a stage, and less than the smallest gap, as the
+/// config check asks.
 pub fn stages(limit_celsius: f64, thermal_root: Option<&Path>) -> (Vec<f64>, f64) {
-    let (below, hysteresis) = if thermal_root.is_some() { ([3.0, 1.0, 0.4], 0.5) } else { ([3.0, 1.5, 0.5], 0.9) };
+    let (below, hysteresis) = if thermal_root.is_some() { ([3.0, 1.0, 0.4], 0.5) } else { ([4.0, 3.0, 2.0], 0.9) };
     (below.iter().map(|d| limit_celsius - d).collect(), hysteresis)
 }
 
@@ -221,7 +225,7 @@ mod tests {
         assert_eq!(scx.thermal.scheduler, joule_core::config::ThermalScheduler::Scx);
         assert_eq!(scx.telemetry.thermal_root(), Path::new("/sys"), "no tree of the bench's: the machine's own zone");
         assert_eq!((cfg.thermal.hysteresis_celsius, scx.thermal.hysteresis_celsius), (0.5, 0.9), "a whole-degree zone: most of a step");
-        assert_eq!(scx.thermal.stage_thresholds_celsius, vec![47.0, 48.5, 49.5]);
+        assert_eq!(scx.thermal.stage_thresholds_celsius, vec![46.0, 47.0, 48.0]);
         assert!(scx.classes.is_empty());
         // Built-in: no thresholds of the bench's, the agent places its own; config.txt looked
         // for where the bench says, never the host's /boot.
