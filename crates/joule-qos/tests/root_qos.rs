@@ -295,7 +295,12 @@ fn root_deadline_backend_holds_the_share_under_fifo_hogs_and_its_process_forks()
         }
         println!("under SCHED_FIFO hogs on every CPU: deadline 30000/100000 achieved {got:.1}%; a busy loop of no class {plain_pct:.1}% (USER_HZ ticks)");
         assert!((got - 30.0).abs() <= 2.0, "SCHED_DEADLINE 30000/100000 under FIFO hogs achieved {got:.1}%");
-        assert!(plain_pct < got / 2.0, "the hogs did not compete: a plain loop got {plain_pct:.1}%");
+        // The hogs leave non-RT work only the kernel's reserves: the RT throttle's 5 % and,
+        // from 6.12, the fair server's 5 %, each per CPU, which a plain loop collects on every
+        // CPU in turn (15.7 % measured on 2 CPUs). Without the hogs it gets most of a CPU.
+        let ncpu = RealEffects.get_affinity(0).unwrap().len() as f64;
+        let reserve_pct = (10.0 * ncpu + 5.0).min(50.0);
+        assert!(plain_pct < reserve_pct, "the hogs did not compete: a plain loop got {plain_pct:.1}% (the kernel's reserves allow {reserve_pct:.0}%)");
         // Reset-on-fork: the reserved shell forks (without it, fork() fails with EAGAIN).
         // The shell rewrites the file (`>` truncates it first): a read may find it empty.
         let count = || {
