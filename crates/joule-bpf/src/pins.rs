@@ -158,7 +158,8 @@ impl UndoRecorder for Journal {
 }
 
 /// The journal owner of every pin joule-bpf makes.
-const JOURNAL_OWNER: &str = "bpf";
+/// The journal owner of every pin joule makes (and of the pin directory it creates).
+pub const JOURNAL_OWNER: &str = "bpf";
 
 /// The pins one loader made under one directory, in the order made.
 #[derive(Debug)]

@@ -297,8 +297,9 @@ impl StageEngine {
 pub struct BpfStatus {
     /// True when the programs are loaded (run-queue latency, per-task wait, thermal stage).
     pub enabled: bool,
-    /// Why eBPF is off: `flag` (--no-bpf), `config` (telemetry.bpf = false) or `not_root`.
-    /// Empty when enabled.
+    /// Why eBPF is off: `flag` (--no-bpf), `config` (telemetry.bpf = false), `not_root`,
+    /// `no_btf` (the kernel has none) or `load_failed` (the kernel refused a program; the
+    /// notes have its words). Empty when enabled.
     pub off_reason: String,
     /// Where the stage map is pinned, when it is (the agent).
     pub pin_dir: Option<String>,

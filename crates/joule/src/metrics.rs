@@ -290,7 +290,7 @@ pub fn families(s: &Snapshot, a: &AgentStats) -> Vec<Family> {
     );
     limit_families(a, &mut push);
     push(
-        def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false) or not_root: then there is no run-queue latency and the stage is computed in user space."),
+        def!("joule_bpf_enabled", Gauge, Some("eBPF"), "/bpf/enabled", "1 when joule's eBPF programs run; 0 with off_reason = flag (--no-bpf), config (telemetry.bpf = false), not_root, no_btf (the kernel has no BTF) or load_failed (the kernel refused a program): then there is no run-queue latency and the stage is computed in user space."),
         num(vec![(l(&[("off_reason", &s.bpf.off_reason)]), s.bpf.enabled as u8 as f64)]),
     );
     out

@@ -6,9 +6,10 @@
 //! (`joule_core::view::client`). Every text it prints escapes control characters: thread and cgroup names
 //! are their users' choice.
 
+use crate::backends::Ebpf;
 use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
-use anyhow::Context;
+use joule_core::config::BpfMode;
 use joule_core::view::{AgentStats, Budget, Limits, View, VERSION};
 use joule_core::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,9 +63,26 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         });
     }
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
-    // as root, eBPF that was not turned off must load, or the command fails with the reason.
-    let bpf = BpfOff::reason(a.no_bpf, &cfg, joule_core::testing::is_root()).map_or(Bpf::Private, Bpf::Off);
-    let mut snapper = Snapshotter::new(&cfg, bpf).context("eBPF is on (pass --no-bpf to run without it)")?;
+    // as root, eBPF loads as the agent's would: where the kernel allows it under "auto", or the
+    // command fails with the reason under `telemetry.bpf = true`.
+    joule_bpf::set_btf_path(Some(cfg.telemetry.btf_path.clone()).filter(|p| !p.as_os_str().is_empty()));
+    let root = joule_core::testing::is_root();
+    let facts = crate::backends::Facts::read(&crate::backends::Roots::of(&cfg.telemetry));
+    let bpf = match crate::backends::ebpf(&cfg, a.no_bpf, root, &facts) {
+        Ebpf::On => Bpf::Private,
+        Ebpf::Off(off) => Bpf::Off(off),
+        Ebpf::Refused(_) if !root => Bpf::Off(BpfOff::NotRoot),
+        Ebpf::Refused(why) => anyhow::bail!(crate::UsageError(why)),
+    };
+    let mut snapper = match Snapshotter::new(&cfg, bpf) {
+        Ok(s) => s,
+        Err(e) if cfg.telemetry.bpf == BpfMode::Auto => {
+            let mut s = Snapshotter::new(&cfg, Bpf::Off(BpfOff::LoadFailed))?;
+            s.note_bpf(format!("eBPF load failed: {e:#}"));
+            s
+        }
+        Err(e) => return Err(e.context("telemetry.bpf = true: eBPF must load")),
+    };
     let interval = Duration::from_millis(a.interval_ms);
     snapper.sample(); // primes counters and histograms
     if a.once {

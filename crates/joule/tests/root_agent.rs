@@ -651,11 +651,11 @@ fn root_agent_mounts_bpffs_when_missing_and_unmounts_it_when_done() {
     }
 }
 
-/// The agent runs without eBPF only when told to: as a non-root user, without --no-bpf, it
-/// refuses with the reason and what to do; with --no-bpf it runs and says eBPF is off.
+/// A non-root agent under the shipped default (`bpf = "auto"`) runs without eBPF and says
+/// why; with `bpf = true` it refuses with the reason and what to do; `--no-bpf` says so too.
 #[test]
 #[ignore = "tier 2: root"]
-fn root_agent_without_bpf_only_when_asked_and_says_so() {
+fn root_agent_without_root_runs_without_bpf_under_auto_and_refuses_only_when_it_is_required() {
     if !require(is_root(), "root (to drop to another user)") {
         return;
     }
@@ -692,12 +692,18 @@ fn root_agent_without_bpf_only_when_asked_and_says_so() {
     };
     let out = as_nobody(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("needs root") && err.contains("--no-bpf"), "{err}");
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("eBPF is off (not_root"), "{err}");
     let out = as_nobody(&["--no-bpf"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("eBPF is off (flag)"), "{err}");
+    assert!(err.contains("eBPF is off (flag"), "{err}");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}[telemetry]\nbpf = true\n")).unwrap();
+    let out = as_nobody(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs root") && err.contains("\"auto\""), "{err}");
 }
 
 #[test]
@@ -744,6 +750,8 @@ mod login;
 mod membership;
 #[path = "root_agent/names.rs"]
 mod names;
+#[path = "root_agent/no_btf.rs"]
+mod no_btf;
 #[path = "root_agent/rest.rs"]
 mod rest;
 #[path = "root_agent/status.rs"]

@@ -111,7 +111,7 @@ impl FlowMonitor {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let open = bpf("opening flow.bpf.o", FlowSkelBuilder::default().open(open_object))?;
+        let open = bpf("opening flow.bpf.o", crate::probe::with_btf(FlowSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let skel = bpf("loading the flow monitor into the kernel", open.load())?;
         let mut links = Vec::new();
         let p = &skel.progs;

@@ -63,7 +63,7 @@ impl NapProbe {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let open = bpf("opening nap.bpf.o", NapSkelBuilder::default().open(open_object))?;
+        let open = bpf("opening nap.bpf.o", crate::probe::with_btf(NapSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let mut skel = bpf("loading nap into the kernel", open.load())?;
         for (proto, port) in ports {
             let key = (proto.raw() << 16 | u32::from(*port)).to_ne_bytes();

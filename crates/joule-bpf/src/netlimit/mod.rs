@@ -59,7 +59,7 @@ impl NetlimitClassifier {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let mut open = bpf("opening netlimit.bpf.o", NetlimitSkelBuilder::default().open(open_object))?;
+        let mut open = bpf("opening netlimit.bpf.o", crate::probe::with_btf(NetlimitSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let rodata = open.maps.rodata_data.as_mut().expect("netlimit has a .rodata section");
         rodata.nr_rules = rules.len() as u32;
         rodata.ifb_ifindex = ifb_ifindex;

@@ -152,7 +152,7 @@ impl ProcMonitor {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let mut open = bpf("opening procmon.bpf.o", ProcmonSkelBuilder::default().open(open_object))?;
+        let mut open = bpf("opening procmon.bpf.o", crate::probe::with_btf(ProcmonSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         if let Some(bytes) = opts.ringbuf_bytes {
             bpf("sizing proc_events", open.maps.proc_events.set_max_entries(bytes))?;
         }

@@ -43,7 +43,7 @@ impl RunqLat {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let mut open = bpf("opening runqlat.bpf.o", RunqlatSkelBuilder::default().open(open_object))?;
+        let mut open = bpf("opening runqlat.bpf.o", crate::probe::with_btf(RunqlatSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let rodata = open.maps.rodata_data.as_mut().expect("runqlat has a .rodata section");
         rodata.hierarchy = opts.hierarchy.to_raw();
         bpf("sizing the hists map", open.maps.hists.set_max_entries(opts.max_cgroups.max(1)))?;

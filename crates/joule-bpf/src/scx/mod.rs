@@ -74,7 +74,7 @@ impl Scx {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let mut open = bpf("opening scx.bpf.o", ScxSkelBuilder::default().open(open_object))?;
+        let mut open = bpf("opening scx.bpf.o", crate::probe::with_btf(ScxSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let rodata = open.maps.rodata_data.as_mut().expect("scx has a .rodata section");
         for (dst, src) in rodata.stage_cfg.iter_mut().zip(table) {
             dst.queues = src.queues;

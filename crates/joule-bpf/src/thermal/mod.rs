@@ -66,7 +66,7 @@ impl ThermalStage {
         let mut storage = ObjectStorage::new();
         // SAFETY: `skel` is dropped before `storage` (see Drop), and `get` is called once.
         let open_object = unsafe { storage.get() };
-        let open = bpf("opening thermal.bpf.o", ThermalSkelBuilder::default().open(open_object))?;
+        let open = bpf("opening thermal.bpf.o", crate::probe::with_btf(ThermalSkelBuilder::default()).and_then(|b| b.open(open_object)))?;
         let skel = bpf("loading the thermal stage programs into the kernel", open.load())?;
         let mut me = ThermalStage { skel: ManuallyDrop::new(skel), tp_link: None, tp_error: None, pins: opts.pin_dir.map(PinSet::new), cfg, _storage: storage };
         if let Some(zones) = &opts.tracepoint_zones {

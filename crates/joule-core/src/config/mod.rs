@@ -2,6 +2,7 @@
 //! found, by the parser or by validation, is reported with the line it came from and a hint,
 //! which is what `joule check-config` prints.
 
+mod bpf;
 mod class;
 mod elevate;
 mod energy;
@@ -12,6 +13,7 @@ mod pod;
 mod thermal;
 mod validate;
 
+pub use bpf::BpfMode;
 pub use class::{systemd_unit_at, ClassConfig, MatchRules, ThermalRole, LABELLED_SLICE_US, SLICE_US};
 pub use elevate::ElevateConfig;
 pub use energy::{EnergyConfig, EnergyTarget, ModelSource, PlacementPolicyKind};
@@ -136,8 +138,13 @@ pub struct TelemetryConfig {
     /// joule's thermal limit. The board itself is known from the device tree under
     /// `thermal_root` (`firmware/devicetree/base/compatible`).
     pub boot_root: PathBuf,
-    /// Load the eBPF programs (run-queue latency, in-kernel thermal stage). Needs root.
-    pub bpf: bool,
+    /// Load the eBPF programs (run-queue latency, in-kernel thermal stage, process monitor):
+    /// `"auto"` where the kernel allows it, `true` or refuse to start, `false` never.
+    pub bpf: BpfMode,
+    /// A BTF file for libbpf's CO-RE relocations instead of the kernel's own (empty: the
+    /// kernel's `/sys/kernel/btf/vmlinux`). Programs that attach to BTF tracepoints still need
+    /// the kernel's own BTF, which a kernel built without CONFIG_DEBUG_INFO_BTF lacks.
+    pub btf_path: PathBuf,
     /// Where the thermal stage map is pinned for other BPF programs (a sched_ext scheduler).
     pub bpf_pin_dir: PathBuf,
     /// How many tasks with the longest CPU wait to report per sample.
@@ -165,7 +172,8 @@ impl Default for TelemetryConfig {
             cgroup_root: "/sys/fs/cgroup".into(),
             thermal_root: PathBuf::new(),
             boot_root: "/boot".into(),
-            bpf: true,
+            bpf: BpfMode::Auto,
+            btf_path: PathBuf::new(),
             bpf_pin_dir: "/sys/fs/bpf/joule".into(),
             task_wait_top: 5,
             power_model: PowerModelConfig::default(),

@@ -33,10 +33,12 @@ pub(super) fn validate(cfg: &Config) -> Vec<Found> {
     }
 
     let thermal_root = Some(&cfg.telemetry.thermal_root).filter(|p| !p.as_os_str().is_empty());
+    let btf_path = Some(&cfg.telemetry.btf_path).filter(|p| !p.as_os_str().is_empty());
     for (k, p) in
         [("agent.journal_dir", &a.journal_dir), ("telemetry.bpf_pin_dir", &cfg.telemetry.bpf_pin_dir), ("telemetry.boot_root", &cfg.telemetry.boot_root)]
             .into_iter()
             .chain(thermal_root.map(|p| ("telemetry.thermal_root", p)))
+            .chain(btf_path.map(|p| ("telemetry.btf_path", p)))
     {
         if !p.is_absolute() {
             bad(

@@ -7,18 +7,21 @@ use super::{start, Start};
 use crate::backends::fixtures::MACHINES;
 use crate::backends::{systemd_host, Choice, Ebpf, Roots};
 use crate::sense::{Bpf, BpfOff, Snapshotter};
-use joule_core::config::{ClassConfig, Config, MatchRules, ThermalScheduler};
+use joule_core::config::{BpfMode, ClassConfig, Config, MatchRules, ThermalScheduler};
 use std::path::Path;
 
 fn row<'a>(rows: &'a [Choice], mechanism: &str) -> &'a Choice {
     rows.iter().find(|c| c.mechanism.starts_with(mechanism)).unwrap_or_else(|| panic!("no {mechanism} in {rows:?}"))
 }
 
-/// The configs each machine is judged with: the default, eBPF off, the sched_ext path on the
+/// The configs each machine is judged with: the default (eBPF where the kernel allows it), eBPF
+/// off, eBPF required, the sched_ext path on the
 /// model, and a class joule places (through units where systemd owns the tree).
 fn configs(t: &Path) -> Vec<(&'static str, Config)> {
     let mut off = Config::default();
-    off.telemetry.bpf = false;
+    off.telemetry.bpf = BpfMode::Off;
+    let mut required = Config::default();
+    required.telemetry.bpf = BpfMode::Required;
     let mut scx = Config::default();
     scx.thermal.scheduler = ThermalScheduler::Scx;
     scx.thermal.act_on_model = true;
@@ -29,7 +32,7 @@ fn configs(t: &Path) -> Vec<(&'static str, Config)> {
         quota_us: Some(30_000),
         ..Default::default()
     });
-    let mut all = vec![("default", Config::default()), ("bpf = false", off), ("scx on the model", scx), ("a class", classes)];
+    let mut all = vec![("default", Config::default()), ("bpf = false", off), ("bpf = true", required), ("scx on the model", scx), ("a class", classes)];
     for (_, cfg) in &mut all {
         let tel = &mut cfg.telemetry;
         tel.sysfs_root = t.join("sys");
@@ -68,9 +71,9 @@ fn the_doctors_prediction_is_what_the_agent_does_on_every_fixture_machine() {
             }
             let btf = t.path().join("sys/kernel/btf/vmlinux").exists();
             let want = match (cfg.telemetry.bpf, btf) {
-                (false, _) => "off",
-                (true, true) => "on",
-                (true, false) => "refused",
+                (BpfMode::Off, _) | (BpfMode::Auto, false) => "off",
+                (_, true) => "on",
+                (BpfMode::Required, false) => "refused",
             };
             let got = match &ebpf {
                 Ebpf::On => "on",

@@ -67,7 +67,11 @@ pub fn choose(f: &Facts, cfg: &Config) -> Vec<Choice> {
             "ebpf",
             "BTF present: the stage is computed in the kernel (thermal tracepoint, or the agent's readings through the same map)",
         ),
-        super::Ebpf::Off(off) => choice("thermal stage", "user space", format!("eBPF is off ({}): the agent computes the stage itself", off.explain())),
+        super::Ebpf::Off(off) => choice(
+            "thermal stage",
+            "user space",
+            format!("eBPF is off ({}): the agent computes the stage itself; without eBPF: {}", off.explain(), crate::sense::WITHOUT_EBPF),
+        ),
         super::Ebpf::Refused(why) => Choice {
             warning: Some(format!("the agent refuses to start here: {why}")),
             ..choice("thermal stage", "user space", format!("no kernel BTF at {}: joule's BPF programs cannot load", super::BTF_VMLINUX))

@@ -75,6 +75,10 @@ pub fn refusals(cfg: &Config) -> Vec<(String, String)> {
             out.push(("energy".to_string(), format!("the [energy] model cannot be loaded: {e}")));
         }
     }
+    let btf = &cfg.telemetry.btf_path;
+    if !btf.as_os_str().is_empty() && cfg.telemetry.bpf != joule_core::config::BpfMode::Off && !btf.is_file() {
+        out.push(("telemetry.btf_path".to_string(), format!("btf_path = {:?} is not a file here", btf.display().to_string())));
+    }
     let web = &cfg.agent.metrics_web_config;
     if !web.as_os_str().is_empty() {
         if let Err(e) = crate::webconfig::WebConfig::load(web) {

@@ -81,6 +81,9 @@ pub struct Summary {
     pub agent: AgentLine,
     pub budget: BudgetLine,
     pub stage: StageLine,
+    /// Why the agent runs without eBPF, when it does (None: eBPF is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ebpf_off: Option<EbpfOffLine>,
     pub mechanisms: Vec<Mechanism>,
     pub classes: Vec<ClassLine>,
     /// The threads that waited longest for a CPU over the last interval, longest first.
@@ -88,6 +91,14 @@ pub struct Summary {
     /// What the container runtime has named, when a class matches pods by name.
     pub pods: Option<PodsLine>,
     pub recent: Recent,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct EbpfOffLine {
+    /// The snapshot's `off_reason` (`no_btf`, `load_failed`, `config`, …).
+    pub reason: String,
+    /// The reason in words, then the kernel's own when it refused a program.
+    pub why: String,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -202,6 +213,19 @@ fn limit_words(from: &str) -> String {
 }
 
 /// What the text and `--json` show, from the agent's view at `now_ms`.
+/// Why eBPF is off, in words, with the kernel's refusal when there was one.
+fn ebpf_off(snap: &joule_core::Snapshot) -> Option<EbpfOffLine> {
+    let reason = &snap.bpf.off_reason;
+    if snap.bpf.enabled || reason.is_empty() {
+        return None;
+    }
+    let mut why = crate::sense::BpfOff::parse(reason).map_or(reason.clone(), |o| o.explain().to_string());
+    if let Some(n) = snap.notes.iter().find(|n| n.starts_with("eBPF load failed")) {
+        why = format!("{why}: {n}");
+    }
+    Some(EbpfOffLine { reason: reason.clone(), why })
+}
+
 pub fn summarize(v: &View, now_ms: u64) -> Summary {
     let (b, snap, agent) = (&v.budget, &v.snapshot, &v.agent);
     let up_s = now_ms.saturating_sub(b.started_unix_ms) as f64 / 1e3;
@@ -244,6 +268,7 @@ pub fn summarize(v: &View, now_ms: u64) -> Summary {
             driven_by: stage.driven_by.as_str().to_string(),
             since_s: since_ms.map(|t| now_ms.saturating_sub(t) as f64 / 1e3),
         },
+        ebpf_off: ebpf_off(snap),
         ..Default::default()
     };
     s.mechanisms = mechanisms(v);
@@ -414,6 +439,9 @@ pub fn render(s: &Summary) -> String {
         Escaped(&st.driven_by),
         st.since_s.map(|x| format!(" for {x:.0} s")).unwrap_or_default()
     );
+    if let Some(off) = &s.ebpf_off {
+        o += &format!("  eBPF off ({}): {}\n", Escaped(&off.reason), Escaped(&off.why));
+    }
     o += "\nDoing\n";
     if s.mechanisms.is_empty() {
         o += "  nothing: no policy asks for anything\n";

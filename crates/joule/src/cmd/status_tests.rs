@@ -184,3 +184,21 @@ fn a_view_missing_a_part_says_missing_not_0() {
     assert!(text.contains("reading: missing (none published yet)") && !text.contains("reading 0 ms old"), "{text}");
     assert_eq!(s.agent.published_ms_ago, None);
 }
+
+#[test]
+fn an_agent_without_ebpf_says_why_in_words_and_the_kernels_refusal() {
+    let mut v = view();
+    v["snapshot"]["bpf"] = json!({ "enabled": false, "off_reason": "load_failed" });
+    v["snapshot"]["notes"] = json!(["eBPF load failed: while loading runqlat.bpf.o: Invalid argument (os error 22)"]);
+    let s = summarize(&v, 1_100_000);
+    let off = s.ebpf_off.as_ref().expect("eBPF is off");
+    assert_eq!(off.reason, "load_failed");
+    assert!(off.why.contains("refused a program") && off.why.contains("Invalid argument"), "{off:?}");
+    assert!(render(&s).contains("  eBPF off (load_failed): the kernel refused"), "{}", render(&s));
+    v["snapshot"]["bpf"] = json!({ "enabled": false, "off_reason": "no_btf" });
+    let s = summarize(&v, 1_100_000);
+    assert!(render(&s).contains("eBPF off (no_btf): this kernel has no BTF"), "{}", render(&s));
+    v["snapshot"]["bpf"] = json!({ "enabled": true, "off_reason": "" });
+    let s = summarize(&v, 1_100_000);
+    assert!(s.ebpf_off.is_none() && !render(&s).contains("eBPF off"), "{}", render(&s));
+}

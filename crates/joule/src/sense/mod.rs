@@ -3,8 +3,9 @@
 //! (stage.rs), computed in the kernel from the sensor temperature or — on machines without a
 //! sensor — the model temperature that user space feeds through the same in-kernel rule.
 //! With `[net] flow_monitor`, the flow monitor (flow.rs) runs among the eBPF sources.
-//! Shared by `joule agent` and `joule monitor`. eBPF is on unless the user turned it off; when
-//! it was asked for and cannot run, that is an error, and every snapshot says whether it is on.
+//! Shared by `joule agent` and `joule monitor`. Every snapshot says whether eBPF is on and, if
+//! not, why; the caller decides whether a failed load is an error (`telemetry.bpf = true`)
+//! or a reason to run without it (`"auto"`).
 
 mod flow;
 mod follow;
@@ -14,7 +15,7 @@ pub(crate) mod stage;
 
 use anyhow::Context;
 use joule_bpf::{RunqLat, ThermalStage};
-use joule_core::config::Config;
+use joule_core::config::{BpfMode, Config};
 use joule_core::effects::RealEffects;
 use joule_core::journal::Journal;
 use joule_core::mounts::{self, PseudoFs};
@@ -35,21 +36,30 @@ pub enum Bpf<'a> {
     Pinned(&'a Journal),
 }
 
-/// Why eBPF is off. Only the user's choice (`--no-bpf`, `telemetry.bpf = false`) turns it off
-/// in the agent; `joule monitor` run by a non-root user also runs without it, and says so.
+/// Why eBPF is off: the user's choice (`--no-bpf`, `telemetry.bpf = false`), or, under
+/// `telemetry.bpf = "auto"`, what this machine lacks (root, the kernel's BTF) or the kernel's
+/// refusal of a program. `joule monitor` run by a non-root user also runs without it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BpfOff {
     Flag,
     Config,
     NotRoot,
+    NoBtf,
+    LoadFailed,
 }
 
+/// What each mechanism does without eBPF, said with the reason it is off.
+pub const WITHOUT_EBPF: &str = "no run-queue latency (per-task wait read from /proc); the thermal stage is computed in user space and not pinned for a scheduler; class membership is a /proc walk (each second, or each period for energy placement and elevation); a nap is left at the next period instead of at the first packet; no flow monitor";
+
 impl BpfOff {
-    /// Why eBPF is off, if it is: the user's flag, then the config, then a caller without root.
+    const ALL: [BpfOff; 5] = [BpfOff::Flag, BpfOff::Config, BpfOff::NotRoot, BpfOff::NoBtf, BpfOff::LoadFailed];
+
+    /// Why eBPF is off before anything is tried, if it is: the user's flag, then the config,
+    /// then a caller without root.
     pub fn reason(no_bpf_flag: bool, cfg: &Config, root: bool) -> Option<BpfOff> {
         if no_bpf_flag {
             Some(BpfOff::Flag)
-        } else if !cfg.telemetry.bpf {
+        } else if cfg.telemetry.bpf == BpfMode::Off {
             Some(BpfOff::Config)
         } else if !root {
             Some(BpfOff::NotRoot)
@@ -63,13 +73,23 @@ impl BpfOff {
             BpfOff::Flag => "flag",
             BpfOff::Config => "config",
             BpfOff::NotRoot => "not_root",
+            BpfOff::NoBtf => "no_btf",
+            BpfOff::LoadFailed => "load_failed",
         }
     }
+
+    /// The reason [`Self::as_str`] names, for a snapshot's `off_reason`.
+    pub fn parse(s: &str) -> Option<BpfOff> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+
     pub fn explain(self) -> &'static str {
         match self {
             BpfOff::Flag => "--no-bpf",
             BpfOff::Config => "telemetry.bpf = false",
             BpfOff::NotRoot => "not root; run as root for it",
+            BpfOff::NoBtf => "this kernel has no BTF at /sys/kernel/btf/vmlinux; a kernel built with CONFIG_DEBUG_INFO_BTF=y has it",
+            BpfOff::LoadFailed => "the kernel refused a program or the bpffs mount; the log has its words",
         }
     }
 }
@@ -88,8 +108,8 @@ pub struct Snapshotter {
 
 impl Snapshotter {
     /// Loads what `bpf` asks for and lists every source. When eBPF was asked for and cannot
-    /// run, this is an error that says why and what to do (`--no-bpf` is the way to run
-    /// without it), never a quiet fallback.
+    /// run, this is an error that says why; the agent under `"auto"` then starts again with
+    /// [`Bpf::Off`] and the kernel's words (`note_bpf`), never a quiet fallback.
     pub fn new(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
         let t = &cfg.telemetry;
         // The sensors the stage follows and its thresholds, from the zones present now and the
@@ -107,7 +127,7 @@ impl Snapshotter {
         let (pin_dir, journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
-                me.bpf_notes.push(format!("eBPF off ({}): no run-queue latency; thermal stage computed in user space", why.explain()));
+                me.bpf_notes.push(format!("eBPF off ({}): {WITHOUT_EBPF}", why.explain()));
                 me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power, th, None)));
                 if cfg.net.flow_monitor {
                     me.bpf_notes.push(format!("[net] flow_monitor is on but eBPF is off ({}): no flow monitor", why.explain()));
@@ -146,6 +166,16 @@ impl Snapshotter {
         me.sampler.push(Box::new(StageSource::new(Some(ts), thresholds_mc, hysteresis_mc, power, th, tracepoint_zones)));
         me.status = BpfStatus { enabled: true, off_reason: String::new(), pin_dir: pin_dir.map(|p| p.display().to_string()) };
         Ok(me)
+    }
+
+    /// Adds a line about eBPF to every snapshot's notes (why a load failed, in the kernel's words).
+    pub fn note_bpf(&mut self, note: String) {
+        self.bpf_notes.push(note);
+    }
+
+    /// What is missing or degraded about eBPF, as every snapshot's notes repeat it.
+    pub fn bpf_notes(&self) -> &[String] {
+        &self.bpf_notes
     }
 
     pub fn bpf_status(&self) -> &BpfStatus {

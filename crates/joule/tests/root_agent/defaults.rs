@@ -125,7 +125,7 @@ fn changes(before: &Knobs, after: &Knobs) -> Vec<String> {
 }
 
 /// deploy/joule.toml with its journal, event log, metrics port and pin dir moved to the test's.
-fn shipped_config(dir: &Path, pin_dir: &Path) -> String {
+pub(super) fn shipped_config(dir: &Path, pin_dir: &Path) -> String {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/joule.toml")).unwrap();
     let moved = [
         ("metrics_addr = \"127.0.0.1:9977\"", "metrics_addr = \"127.0.0.1:0\"".to_string()),
