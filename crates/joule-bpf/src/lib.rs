@@ -30,7 +30,7 @@ pub use flow::{CgroupCounters, FlowCounters, FlowKey, FlowMonitor, SoftirqTime};
 pub use nap::{NapProbe, NapWake, NapWaker, Proto as NapProto};
 pub use netlimit::{NetlimitClassifier, NetlimitRule};
 pub use pins::{UndoRecorder, JOURNAL_OWNER as PIN_JOURNAL_OWNER};
-pub use probe::{btf_path, probe, set_btf_path, BTF_VMLINUX};
+pub use probe::{probe, set_btf_path, BTF_VMLINUX};
 pub use procmon::{Delivered, Follow, ProcEvent, ProcFilter, ProcMonitor, ProcMonitorOpts, Settlement};
 pub use ring::RingStop;
 pub use runqlat::{Hierarchy, RunqLat, RunqLatOpts};

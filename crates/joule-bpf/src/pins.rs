@@ -157,7 +157,6 @@ impl UndoRecorder for Journal {
     }
 }
 
-/// The journal owner of every pin joule-bpf makes.
 /// The journal owner of every pin joule makes (and of the pin directory it creates).
 pub const JOURNAL_OWNER: &str = "bpf";
 

@@ -39,7 +39,7 @@ pub fn set_btf_path(path: Option<PathBuf>) {
 }
 
 /// The BTF file set by [`set_btf_path`], if any.
-pub fn btf_path() -> Option<PathBuf> {
+fn btf_path() -> Option<PathBuf> {
     BTF_PATH.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 

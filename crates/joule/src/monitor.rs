@@ -9,7 +9,6 @@
 use crate::backends::Ebpf;
 use crate::sense::{Bpf, BpfOff, Snapshotter};
 use crate::ConfigArg;
-use joule_core::config::BpfMode;
 use joule_core::view::{AgentStats, Budget, Limits, View, VERSION};
 use joule_core::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,7 +64,6 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
     // A user who is not root still gets a monitor (without eBPF, and it says so at the top);
     // as root, eBPF loads as the agent's would: where the kernel allows it under "auto", or the
     // command fails with the reason under `telemetry.bpf = true`.
-    joule_bpf::set_btf_path(Some(cfg.telemetry.btf_path.clone()).filter(|p| !p.as_os_str().is_empty()));
     let root = joule_core::testing::is_root();
     let facts = crate::backends::Facts::read(&crate::backends::Roots::of(&cfg.telemetry));
     let bpf = match crate::backends::ebpf(&cfg, a.no_bpf, root, &facts) {
@@ -74,15 +72,7 @@ pub fn run(a: MonitorArgs) -> anyhow::Result<()> {
         Ebpf::Refused(_) if !root => Bpf::Off(BpfOff::NotRoot),
         Ebpf::Refused(why) => anyhow::bail!(crate::UsageError(why)),
     };
-    let mut snapper = match Snapshotter::new(&cfg, bpf) {
-        Ok(s) => s,
-        Err(e) if cfg.telemetry.bpf == BpfMode::Auto => {
-            let mut s = Snapshotter::new(&cfg, Bpf::Off(BpfOff::LoadFailed))?;
-            s.note_bpf(format!("eBPF load failed: {e:#}"));
-            s
-        }
-        Err(e) => return Err(e.context("telemetry.bpf = true: eBPF must load")),
-    };
+    let mut snapper = Snapshotter::load(&cfg, bpf)?;
     let interval = Duration::from_millis(a.interval_ms);
     snapper.sample(); // primes counters and histograms
     if a.once {

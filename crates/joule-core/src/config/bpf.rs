@@ -17,17 +17,6 @@ pub enum BpfMode {
     Off,
 }
 
-impl BpfMode {
-    /// How the config spells it.
-    pub fn as_toml(self) -> &'static str {
-        match self {
-            BpfMode::Auto => "\"auto\"",
-            BpfMode::Required => "true",
-            BpfMode::Off => "false",
-        }
-    }
-}
-
 impl Serialize for BpfMode {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -76,7 +65,7 @@ mod tests {
         for (text, want) in [("true", BpfMode::Required), ("false", BpfMode::Off), ("\"auto\"", BpfMode::Auto)] {
             let t: T = toml::from_str(&format!("bpf = {text}")).unwrap();
             assert_eq!(t.bpf, want, "{text}");
-            assert_eq!(toml::to_string(&t).unwrap().trim(), format!("bpf = {}", want.as_toml()));
+            assert_eq!(toml::to_string(&t).unwrap().trim(), format!("bpf = {text}"), "written back as it is spelt");
         }
         for bad in ["\"yes\"", "1", "\"Auto\""] {
             let e = toml::from_str::<T>(&format!("bpf = {bad}")).unwrap_err().to_string();

@@ -22,12 +22,12 @@ use crate::backends::{self, Ebpf};
 use crate::exporter::{self, Published, Shared};
 use crate::guardian;
 use crate::metrics::AgentStats;
-use crate::sense::{Bpf, BpfOff, Snapshotter};
+use crate::sense::{Bpf, Snapshotter};
 use crate::webconfig::WebConfig;
 use crate::ConfigArg;
 use anyhow::Context;
 use events::Events;
-use joule_core::config::{BpfMode, Config};
+use joule_core::config::Config;
 use joule_core::control::pace::{self, Motion, Pace};
 use joule_core::control::{self, ActCx, Actuators, Conflict, Facts, Plan, Policy, Want};
 use joule_core::effects::RealEffects;
@@ -81,7 +81,6 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         anyhow::bail!(crate::UsageError(format!("the config cannot be used on this machine:\n{}", list.join("\n"))));
     }
     let Start { ebpf, chosen } = start(&cfg, a.no_bpf, root, &backends::Roots::of(&cfg.telemetry));
-    joule_bpf::set_btf_path(Some(cfg.telemetry.btf_path.clone()).filter(|p| !p.as_os_str().is_empty()));
     if let Ebpf::Refused(why) = &ebpf {
         anyhow::bail!(crate::UsageError(why.clone()));
     }
@@ -203,47 +202,19 @@ fn bpf_choice(ebpf: Ebpf, journal: &Journal) -> anyhow::Result<Bpf<'_>> {
     }
 }
 
-/// The agent's sources with eBPF as decided. Under `telemetry.bpf = "auto"` a kernel that
-/// refuses a program (or the bpffs mount) turns eBPF off, with the kernel's words in every
-/// snapshot's notes, instead of stopping the start; a pin directory joule will not use (a
-/// user's symlink, a directory not root's) stops it under every setting. Said once, at start.
+/// The agent's sources with eBPF as decided ([`Snapshotter::load`]); why eBPF is off, when it
+/// is, said once.
 fn sensing(cfg: &Config, ebpf: Ebpf, journal: &Journal, events: &mut Events) -> anyhow::Result<Snapshotter> {
-    let choice = bpf_choice(ebpf, journal)?;
-    let tried = matches!(choice, Bpf::Pinned(_));
-    let sense = match Snapshotter::new(cfg, choice) {
-        Ok(s) => s,
-        Err(e) if tried && cfg.telemetry.bpf == BpfMode::Auto && kernel_refused(&e) => {
-            // The programs loaded before the refusal are gone with the failed sources; their
-            // pins go now, so no scheduler reads a stage nobody updates.
-            journal.restore_owner(joule_bpf::PIN_JOURNAL_OWNER, &RealEffects).context("while removing the pins of a failed eBPF start")?;
-            let mut s = Snapshotter::new(cfg, Bpf::Off(BpfOff::LoadFailed))?;
-            s.note_bpf(format!("eBPF load failed: {e:#}"));
-            s
+    let sense = Snapshotter::load(cfg, bpf_choice(ebpf, journal)?)?;
+    if let Some(off) = sense.bpf_off() {
+        let (why, without) = (off.explain(), crate::sense::WITHOUT_EBPF);
+        tracing::warn!("eBPF is off ({}: {why}); without it: {without}", off.as_str());
+        if let Some(words) = sense.load_error() {
+            tracing::warn!("{}{words}", crate::sense::LOAD_FAILED_NOTE);
         }
-        Err(e) if cfg.telemetry.bpf == BpfMode::Required => {
-            return Err(e.context("telemetry.bpf = true: eBPF must load (\"auto\" runs without it where the kernel refuses it)"))
-        }
-        Err(e) => return Err(e.context("while loading eBPF")),
-    };
-    if let Some(off) = BpfOff::parse(&sense.bpf_status().off_reason) {
-        let why = off.explain();
-        let notes: Vec<&String> = sense.bpf_notes().iter().filter(|n| n.starts_with("eBPF load failed")).collect();
-        tracing::warn!("eBPF is off ({}: {why}); without it: {}", off.as_str(), crate::sense::WITHOUT_EBPF);
-        for n in &notes {
-            tracing::warn!("{n}");
-        }
-        events.emit("ebpf_off", serde_json::json!({ "reason": off.as_str(), "why": why, "without": crate::sense::WITHOUT_EBPF, "notes": notes }));
+        events.emit("ebpf_off", serde_json::json!({ "reason": off.as_str(), "why": why, "without": without, "load_error": sense.load_error() }));
     }
     Ok(sense)
-}
-
-/// Whether a failed eBPF start is the kernel's refusal (no BTF, a verifier or attach error,
-/// a bpffs mount it does not allow) rather than a pin directory joule must not use.
-fn kernel_refused(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(c.downcast_ref::<joule_bpf::BpfError>(), Some(joule_bpf::BpfError::Unavailable(_) | joule_bpf::BpfError::Libbpf { .. }))
-            || matches!(c.downcast_ref::<joule_core::mounts::MountError>(), Some(joule_core::mounts::MountError::Mount { .. }))
-    })
 }
 
 /// Says once, at start, which way each mechanism acts here: the rows `joule doctor` prints.

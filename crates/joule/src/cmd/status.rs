@@ -212,7 +212,6 @@ fn limit_words(from: &str) -> String {
     }
 }
 
-/// What the text and `--json` show, from the agent's view at `now_ms`.
 /// Why eBPF is off, in words, with the kernel's refusal when there was one.
 fn ebpf_off(snap: &joule_core::Snapshot) -> Option<EbpfOffLine> {
     let reason = &snap.bpf.off_reason;
@@ -220,12 +219,13 @@ fn ebpf_off(snap: &joule_core::Snapshot) -> Option<EbpfOffLine> {
         return None;
     }
     let mut why = crate::sense::BpfOff::parse(reason).map_or(reason.clone(), |o| o.explain().to_string());
-    if let Some(n) = snap.notes.iter().find(|n| n.starts_with("eBPF load failed")) {
-        why = format!("{why}: {n}");
+    if let Some(words) = snap.notes.iter().find_map(|n| n.strip_prefix(crate::sense::LOAD_FAILED_NOTE)) {
+        why = format!("{why}: {words}");
     }
     Some(EbpfOffLine { reason: reason.clone(), why })
 }
 
+/// What the text and `--json` show, from the agent's view at `now_ms`.
 pub fn summarize(v: &View, now_ms: u64) -> Summary {
     let (b, snap, agent) = (&v.budget, &v.snapshot, &v.agent);
     let up_s = now_ms.saturating_sub(b.started_unix_ms) as f64 / 1e3;

@@ -94,10 +94,25 @@ impl BpfOff {
     }
 }
 
+/// How a snapshot's notes begin the kernel's words when it refused a load.
+pub const LOAD_FAILED_NOTE: &str = "eBPF load failed: ";
+
+/// Whether a failed eBPF start is the kernel's refusal (no BTF, a verifier or attach error,
+/// a bpffs mount it does not allow) rather than a pin directory joule must not use.
+fn kernel_refused(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(c.downcast_ref::<joule_bpf::BpfError>(), Some(joule_bpf::BpfError::Unavailable(_) | joule_bpf::BpfError::Libbpf { .. }))
+            || matches!(c.downcast_ref::<mounts::MountError>(), Some(mounts::MountError::Mount { .. }))
+    })
+}
+
 pub struct Snapshotter {
     /// Every source, in the order they run: telemetry's, then eBPF's, then the stage.
     sampler: joule_telemetry::Sampler,
     status: BpfStatus,
+    /// Why eBPF is off (None: on), and the kernel's words when it refused a load.
+    off: Option<BpfOff>,
+    load_error: Option<String>,
     /// What is missing or degraded about eBPF, repeated in every snapshot's notes.
     bpf_notes: Vec<String>,
     /// The in-kernel stage's change events, for a loop that sleeps through a nap.
@@ -107,6 +122,38 @@ pub struct Snapshotter {
 }
 
 impl Snapshotter {
+    /// [`Self::new`] as `telemetry.bpf` asks: under `"auto"` a kernel that refuses a program
+    /// (or the bpffs mount) gives the sources without eBPF, with the kernel's words in every
+    /// snapshot's notes, after removing any pin already made, so no scheduler reads a stage
+    /// nobody updates. A pin directory joule will not use (a user's symlink, a directory not
+    /// root's) is an error under every setting. `telemetry.btf_path` holds for every program
+    /// this process opens from here on.
+    pub fn load(cfg: &Config, bpf: Bpf<'_>) -> anyhow::Result<Self> {
+        joule_bpf::set_btf_path(Some(cfg.telemetry.btf_path.clone()).filter(|p| !p.as_os_str().is_empty()));
+        let tried = !matches!(bpf, Bpf::Off(_));
+        let pins = match &bpf {
+            Bpf::Pinned(j) => Some(*j),
+            _ => None,
+        };
+        match Self::new(cfg, bpf) {
+            Ok(s) => Ok(s),
+            Err(e) if tried && cfg.telemetry.bpf == BpfMode::Auto && kernel_refused(&e) => {
+                if let Some(j) = pins {
+                    j.restore_owner(joule_bpf::PIN_JOURNAL_OWNER, &RealEffects).context("while removing the pins of a failed eBPF start")?;
+                }
+                let mut s = Self::new(cfg, Bpf::Off(BpfOff::LoadFailed))?;
+                let words = format!("{e:#}");
+                s.bpf_notes.push(format!("{LOAD_FAILED_NOTE}{words}"));
+                s.load_error = Some(words);
+                Ok(s)
+            }
+            Err(e) if cfg.telemetry.bpf == BpfMode::Required => {
+                Err(e.context("telemetry.bpf = true: eBPF must load (\"auto\" runs without it where the kernel refuses it)"))
+            }
+            Err(e) => Err(e.context("while loading eBPF")),
+        }
+    }
+
     /// Loads what `bpf` asks for and lists every source. When eBPF was asked for and cannot
     /// run, this is an error that says why; the agent under `"auto"` then starts again with
     /// [`Bpf::Off`] and the kernel's words (`note_bpf`), never a quiet fallback.
@@ -122,11 +169,19 @@ impl Snapshotter {
         let hysteresis_mc = mc(choice.hysteresis_celsius);
         let power = PowerBudget::new(&cfg.thermal.power_thresholds_watts, cfg.thermal.power_hysteresis_watts);
         let th = cfg.thermal.clone();
-        let mut me =
-            Self { sampler: joule_telemetry::Sampler::new(t), status: BpfStatus::default(), bpf_notes: vec![], stage_waker: None, sensor_choice: choice };
+        let mut me = Self {
+            sampler: joule_telemetry::Sampler::new(t),
+            status: BpfStatus::default(),
+            off: None,
+            load_error: None,
+            bpf_notes: vec![],
+            stage_waker: None,
+            sensor_choice: choice,
+        };
         let (pin_dir, journal) = match bpf {
             Bpf::Off(why) => {
                 me.status.off_reason = why.as_str().into();
+                me.off = Some(why);
                 me.bpf_notes.push(format!("eBPF off ({}): {WITHOUT_EBPF}", why.explain()));
                 me.sampler.push(Box::new(StageSource::new(None, thresholds_mc, hysteresis_mc, power, th, None)));
                 if cfg.net.flow_monitor {
@@ -168,14 +223,14 @@ impl Snapshotter {
         Ok(me)
     }
 
-    /// Adds a line about eBPF to every snapshot's notes (why a load failed, in the kernel's words).
-    pub fn note_bpf(&mut self, note: String) {
-        self.bpf_notes.push(note);
+    /// Why eBPF is off, if it is.
+    pub fn bpf_off(&self) -> Option<BpfOff> {
+        self.off
     }
 
-    /// What is missing or degraded about eBPF, as every snapshot's notes repeat it.
-    pub fn bpf_notes(&self) -> &[String] {
-        &self.bpf_notes
+    /// The kernel's words when it refused the load that `"auto"` then ran without.
+    pub fn load_error(&self) -> Option<&str> {
+        self.load_error.as_deref()
     }
 
     pub fn bpf_status(&self) -> &BpfStatus {
