@@ -55,8 +55,13 @@ static __always_inline void classify(struct __sk_buff *skb)
 			}
 		}
 	}
+	/* The lookup gets a copy of the counter: a stack slot whose address goes to a helper
+	 * loses its value for the verifier, and the verifiers of older kernels (Debian's 6.1 and
+	 * 6.12; not 6.18's) then see the same state at the loop's back-edge and refuse the
+	 * program ("infinite loop detected"). */
 	for (__u32 i = 0; i < JOULE_NETLIMIT_RULES && i < nr_rules; i++) {
-		struct joule_netlimit_rule *r = bpf_map_lookup_elem(&netlimit_rules, &i);
+		__u32 key = i;
+		struct joule_netlimit_rule *r = bpf_map_lookup_elem(&netlimit_rules, &key);
 		if (!r || !r->classid)
 			break;
 		if ((r->proto && r->proto != proto) || (r->sport && r->sport != sport) || (r->dport && r->dport != dport) ||
