@@ -61,11 +61,17 @@ static __always_inline __u32 next_stage(__u32 cur, __s64 temp_mc, const struct j
 	return s;
 }
 
+/* No zone picked yet: best.zone is NO_ZONE and best.temp_mc the lowest value, so the first
+ * fresh zone wins the comparison itself. A flag (`any`, false until the first pick) would be
+ * a constant the verifiers of kernels before 6.7 see in the callback's one simulated call
+ * (Debian's 6.1): they drop the branch it never takes there, and every zone then overwrote
+ * the pick, the last one visited winning. */
+#define NO_ZONE ((__u32)-1)
+
 struct max_ctx {
 	struct joule_stage best;
 	__u64 now;
 	__u64 stale_ns;
-	bool any;
 };
 
 /* A zone counts while its last reading is at most stale_ns old. Signed: another CPU may have
@@ -79,13 +85,11 @@ static long pick_max(struct bpf_map *map, __u32 *zone, struct joule_zone_state *
 {
 	if (!is_fresh(z, c))
 		return 0;
-	if (!c->any || z->stage > c->best.stage ||
-	    (z->stage == c->best.stage && z->temp_mc > c->best.temp_mc)) {
+	if (z->stage > c->best.stage || (z->stage == c->best.stage && z->temp_mc > c->best.temp_mc)) {
 		c->best.stage = z->stage;
 		c->best.zone = *zone;
 		c->best.temp_mc = z->temp_mc;
 		c->best.source = z->source;
-		c->any = true;
 	}
 	return 0;
 }
@@ -120,10 +124,12 @@ static __always_inline int update_stage(__u32 zone, __s64 temp_mc, __u32 source)
 	z->source = source;
 	z->updated_ns = now;
 
+	c.best.zone = NO_ZONE;
+	c.best.temp_mc = -0x7fffffffffffffffLL - 1;
 	c.now = now;
 	c.stale_ns = cfg->stale_ns;
 	bpf_for_each_map_elem(&thermal_zones, pick_max, &c, 0);
-	if (!c.any) /* cannot happen (this zone was just stamped), but never publish nothing */
+	if (c.best.zone == NO_ZONE) /* cannot happen (this zone was just stamped), but never publish nothing */
 		return JOULE_FEED_OK;
 	old = st->stage;
 	st->stage = c.best.stage;
