@@ -10,6 +10,7 @@
 #     apt/          private apt config: sources.list, lists/, cache/ (system sources untouched)
 #     kernel/root-<ver>/usr/lib/modules/<ver>/{vmlinuz,kernel/,modules.dep}   dpkg -x'd debs
 #     kernel/current -> root-<ver>       the kernel run.sh boots
+#     kernel/lts-<suite> -> root-<ver>   Debian bookworm's 6.1 and trixie's 6.12 (vm_lts tests)
 #     venv/         python venv with virtme-ng (vng)
 #     cargo/bin/virtiofsd
 #     thermal.aml   SSDT with the guest's ACPI thermal zone (from scripts/vm/thermal.asl)
@@ -118,6 +119,56 @@ fetch_kernel() {
     say "warning: kernel $ver has no CONFIG_SCHED_CLASS_EXT=y"
 }
 
+# --- 2b. The distributions' LTS kernels ------------------------------------------------------
+# Operators run their distribution's kernel: Debian 12's 6.1 and Debian 13's 6.12 (cloud
+# flavour: virtio, BTF, cgroup v2; neither has sched_ext). Each is the suite's newest
+# linux-image-*-cloud-amd64-unsigned at first setup, kept until JOULE_VM_REFRESH=1, unpacked to
+# kernel/lts-<suite>/ in the layout vng boots (…/usr/lib/modules/<ver>/vmlinuz, modules.dep).
+LTS_SUITES=(bookworm trixie)
+fetch_lts_kernel() {
+  local suite=$1 link=$CACHE/kernel/lts-$1
+  if [ -e "$link/VERSION" ] && [ "${JOULE_VM_REFRESH:-0}" != 1 ]; then
+    local v; v=$(cat "$link/VERSION")
+    [ -f "$link/usr/lib/modules/$v/vmlinuz" ] && [ -f "$link/usr/lib/modules/$v/modules.dep" ] && return 0
+  fi
+  local mirror keyring=/usr/share/keyrings/debian-archive-keyring.gpg signed="" dir=$CACHE/apt-$suite
+  mirror=$(debian_mirror)
+  [ -r "$keyring" ] && signed="[signed-by=$keyring] "
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  echo "deb ${signed}$mirror $suite main" >"$dir/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=-"
+              -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache"
+              -o "APT::Sandbox::User=root" -o "Acquire::Languages=none")
+  say "looking up the newest cloud-amd64 kernel in $suite"
+  logged apt-get "${opts[@]}" update
+  local pkg ver
+  pkg=$(apt-cache "${opts[@]}" pkgnames linux-image- | grep -E -- '-cloud-amd64-unsigned$' | sort -V | tail -n 1)
+  [ -n "$pkg" ] || die "no linux-image-*-cloud-amd64-unsigned in $suite at $mirror"
+  ver=${pkg#linux-image-}; ver=${ver%-unsigned}
+  local root=$CACHE/kernel/root-$ver
+  if [ ! -f "$root/usr/lib/modules/$ver/modules.dep" ]; then
+    say "fetching kernel $ver"
+    local debs=$CACHE/kernel/debs-$ver
+    rm -rf "$debs" "$root.tmp"; mkdir -p "$debs" "$root.tmp"
+    (cd "$debs" && logged apt-get "${opts[@]}" download "$pkg")
+    dpkg -x "$debs"/*.deb "$root.tmp"
+    # bookworm's package keeps /lib/modules and /boot; trixie's /usr/lib/modules and /boot.
+    if [ -d "$root.tmp/lib/modules" ] && [ ! -L "$root.tmp/lib" ]; then
+      mkdir -p "$root.tmp/usr/lib"; cp -a "$root.tmp/lib/modules" "$root.tmp/usr/lib/"; rm -rf "$root.tmp/lib"
+    fi
+    local m=$root.tmp/usr/lib/modules/$ver
+    [ -f "$root.tmp/boot/vmlinuz-$ver" ] || die "no vmlinuz in $pkg"
+    cp "$root.tmp/boot/vmlinuz-$ver" "$m/vmlinuz"
+    cp "$root.tmp/boot/config-$ver" "$m/config"
+    rm -rf "$root.tmp/boot"
+    ln -s usr/lib "$root.tmp/lib"
+    logged depmod -a -b "$root.tmp" "$ver"
+    echo "$ver" >"$root.tmp/VERSION"
+    rm -rf "$root" "$debs"; mv "$root.tmp" "$root"
+  fi
+  ln -sfn "root-$ver" "$link"
+}
+
 # --- 3. virtme-ng ------------------------------------------------------------------------
 install_virtme_ng() {
   local venv=$CACHE/venv
@@ -170,6 +221,7 @@ compile_thermal_ssdt() {
 mkdir -p "$CACHE"
 install_packages
 fetch_kernel
+for suite in "${LTS_SUITES[@]}"; do fetch_lts_kernel "$suite"; done
 install_virtme_ng
 install_virtiofsd
 compile_thermal_ssdt

@@ -46,6 +46,8 @@ pub struct Vm {
     mem: String,
     /// Host files copied into the systemd guest before it boots: (source, path in the guest).
     files: Vec<(PathBuf, String)>,
+    /// A distribution's kernel instead of the sched_ext one: the Debian suite it is from.
+    lts: Option<&'static str>,
 }
 
 /// The workspace root (the directory holding `scripts/` and `target/`).
@@ -56,7 +58,7 @@ pub fn repo_root() -> PathBuf {
 impl Vm {
     pub fn new() -> Vm {
         let cache = std::env::var_os("JOULE_VM_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/cache/joule-vm"));
-        Vm { cache, thermal: false, guest: Guest::Host, mem: "2G".into(), files: Vec::new() }
+        Vm { cache, thermal: false, guest: Guest::Host, mem: "2G".into(), files: Vec::new(), lts: None }
     }
 
     /// What `make vm-deps` should have installed and did not, if anything.
@@ -71,6 +73,12 @@ impl Vm {
         for (rel, what) in need {
             if !self.cache.join(rel).exists() {
                 return Some(format!("{what} ({}) ; run make vm-deps", self.cache.join(rel).display()));
+            }
+        }
+        if let Some(suite) = self.lts {
+            let v = self.cache.join(format!("kernel/lts-{suite}/VERSION"));
+            if !v.exists() {
+                return Some(format!("Debian {suite}'s kernel ({}); run make vm-deps", v.display()));
             }
         }
         if self.guest == Guest::Systemd && !self.cache.join("debian-root/.joule-ready").exists() {
@@ -124,6 +132,21 @@ impl Vm {
         self
     }
 
+    /// Boots Debian `suite`'s own kernel (bookworm: 6.1, trixie: 6.12; scripts/vm/setup.sh
+    /// caches them) instead of the sched_ext one, with the same host root.
+    pub fn lts_kernel(mut self, suite: &'static str) -> Vm {
+        self.lts = Some(suite);
+        self
+    }
+
+    /// What the boots are called in target/vm-times.txt and target/vm-last/.
+    fn label(&self) -> String {
+        match self.lts {
+            Some(suite) => format!("{:?}-{suite}", self.guest),
+            None => format!("{:?}", self.guest),
+        }
+    }
+
     /// Boots once and runs `cmd` (a bash command line) as root in the repo root.
     pub fn run(&self, cmd: &str, timeout_s: u64) -> VmOutput {
         let rwdir = tempfile::tempdir().expect("results dir");
@@ -152,14 +175,14 @@ impl Vm {
         // How long the boot and each check took, for keeping the tier within its budget
         // (docs/vm.md): target/vm-times.txt gets a line per boot.
         let times: Vec<String> = checks.iter().map(|(name, _)| format!("{name}={}ms", read(rwdir.path().join(format!("{name}.ms"))).trim())).collect();
-        let line = format!("{:?} guest: {:.0} s in all; {}\n", self.guest, started.elapsed().as_secs_f64(), times.join(" "));
+        let line = format!("{} guest: {:.0} s in all; {}\n", self.label(), started.elapsed().as_secs_f64(), times.join(" "));
         let _ = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(repo_root().join("target/vm-times.txt"))
             .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
         // The last boot's outputs, whole, for reading after the run: target/vm-last/<guest>/.
-        let keep = repo_root().join(format!("target/vm-last/{:?}", self.guest).to_lowercase());
+        let keep = repo_root().join(format!("target/vm-last/{}", self.label()).to_lowercase());
         let _ = std::fs::remove_dir_all(&keep);
         if std::fs::create_dir_all(&keep).is_ok() {
             for (name, _) in checks {
@@ -205,6 +228,11 @@ impl Vm {
             .current_dir(&root);
         if self.thermal {
             c.arg("--thermal");
+        }
+        if let Some(suite) = self.lts {
+            let dir = self.cache.join(format!("kernel/lts-{suite}"));
+            let ver = std::fs::read_to_string(dir.join("VERSION")).unwrap_or_default();
+            c.arg("--kernel").arg(dir.join(format!("usr/lib/modules/{}/vmlinuz", ver.trim())));
         }
         let out = c.arg("--").arg(cmd).output().expect("run scripts/vm/run.sh");
         VmOutput {
