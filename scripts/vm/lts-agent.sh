@@ -10,7 +10,7 @@ agent=""
 sh -c 'while :; do :; done' &
 busy=$!
 # However the script ends: no loop, no agent, nothing of the class left, no temporary directory.
-trap 'kill $busy 2>/dev/null || true; [ -n "$agent" ] && pkill -9 -f "joule agent --config $d" 2>/dev/null; "$J" restore >&2 || true; rm -rf "$d"' EXIT
+trap 'kill $busy 2>/dev/null || true; [ -z "$agent" ] || pkill -9 -f "joule agent --config $d" || true; "$J" restore >&2 || true; rm -rf "$d"' EXIT
 cp "$REPO/deploy/joule.toml" "$d/joule.toml"
 printf '\n[[class]]\nname = "capped"\nmatch = { pid = [%s] }\nquota_us = 30000\nperiod_us = 100000\n' "$busy" >>"$d/joule.toml"
 "$J" agent --config "$d/joule.toml" >"$d/agent.log" 2>&1 &
