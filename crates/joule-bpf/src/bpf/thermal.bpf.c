@@ -62,10 +62,10 @@ static __always_inline __u32 next_stage(__u32 cur, __s64 temp_mc, const struct j
 }
 
 /* No zone picked yet: best.zone is NO_ZONE and best.temp_mc the lowest value, so the first
- * fresh zone wins the comparison itself. A flag (`any`, false until the first pick) would be
- * a constant the verifiers of kernels before 6.7 see in the callback's one simulated call
- * (Debian's 6.1): they drop the branch it never takes there, and every zone then overwrote
- * the pick, the last one visited winning. */
+ * fresh zone wins the comparison itself. A flag (`any`, false until the first pick) is a
+ * constant in the callback's first call; Debian's 6.1 verifier, which checks the callback as
+ * if it ran once, then dropped the comparison (measured: with the flag every zone overwrote
+ * the pick, the last one visited winning; without it 6.1 picks the hottest, as 6.12+ do). */
 #define NO_ZONE ((__u32)-1)
 
 struct max_ctx {
