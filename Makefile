@@ -29,7 +29,7 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 INSTALL_DIRS = DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) BINDIR=$(BINDIR) UNITDIR=$(UNITDIR) MANDIR=$(MANDIR) \
 	BASHCOMPDIR=$(BASHCOMPDIR) ZSHCOMPDIR=$(ZSHCOMPDIR) FISHCOMPDIR=$(FISHCOMPDIR)
 
-.PHONY: all deps test-deps build build-arm64 run test test-unit test-root test-vm vm-deps restore image clean fuzz deb deb-arm64 install uninstall
+.PHONY: all deps test-deps build build-arm64 build-armhf run test test-unit test-root test-vm vm-deps restore image clean fuzz deb deb-arm64 deb-armhf install uninstall
 
 all: build
 
@@ -63,6 +63,11 @@ deb: build
 deb-arm64: build build-arm64
 	@DEB_ARCH=arm64 JOULE_GEN=$(JOULE) bash scripts/deb.sh target/aarch64-unknown-linux-gnu/release/joule
 
+# The armhf package (Odroid-XU4 and other armv7 boards), the same way:
+# target/deb/joule_<version>_armhf.deb.
+deb-armhf: build build-armhf
+	@DEB_ARCH=armhf JOULE_GEN=$(JOULE) bash scripts/deb.sh target/armv7-unknown-linux-gnueabihf/release/joule
+
 install: build
 	@$(INSTALL_DIRS) bash scripts/install-files.sh $(JOULE)
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
@@ -85,9 +90,17 @@ build-arm64: deps
 	@bash scripts/arm64/setup.sh cross
 	@bash scripts/arm64/build.sh
 
+# joule for armv7 hard-float (Odroid-XU4 and other 32-bit boards; docs/arm64.md), by the same
+# scripts with DEB_ARCH=armhf: Debian's gcc-arm-linux-gnueabihf on an x86_64 host. Writes
+# target/armv7-unknown-linux-gnueabihf/release/joule (no root tests: Debian's armhf kernels have
+# no BTF to load them with).
+build-armhf: deps
+	@DEB_ARCH=armhf bash scripts/arm64/setup.sh cross
+	@DEB_ARCH=armhf bash scripts/arm64/build.sh
+
 # Tier 1: no root, fixture trees. Tier 2: this kernel, as root. Tier 3: a VM with a newer kernel
 # (sched_ext, a real ACPI thermal zone, pure cgroup v2) for what this kernel lacks, the systemd
-# guest, and the arm64 guest running the aarch64 build.
+# guest, and the arm64 and armhf guests running the aarch64 and armv7 builds.
 # Tests build with --release so they share compiled dependencies with the release binary
 # that `make run` and the VM tier use (one build of everything instead of two).
 # Each tier prints how many tests ran, passed, failed and skipped (scripts/test-tier.sh); tiers 2
@@ -97,7 +110,7 @@ build-arm64: deps
 TIER_SUMMARY ?= target/tier-summary.txt
 export JOULE_TIER_SUMMARY := $(abspath $(TIER_SUMMARY))
 
-test: build build-arm64 vm-deps deb-arm64
+test: build build-arm64 build-armhf vm-deps deb-arm64 deb-armhf
 	@mkdir -p target && rm -f $(TIER_SUMMARY) $(TIER_SUMMARY).failures
 	@bash scripts/check-leftovers.sh save target/leftovers-before.txt
 	@# Every tier runs even when one fails (-k), so one run says all that is wrong; then the
@@ -119,11 +132,12 @@ test-root: test-deps
 vm-deps: test-deps
 	@bash scripts/vm/setup.sh
 	@bash scripts/arm64/setup.sh guest
+	@DEB_ARCH=armhf bash scripts/arm64/setup.sh guest
 
 # Two lanes at once where there are two CPUs (each TCG guest is one host thread): the systemd
 # guest beside all the others (scripts/vm/lanes.sh). Its build of the test binaries also builds
 # joule-bpf's example scx_other, the coexistence check's other scheduler (docs/vm.md).
-test-vm: build build-arm64 vm-deps deb # the package's check installs target/deb/joule_*.deb in the systemd guest
+test-vm: build build-arm64 build-armhf vm-deps deb # the package's check installs target/deb/joule_*.deb in the systemd guest
 	@bash scripts/test-tier.sh vm bash scripts/fresh-mounts.sh bash scripts/vm/lanes.sh $(CARGO)
 
 restore: build

@@ -45,13 +45,15 @@ DESTDIR=$pkg PREFIX=/usr UNITDIR=/usr/lib/systemd/system ZSHCOMPDIR=/usr/share/z
 
 # dh_strip: the debug info into the dbgsym package under its build id, the binary stripped
 # with a debuglink to it.
-# A binary for another architecture (make deb-arm64) goes through that architecture's binutils.
+# A binary for another architecture (make deb-arm64, deb-armhf) goes through that
+# architecture's binutils.
 case $ARCH in
   "$(dpkg --print-architecture)") TOOLS="" ;;
   arm64) TOOLS=aarch64-linux-gnu- ;;
+  armhf) TOOLS=arm-linux-gnueabihf- ;;
   *) echo "deb: no binutils known for $ARCH" >&2; exit 1 ;;
 esac
-command -v "${TOOLS}objcopy" >/dev/null || { echo "deb: no ${TOOLS}objcopy (make build-arm64 installs the cross binutils)" >&2; exit 1; }
+command -v "${TOOLS}objcopy" >/dev/null || { echo "deb: no ${TOOLS}objcopy (make build-$ARCH installs the cross binutils)" >&2; exit 1; }
 id=$("${TOOLS}readelf" -n "$BIN" | sed -n 's/^ *Build ID: *//p')
 [ -n "$id" ] || { echo "deb: $BIN has no build id (the linker's --build-id)" >&2; exit 1; }
 debug=$dbg/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug

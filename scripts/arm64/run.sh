@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Boots the arm64 guest once (qemu-system-aarch64 -M virt under TCG, Debian's arm64 cloud
-# kernel, the root image scripts/arm64/setup.sh built), runs one command in it as root and
-# brings back what it left (docs/arm64.md).
+# kernel, the root image scripts/arm64/setup.sh built), or with DEB_ARCH=armhf the armhf guest
+# (qemu-system-arm -M virt, Debian's armmp-lpae kernel and its initramfs), runs one command in
+# it as root and brings back what it left (docs/arm64.md).
 #
 #   run.sh --out DIR [--timeout S] [--cpus N] [--mem SIZE] [--file SRC:DEST ...] -- COMMAND
 #
@@ -16,8 +17,9 @@
 # the results come back as a tar on a third: no shared filesystem, no daemon on the host.
 set -euo pipefail
 
-CACHE=${JOULE_ARM64_CACHE:-/var/cache/joule-arm64}
-die() { echo "arm64-run: $*" >&2; exit 2; }
+die() { echo "${DEB_ARCH:-arm}-run: $*" >&2; exit 2; }
+# shellcheck source=scripts/arm64/arch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/arch.sh"
 
 out="" timeout_s=600 cpus=2 mem=2G files=()
 while [ $# -gt 0 ]; do
@@ -32,12 +34,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] && [ $# -gt 0 ] || die "usage: run.sh --out DIR [--timeout S] [--file SRC:DEST] -- COMMAND"
-kernel=$CACHE/kernel/current/Image
-[ -f "$kernel" ] && [ -f "$CACHE/root.img" ] || die "no arm64 guest in $CACHE: run make vm-deps (scripts/arm64/setup.sh guest)"
-command -v qemu-system-aarch64 >/dev/null || die "no qemu-system-aarch64: run make vm-deps"
+kernel=$CACHE/kernel/current/$KERNEL_FILE
+[ -f "$kernel" ] && [ -f "$CACHE/root.img" ] || die "no $DEB_ARCH guest in $CACHE: run make vm-deps (scripts/arm64/setup.sh guest)"
+command -v "$QEMU" >/dev/null || die "no $QEMU: run make vm-deps"
+# armhf's kernel loads NVMe and ext4 from the initramfs setup.sh made.
+initrd=()
+[ -f "$CACHE/kernel/current/initrd.img" ] && initrd=(-initrd "$CACHE/kernel/current/initrd.img")
 
 mkdir -p "$out"
-work=$(mktemp -d /tmp/joule-arm64.XXXXXX)
+work=$(mktemp -d "/tmp/joule-$DEB_ARCH.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/in"
 for f in "${files[@]}"; do
@@ -50,15 +55,14 @@ printf '%s\n' "$*" >"$work/in/run.sh"
 tar -cf "$work/in.tar" -C "$work/in" .
 truncate -s 256M "$work/out.img"
 
-# -cpu: a Cortex-A76 (the Raspberry Pi 5's and the RK3588's big core; qemu's `max` adds SVE and
-# pointer authentication, which TCG emulates slowly). TCG's default, one host thread per vCPU.
+# -cpu: the board's big core (scripts/arm64/arch.sh). TCG's default, one host thread per vCPU.
 disk() { echo "-drive if=none,id=$1,file=$2,format=raw$3 -device nvme,drive=$1,serial=$1"; }
 # shellcheck disable=SC2046
 set +e
-timeout --kill-after=10 "$timeout_s" qemu-system-aarch64 -M virt -cpu cortex-a76 -accel tcg \
+timeout --kill-after=10 "$timeout_s" "$QEMU" -M virt -cpu "$QEMU_CPU" -accel tcg \
   -smp "$cpus" -m "$mem" -nodefaults -display none -monitor none -nic none -no-reboot \
   -serial "file:$out/console.log" \
-  -kernel "$kernel" \
+  -kernel "$kernel" "${initrd[@]}" \
   -append "console=ttyAMA0 root=PARTUUID=4a6f756c-01 rootwait rootfstype=ext4 ro init=/sbin/joule-init panic=-1 quiet loglevel=4" \
   $(disk joule-root "$CACHE/root.img" ",readonly=on") \
   $(disk joule-in "$work/in.tar" ",readonly=on") \
@@ -69,8 +73,8 @@ tar -xf "$work/out.img" -C "$out" 2>/dev/null || true
 if [ ! -f "$out/status" ]; then
   cat "$work/qemu.log" >&2
   tail -n 40 "$out/console.log" >&2 || true
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "arm64-run: timed out after ${timeout_s}s" >&2; exit 124; fi
-  echo "arm64-run: the guest reported no status (qemu exit $rc); its console's end is above" >&2
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "$DEB_ARCH-run: timed out after ${timeout_s}s" >&2; exit 124; fi
+  echo "$DEB_ARCH-run: the guest reported no status (qemu exit $rc); its console's end is above" >&2
   exit 125
 fi
 cat "$out/stdout"

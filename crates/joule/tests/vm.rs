@@ -1,11 +1,13 @@
 //! Tier 3: joule on a sched_ext kernel (Debian's 7.x cloud kernel under qemu/TCG, see
 //! docs/vm.md). All checks share one boot, made by the first test that runs; each test then
 //! asserts on its own check's output. The arm64 guest's checks (mod `arm64`, docs/arm64.md) share
-//! another boot and the assertions below. Run with `make test-vm`, or
+//! another boot and the assertions below; the armhf guest's (mod `armhf`) a third. Run with `make test-vm`, or
 //! `cargo test -p joule --test vm -- --ignored vm_ --test-threads=1`.
 
 #[path = "vm/arm64.rs"]
 mod arm64;
+#[path = "vm/armhf.rs"]
+mod armhf;
 
 use joule_testkit::vm::{repo_root, shown, Vm, VmOutput};
 use std::collections::BTreeMap;

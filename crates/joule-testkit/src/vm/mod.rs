@@ -1,8 +1,8 @@
 //! The tier-3 harness: runs shell commands as root in a VM booted on the cached sched_ext
 //! kernel, through `scripts/vm/run.sh` (see docs/vm.md), in the systemd guest (a Debian
 //! root with systemd as PID 1 on pure cgroup v2, `scripts/vm/systemd-guest.sh`,
-//! docs/systemd.md), or in the arm64 guest (Debian's arm64 kernel under qemu-system-aarch64,
-//! `scripts/arm64/run.sh`, docs/arm64.md; [`arm64`]). A boot costs 5–15 s under TCG (the
+//! docs/systemd.md), or in an ARM guest (Debian's arm64 kernel under qemu-system-aarch64 or
+//! its armhf kernel under qemu-system-arm, `scripts/arm64/run.sh`, docs/arm64.md; [`arm64`]). A boot costs 5–15 s under TCG (the
 //! systemd guest's ~80 s), so tests share one boot through [`Vm::batch`] where they can.
 
 pub mod arm64;
@@ -36,6 +36,18 @@ enum Guest {
     Systemd,
     /// A small Debian arm64 root on Debian's arm64 kernel, running the cross-built binary.
     Arm64,
+    /// The same for armhf, with the Odroid-XU4's eight CPUs.
+    Armhf,
+}
+
+impl Guest {
+    fn arm(self) -> Option<arm64::Arm> {
+        match self {
+            Guest::Arm64 => Some(arm64::Arm::Arm64),
+            Guest::Armhf => Some(arm64::Arm::Armhf),
+            Guest::Host | Guest::Systemd => None,
+        }
+    }
 }
 
 /// A VM configuration; each `run`/`batch` is one boot.
@@ -63,8 +75,8 @@ impl Vm {
 
     /// What `make vm-deps` should have installed and did not, if anything.
     pub fn missing(&self) -> Option<String> {
-        if self.guest == Guest::Arm64 {
-            return arm64::missing();
+        if let Some(arm) = self.guest.arm() {
+            return arm.missing();
         }
         if std::env::consts::ARCH != "x86_64" {
             return Some("an x86_64 host: the x86 guests run this host's own binaries (on aarch64, tier 3 is the arm64 guest)".into());
@@ -147,6 +159,15 @@ impl Vm {
         }
     }
 
+    /// Boots the armhf guest instead: qemu-system-arm (TCG, eight Cortex-A15s: the XU4's CPU
+    /// count, with its big core) on Debian's armmp-lpae kernel, a small Debian armhf root, the
+    /// cross-built `target/armv7-unknown-linux-gnueabihf/release/joule` at `/joule/bin/joule`
+    /// and the repo's `scripts/vm` at `/joule/scripts/vm`; checks run in `/joule`.
+    pub fn armhf_guest(mut self) -> Vm {
+        self.guest = Guest::Armhf;
+        self
+    }
+
     /// Boots once and runs `cmd` (a bash command line) as root in the repo root.
     pub fn run(&self, cmd: &str, timeout_s: u64) -> VmOutput {
         let rwdir = tempfile::tempdir().expect("results dir");
@@ -215,7 +236,8 @@ impl Vm {
     fn run_in(&self, rwdir: &Path, cmd: &str, timeout_s: u64) -> VmOutput {
         match self.guest {
             Guest::Systemd => return self.run_systemd(rwdir, cmd, timeout_s),
-            Guest::Arm64 => return arm64::run(rwdir, cmd, timeout_s, &self.mem),
+            Guest::Arm64 => return arm64::Arm::Arm64.run(rwdir, cmd, timeout_s, &self.mem, 2),
+            Guest::Armhf => return arm64::Arm::Armhf.run(rwdir, cmd, timeout_s, &self.mem, 8),
             Guest::Host => {}
         }
         let root = repo_root();
