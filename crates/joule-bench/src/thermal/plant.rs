@@ -184,14 +184,26 @@ impl Plant {
     }
 }
 
-/// The machine's CPU busy time, from `/proc/stat`'s first line: (busy, total) in ticks.
-pub fn cpu_ticks(proc_stat: &str) -> Option<(u64, u64)> {
+/// The machine's CPU time, from `/proc/stat`'s first line, in ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ticks {
+    /// user, nice, system, irq and softirq (guest time is inside user): the work done here.
+    pub busy: u64,
+    /// Steal: a hypervisor ran something else on this vCPU. No work of this machine's ran, so
+    /// it heats nothing; counted as busy, a noisy host's steal warmed the plant of whichever
+    /// mode it fell in (8 s of 40 in one run here, 0.2 s in the next).
+    pub steal: u64,
+    pub total: u64,
+}
+
+pub fn cpu_ticks(proc_stat: &str) -> Option<Ticks> {
     let line = proc_stat.lines().next()?.strip_prefix("cpu ")?;
     let v: Vec<u64> = line.split_whitespace().map(|x| x.parse().ok()).collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal (guest is inside user)
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
     let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    Some((total.saturating_sub(idle), total))
+    let (idle, steal) = (at(3) + at(4), at(7));
+    Some(Ticks { busy: total.saturating_sub(idle + steal), steal, total })
 }
 
 /// Where the plant's temperature is presented to joule.
@@ -372,8 +384,10 @@ mod tests {
 
     #[test]
     fn busy_ticks_come_from_proc_stat() {
-        let (busy, total) = cpu_ticks("cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3\n").unwrap();
-        assert_eq!((busy, total), (160, 980));
+        let t = cpu_ticks("cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3\n").unwrap();
+        assert_eq!(t, Ticks { busy: 160, steal: 0, total: 980 });
+        let t = cpu_ticks("cpu  100 5 50 800 20 3 2 40 0 0\n").unwrap();
+        assert_eq!(t, Ticks { busy: 160, steal: 40, total: 1020 }, "steal is neither work nor idle");
         assert!(cpu_ticks("intr 1 2\n").is_none());
     }
 
@@ -399,8 +413,11 @@ pub struct Reading {
     /// Seconds since the plant was last reset.
     pub t_s: f64,
     pub die_celsius: f64,
-    /// The machine's busy share over the step, 0..1.
+    /// The machine's busy share over the step, 0..1 (steal and the firmware's stolen time
+    /// left out: no work ran in them).
     pub util: f64,
+    /// The hypervisor's steal over the step, a share of the machine's time (0 on bare metal).
+    pub steal: f64,
     pub power_w: f64,
     /// The firmware's clock over the step, a share of full speed (1: not throttling, or no
     /// firmware modelled).
@@ -446,7 +463,8 @@ impl Running {
             while !st.load(Ordering::Relaxed) {
                 std::thread::sleep(STEP);
                 let (now, Some(ticks)) = (std::time::Instant::now(), read()) else { continue };
-                let (busy, total) = (ticks.0.saturating_sub(last.1 .0), ticks.1.saturating_sub(last.1 .1));
+                let (busy, steal, total) =
+                    (ticks.busy.saturating_sub(last.1.busy), ticks.steal.saturating_sub(last.1.steal), ticks.total.saturating_sub(last.1.total));
                 // The firmware's stolen time is busy in /proc/stat but heats nothing: a slower
                 // clock, not work.
                 let stolen = throttle.as_ref().map_or(0.0, |t| {
@@ -468,6 +486,7 @@ impl Running {
                     t_s: s.since.elapsed().as_secs_f64(),
                     die_celsius: s.plant.die_celsius,
                     util,
+                    steal: if total > 0 { steal as f64 / total as f64 } else { 0.0 },
                     power_w: s.plant.board.power_w(s.plant.die_celsius, util),
                     speed,
                 };

@@ -47,10 +47,16 @@ pub struct RunScore {
     pub fio_mib_s: f64,
     /// stress-ng's bogo ops.
     pub best_effort_work: f64,
+    /// The CPU time stress-ng's workers got, s, and their bogo ops per CPU second.
+    pub best_effort_cpu_s: f64,
+    pub best_effort_work_per_cpu_s: f64,
     /// From the plant first reaching the mode's own first trigger to a cap first in force on
     /// stress-ng's cgroup (None: no cap, or no trigger reached).
     pub reaction_s: Option<f64>,
     pub mean_machine_busy_pct: f64,
+    /// The hypervisor's steal over the run, % of the machine's time: a noisy host's, in no
+    /// mode's favour; the plant leaves it out of the heat.
+    pub steal_pct: f64,
     /// Time the board's firmware had the clock under full speed (0 without `--firmware`), and
     /// the lowest speed it set.
     pub seconds_firmware_throttled: f64,
@@ -100,9 +106,12 @@ pub fn score(r: &ModeRun, limit: f64, thresholds: &[f64], duration_s: f64) -> Ru
         labelled_p99_us: percentile(&late, 99.0),
         labelled_wakeups: late.len(),
         fio_mib_s: r.fio.read_mib_s + r.fio.write_mib_s,
-        best_effort_work: r.stress_bogo_ops as f64,
+        best_effort_work: r.stress.bogo_ops as f64,
+        best_effort_cpu_s: r.stress.cpu_s,
+        best_effort_work_per_cpu_s: if r.stress.cpu_s > 0.0 { r.stress.bogo_ops as f64 / r.stress.cpu_s } else { 0.0 },
         reaction_s,
         mean_machine_busy_pct: 100.0 * r.plant.iter().map(|p| p.util).sum::<f64>() / r.plant.len().max(1) as f64,
+        steal_pct: 100.0 * r.plant.iter().map(|p| p.steal).sum::<f64>() / r.plant.len().max(1) as f64,
         seconds_firmware_throttled: r.plant.windows(2).filter(|w| w[0].speed < 0.9999).map(|w| w[1].t_s - w[0].t_s).sum::<f64>() + 0.0,
         min_firmware_speed: r.plant.iter().map(|p| p.speed).fold(1.0, f64::min),
         stress_cgroup: r.stress_cgroup.clone(),
@@ -113,7 +122,7 @@ pub fn score(r: &ModeRun, limit: f64, thresholds: &[f64], duration_s: f64) -> Ru
 }
 
 /// The keys reported per mode as median and range.
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 13] = [
     "plant_peak_celsius",
     "seconds_over_limit",
     "pct_time_over_limit",
@@ -121,9 +130,12 @@ const METRICS: [&str; 10] = [
     "labelled_p99_us",
     "fio_mib_s",
     "best_effort_work",
+    "best_effort_cpu_s",
+    "best_effort_work_per_cpu_s",
     "reaction_s",
     "seconds_firmware_throttled",
     "mean_machine_busy_pct",
+    "steal_pct",
 ];
 
 /// Median and range of `key` over `scores` (the runs that have it).
@@ -287,9 +299,11 @@ impl Summary {
             "labelled p99 µs",
             "fio MiB/s",
             "best-effort bogo ops",
+            "best-effort CPU s",
             "reaction s",
             "s firmware-throttled",
             "busy %",
+            "steal %",
         ];
         let rows: Vec<Vec<String>> = self
             .modes
@@ -303,9 +317,11 @@ impl Summary {
                     cell(*m, "labelled_p99_us", 0),
                     cell(*m, "fio_mib_s", 1),
                     cell(*m, "best_effort_work", 0),
+                    cell(*m, "best_effort_cpu_s", 1),
                     cell(*m, "reaction_s", 2),
                     cell(*m, "seconds_firmware_throttled", 1),
                     cell(*m, "mean_machine_busy_pct", 1),
+                    cell(*m, "steal_pct", 1),
                 ]
             })
             .collect();
@@ -375,7 +391,7 @@ mod tests {
 
     fn reading(t_s: f64, c: f64) -> Reading {
         // Over 80 °C the Pi's firmware throttles: the speed the plant would record.
-        Reading { t_s, die_celsius: c, util: 0.5, power_w: 5.0, speed: crate::thermal::plant::PI5.firmware.unwrap().speed(c) }
+        Reading { t_s, die_celsius: c, util: 0.5, steal: 0.0, power_w: 5.0, speed: crate::thermal::plant::PI5.firmware.unwrap().speed(c) }
     }
 
     fn mode_run(mode: Mode, run: usize, temps: &[f64], cap_from_s: Option<f64>, late_us: &[f64]) -> ModeRun {
@@ -385,7 +401,7 @@ mod tests {
             plant: temps.iter().enumerate().map(|(i, c)| reading(i as f64, *c)).collect(),
             samples: (0..temps.len()).map(|i| Sample { t_s: i as f64, cap_share: cap_from_s.filter(|s| i as f64 >= *s).map(|_| 0.5), stage: None }).collect(),
             fio: FioResult { read_mib_s: 10.0, write_mib_s: 5.0 },
-            stress_bogo_ops: 1000,
+            stress: crate::thermal::workload::StressResult { bogo_ops: 1000, cpu_s: 10.0 },
             wakeups: late_us.iter().enumerate().map(|(i, l)| (i as f64, *l)).collect(),
             stress_cgroup: None,
             agent_errors: Vec::new(),

@@ -180,17 +180,38 @@ pub fn parse_fio_json(text: &str) -> anyhow::Result<FioResult> {
     Ok(FioResult { read_mib_s: sum("read")? / MIB, write_mib_s: sum("write")? / MIB })
 }
 
-/// Total bogo ops of the `cpu` stressor from stress-ng's `--yaml` metrics.
-pub fn parse_stress_yaml(text: &str) -> anyhow::Result<u64> {
+/// What the `cpu` stressor did, from stress-ng's `--yaml` metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StressResult {
+    pub bogo_ops: u64,
+    /// CPU time its workers got, user and system, s: the work per CPU second tells a slower
+    /// rate from less CPU.
+    pub cpu_s: f64,
+}
+
+/// The `cpu` stressor's bogo ops and CPU time from stress-ng's `--yaml` metrics.
+pub fn parse_stress_yaml(text: &str) -> anyhow::Result<StressResult> {
     let mut in_cpu = false;
+    let (mut ops, mut user, mut sys) = (None, None, None);
     for line in text.lines().map(str::trim) {
         if let Some(name) = line.strip_prefix("- stressor:") {
             in_cpu = name.trim() == "cpu";
-        } else if let (true, Some(ops)) = (in_cpu, line.strip_prefix("bogo-ops:")) {
-            return ops.trim().parse().context("stress-ng's bogo-ops is not a number");
+        } else if in_cpu {
+            let num = |v: &str, what: &str| v.trim().parse::<f64>().with_context(|| format!("stress-ng's {what} is not a number: {v:?}"));
+            if let Some(v) = line.strip_prefix("bogo-ops:") {
+                ops = Some(v.trim().parse::<u64>().context("stress-ng's bogo-ops is not a number")?);
+            } else if let Some(v) = line.strip_prefix("user-time:") {
+                user = Some(num(v, "user-time")?);
+            } else if let Some(v) = line.strip_prefix("system-time:") {
+                sys = Some(num(v, "system-time")?);
+            }
         }
     }
-    anyhow::bail!("stress-ng's metrics have no bogo-ops for the cpu stressor")
+    match (ops, user, sys) {
+        (Some(bogo_ops), Some(u), Some(s)) => Ok(StressResult { bogo_ops, cpu_s: u + s }),
+        (None, ..) => anyhow::bail!("stress-ng's metrics have no bogo-ops for the cpu stressor"),
+        _ => anyhow::bail!("stress-ng's metrics have no user-time and system-time for the cpu stressor"),
+    }
 }
 
 #[cfg(test)]
@@ -212,9 +233,10 @@ mod tests {
 
     #[test]
     fn stress_ng_yaml_gives_the_cpu_stressors_bogo_ops() {
-        assert_eq!(parse_stress_yaml(&fixture("stress-ng.yaml")).unwrap(), 2014);
+        assert_eq!(parse_stress_yaml(&fixture("stress-ng.yaml")).unwrap(), StressResult { bogo_ops: 2014, cpu_s: 1.999697 });
         assert!(parse_stress_yaml("metrics:\n    - stressor: vm\n      bogo-ops: 5\n").is_err(), "another stressor's ops are not the cpu's");
         assert!(parse_stress_yaml("").is_err());
+        assert!(parse_stress_yaml("metrics:\n    - stressor: cpu\n      bogo-ops: 5\n").is_err(), "no CPU time");
     }
 
     #[test]
